@@ -1,0 +1,57 @@
+// Small filesystem helpers with Status errors: whole-file reads, atomic writes, and
+// staging directories that become visible only when complete.
+//
+// Thread-safety: functions are reentrant; two callers must not stage the same target.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace deltakv {
+
+// Reads a whole file. IoError if it cannot be read; ResourceExhausted if larger than max_bytes.
+StatusOr<std::string> ReadFileToString(const std::string& path,
+                                       uint64_t max_bytes = 1ull << 30);
+
+// Writes `data` to `path` via "<path>.tmp.<pid>", fsync, rename. On failure nothing is left
+// under `path` (an old file there stays as it was) and the temporary is removed.
+Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> data);
+Status WriteFileAtomic(const std::string& path, std::string_view text);
+
+// A directory built under a temporary sibling name ("<target>.partial.<pid>") and renamed to
+// `target` by Commit(). If the object is destroyed without Commit(), the temporary directory
+// and everything in it is removed, so no output that looks complete is ever left behind.
+// Commit() fails with FailedPrecondition if `target` already exists.
+class StagingDir {
+ public:
+  // Creates the temporary directory. IoError on failure; FailedPrecondition if target exists.
+  static StatusOr<StagingDir> Create(const std::string& target);
+  StagingDir(StagingDir&& other) noexcept;
+  StagingDir& operator=(StagingDir&&) = delete;
+  StagingDir(const StagingDir&) = delete;
+  ~StagingDir();
+
+  // Where to write files now.
+  const std::string& path() const { return temp_; }
+  const std::string& target() const { return target_; }
+  // fsyncs the directory and renames it to target. After success the destructor does nothing.
+  Status Commit();
+
+ private:
+  StagingDir(std::string target, std::string temp) : target_(std::move(target)), temp_(std::move(temp)) {}
+  std::string target_;
+  std::string temp_;
+  bool done_ = false;
+};
+
+// Lists regular files in `dir` whose names end with `suffix`, sorted by name.
+StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string_view suffix);
+
+// Returns the errno text: "open 'x': No such file or directory".
+std::string ErrnoMessage(std::string_view what, const std::string& path, int err);
+
+}  // namespace deltakv

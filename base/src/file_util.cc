@@ -1,0 +1,146 @@
+#include "base/file_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace deltakv {
+
+std::string ErrnoMessage(std::string_view what, const std::string& path, int err) {
+  std::string m(what);
+  m += " '";
+  m += path;
+  m += "': ";
+  m += std::strerror(err);
+  return m;
+}
+
+StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError(ErrnoMessage("open", path, errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return IoError(ErrnoMessage("stat", path, err));
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    close(fd);
+    return ResourceExhausted("'" + path + "' is " + std::to_string(st.st_size) +
+                             " bytes, more than the limit of " + std::to_string(max_bytes));
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EIO;
+      close(fd);
+      return IoError(ErrnoMessage("read", path, err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  return out;
+}
+
+static Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return IoError(ErrnoMessage("write", path, errno));
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError(ErrnoMessage("create", tmp, errno));
+  Status s = WriteAll(fd, data.data(), data.size(), tmp);
+  if (s.ok() && fsync(fd) != 0) s = IoError(ErrnoMessage("fsync", tmp, errno));
+  if (close(fd) != 0 && s.ok()) s = IoError(ErrnoMessage("close", tmp, errno));
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    s = IoError(ErrnoMessage("rename to '" + path + "'", tmp, errno));
+  }
+  if (!s.ok()) unlink(tmp.c_str());
+  return s;
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view text) {
+  return WriteFileAtomic(
+      path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+StatusOr<StagingDir> StagingDir::Create(const std::string& target) {
+  std::error_code ec;
+  if (std::filesystem::exists(target, ec)) {
+    return FailedPrecondition("output '" + target + "' already exists; refusing to overwrite");
+  }
+  std::filesystem::path parent = std::filesystem::path(target).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    return IoError("parent directory of '" + target + "' does not exist");
+  }
+  std::string temp = target + ".partial." + std::to_string(getpid());
+  std::filesystem::remove_all(temp, ec);
+  if (mkdir(temp.c_str(), 0755) != 0) return IoError(ErrnoMessage("mkdir", temp, errno));
+  return StagingDir(target, temp);
+}
+
+StagingDir::StagingDir(StagingDir&& other) noexcept
+    : target_(std::move(other.target_)), temp_(std::move(other.temp_)), done_(other.done_) {
+  other.done_ = true;
+}
+
+StagingDir::~StagingDir() {
+  if (done_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(temp_, ec);
+}
+
+Status StagingDir::Commit() {
+  if (done_) return FailedPrecondition("staging directory already committed");
+  int fd = open(temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(target_, ec)) {
+    return FailedPrecondition("output '" + target_ + "' appeared while it was being written");
+  }
+  if (rename(temp_.c_str(), target_.c_str()) != 0) {
+    return IoError(ErrnoMessage("rename to '" + target_ + "'", temp_, errno));
+  }
+  done_ = true;
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string_view suffix) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return IoError(ErrnoMessage("open directory", dir, errno));
+  std::vector<std::string> out;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    struct stat st {};
+    std::string full = dir + "/" + name;
+    if (stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode)) out.push_back(name);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace deltakv

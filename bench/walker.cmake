@@ -1,0 +1,1 @@
+# Benchmarks of the sparse zstd walker.

@@ -1,0 +1,22 @@
+# Warnings, sanitizers and compiler caching shared by every deltakv target.
+find_program(DELTAKV_CCACHE ccache)
+if(DELTAKV_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_C_COMPILER_LAUNCHER ${DELTAKV_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${DELTAKV_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${DELTAKV_CCACHE})
+endif()
+
+add_library(deltakv_warnings INTERFACE)
+target_compile_options(deltakv_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+     -Wimplicit-fallthrough -Wno-missing-field-initializers>)
+if(DELTAKV_WERROR)
+  target_compile_options(deltakv_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+
+if(DELTAKV_SANITIZE)
+  message(STATUS "deltakv: sanitizers ${DELTAKV_SANITIZE}")
+  add_compile_options(-fsanitize=${DELTAKV_SANITIZE} -fno-omit-frame-pointer
+                      -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${DELTAKV_SANITIZE})
+endif()

@@ -1,0 +1,22 @@
+# DELTAKV_CUDA: AUTO turns CUDA on when nvcc is found; ON requires it; OFF skips it.
+# Debian's CMake 3.25 ignores CMAKE_CUDA_STANDARD 20 with nvcc 13, so CUDA targets add
+# -std=c++20 themselves (deltakv_cuda_settings).
+set(DELTAKV_HAVE_CUDA OFF)
+if(NOT DELTAKV_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    set(DELTAKV_HAVE_CUDA ON)
+  elseif(DELTAKV_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "DELTAKV_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "deltakv: CUDA backends ${DELTAKV_HAVE_CUDA}")
+add_library(deltakv_cuda_settings INTERFACE)
+if(DELTAKV_HAVE_CUDA)
+  target_compile_options(deltakv_cuda_settings INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+endif()

@@ -1,0 +1,64 @@
+// XorDecoder: turns a stream of zstd frames holding an XOR delta into the runs of bytes that
+// are nonzero, delivered to a NonzeroSink in increasing position order.
+//
+// This is the one swappable decoding component of delta apply. Implementations:
+//   - MakeLibzstdXorDecoder(): libzstd streaming decompression into a small bounded buffer,
+//     then a scan for nonzero bytes (memory O(window), time O(decoded size)).
+//   - the sparse walker (deltasync/zstd_walker.h): decodes without materializing zero runs.
+//
+// Contract for every implementation:
+//   - Positions are offsets into the concatenated decoded output of all frames in `input`.
+//   - Runs are delivered with strictly increasing, non-overlapping positions. A run may contain
+//     zero bytes (a decoder may merge nearby nonzeros) but every nonzero byte of the decoded
+//     output is in exactly one run.
+//   - The span passed to OnRun is valid only during the call.
+//   - If the sink returns an error, decoding stops and that error is returned unchanged.
+//   - Malformed, truncated or corrupt input: DataLoss, with the byte offset in `input` where it
+//     was detected when known. Output or window beyond the limits: ResourceExhausted.
+//     Frames that need a dictionary: Unimplemented.
+//
+// Thread-safety: a decoder object is used by one thread at a time; create one per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace deltakv::deltasync {
+
+class NonzeroSink {
+ public:
+  virtual ~NonzeroSink() = default;
+  virtual Status OnRun(uint64_t position, std::span<const uint8_t> bytes) = 0;
+};
+
+struct DecodeLimits {
+  // Refuse to produce more than this many decoded bytes in total.
+  uint64_t max_output = UINT64_MAX;
+  // Refuse frames whose window is larger than 2^max_window_log bytes.
+  uint32_t max_window_log = 27;
+  // Verify the XXH64 content checksum of frames that carry one.
+  bool verify_checksum = true;
+};
+
+struct DecodeResult {
+  uint64_t decoded_length = 0;  // total decoded bytes across all frames
+  uint64_t frames = 0;          // zstd frames decoded (skippable frames not counted)
+  uint64_t nonzero_bytes = 0;   // nonzero bytes delivered
+};
+
+class XorDecoder {
+ public:
+  virtual ~XorDecoder() = default;
+  virtual std::string_view name() const = 0;
+  // Decodes all frames in `input`. See the contract above.
+  virtual StatusOr<DecodeResult> Decode(std::span<const uint8_t> input, const DecodeLimits& limits,
+                                        NonzeroSink& sink) = 0;
+};
+
+std::unique_ptr<XorDecoder> MakeLibzstdXorDecoder();
+
+}  // namespace deltakv::deltasync

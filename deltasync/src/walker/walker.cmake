@@ -1,0 +1,1 @@
+# Sources of the sparse zstd walker, added to deltakv_deltasync.
