@@ -1,0 +1,1 @@
+# Formats and checksums (safetensors, dtype, Adler-32).

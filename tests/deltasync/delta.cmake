@@ -1,0 +1,1 @@
+# Manifests, publisher, applier, decoders.
