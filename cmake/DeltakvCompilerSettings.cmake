@@ -20,3 +20,12 @@ if(DELTAKV_SANITIZE)
                       -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${DELTAKV_SANITIZE})
 endif()
+
+if(DELTAKV_BUILD_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "DELTAKV_BUILD_FUZZ needs clang (CC=clang CXX=clang++)")
+  endif()
+  # Instrument every library for coverage; fuzz executables add -fsanitize=fuzzer themselves.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
