@@ -62,3 +62,63 @@ void MappedFile::AdviseSequential() const {
 }
 
 }  // namespace deltakv
+
+namespace deltakv {
+
+MappedOutputFile::MappedOutputFile(MappedOutputFile&& o) noexcept
+    : path_(std::move(o.path_)),
+      temp_(std::move(o.temp_)),
+      fd_(std::exchange(o.fd_, -1)),
+      data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      committed_(std::exchange(o.committed_, true)) {}
+
+MappedOutputFile::~MappedOutputFile() {
+  if (data_ != nullptr) munmap(data_, size_);
+  if (fd_ >= 0) close(fd_);
+  if (!committed_ && !temp_.empty()) unlink(temp_.c_str());
+}
+
+StatusOr<MappedOutputFile> MappedOutputFile::Create(const std::string& path, uint64_t size) {
+  MappedOutputFile f;
+  f.path_ = path;
+  f.temp_ = path + ".tmp." + std::to_string(getpid());
+  f.fd_ = open(f.temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.fd_ < 0) {
+    int err = errno;
+    f.temp_.clear();
+    return IoError(ErrnoMessage("create", path + ".tmp", err));
+  }
+  if (ftruncate(f.fd_, static_cast<off_t>(size)) != 0) {
+    return IoError(ErrnoMessage("resize", f.temp_, errno));
+  }
+  f.size_ = size;
+  if (size > 0) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd_, 0);
+    if (p == MAP_FAILED) {
+      f.size_ = 0;
+      return IoError(ErrnoMessage("mmap", f.temp_, errno));
+    }
+    f.data_ = static_cast<uint8_t*>(p);
+  }
+  return f;
+}
+
+Status MappedOutputFile::Commit() {
+  if (committed_) return FailedPrecondition("'" + path_ + "' already committed");
+  if (data_ != nullptr) {
+    if (msync(data_, size_, MS_SYNC) != 0) return IoError(ErrnoMessage("msync", temp_, errno));
+    munmap(data_, size_);
+    data_ = nullptr;
+  }
+  if (fsync(fd_) != 0) return IoError(ErrnoMessage("fsync", temp_, errno));
+  close(fd_);
+  fd_ = -1;
+  if (rename(temp_.c_str(), path_.c_str()) != 0) {
+    return IoError(ErrnoMessage("rename to '" + path_ + "'", temp_, errno));
+  }
+  committed_ = true;
+  return Status::Ok();
+}
+
+}  // namespace deltakv

@@ -36,4 +36,33 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
+// MappedOutputFile: a new file of a fixed size, mapped read-write, written under
+// "<path>.tmp.<pid>" and renamed to `path` by Commit(). Destroying it without Commit() removes
+// the temporary, so `path` never holds a partial file.
+class MappedOutputFile {
+ public:
+  MappedOutputFile() = default;
+  MappedOutputFile(MappedOutputFile&& other) noexcept;
+  MappedOutputFile& operator=(MappedOutputFile&&) = delete;
+  MappedOutputFile(const MappedOutputFile&) = delete;
+  ~MappedOutputFile();
+
+  // Creates the temporary file with `size` zero bytes and maps it. IoError on failure.
+  static StatusOr<MappedOutputFile> Create(const std::string& path, uint64_t size);
+
+  std::span<uint8_t> bytes() { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+  // Flushes the mapping, fsyncs and renames into place. IoError on failure (the temporary is
+  // then removed by the destructor).
+  Status Commit();
+
+ private:
+  std::string path_;
+  std::string temp_;
+  int fd_ = -1;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  bool committed_ = false;
+};
+
 }  // namespace deltakv

@@ -16,19 +16,33 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
+#include <vector>
 
 namespace deltakv::deltasync {
 
 inline constexpr uint32_t kAdlerModulus = 65521;
 inline constexpr uint32_t kAdlerInitial = 1;
 
-// Returns the Adler-32 of `data` continued from `adler` (zlib's adler32(adler, data, len)).
-// Vectorized where the CPU allows; result identical to zlib for every input.
+// Returns the Adler-32 of `data` continued from `adler` (zlib's adler32(adler, data, len) with
+// a non-null buffer; an empty `data` returns `adler` with each half reduced mod M, as zlib
+// does). Vectorized where the CPU allows (chosen once, at first call); the result is identical
+// to zlib's for every input, including initial values whose halves are >= M.
 uint32_t Adler32(std::span<const uint8_t> data, uint32_t adler = kAdlerInitial);
 
 // Returns the Adler-32 of X||Y given adler1 = Adler32(X), adler2 = Adler32(Y), len2 = |Y|
-// (zlib's adler32_combine64). O(1).
+// (zlib's adler32_combine64, bit for bit; like zlib, a len2 >= 2^63, negative in zlib's signed
+// type, gives 0xFFFFFFFF). O(1).
 uint32_t Adler32Combine(uint32_t adler1, uint32_t adler2, uint64_t len2);
+
+// The implementations behind Adler32, exposed so tests and benchmarks can run each one.
+enum class Adler32Impl : uint8_t { kScalar, kSsse3, kAvx2 };
+// The implementations this CPU can run, slowest first; Adler32 uses the last. Never empty.
+std::vector<Adler32Impl> SupportedAdler32Impls();
+std::string_view Adler32ImplName(Adler32Impl impl);
+// Adler32 through one implementation. REQUIRES: `impl` is in SupportedAdler32Impls().
+uint32_t Adler32With(Adler32Impl impl, std::span<const uint8_t> data,
+                     uint32_t adler = kAdlerInitial);
 
 // Partial sums of an incremental update over a set of changed byte positions.
 // Positions are canonical byte offsets within one tensor. Adding the same position twice is a
@@ -39,7 +53,8 @@ class AdlerDelta {
   void AddByte(uint64_t position, uint8_t old_byte, uint8_t new_byte);
   // Bytes [position, position + old_bytes.size()) change from old_bytes[k] to
   // old_bytes[k] ^ xor_bytes[k]. REQUIRES: old_bytes.size() == xor_bytes.size().
-  // Zero XOR bytes cost a compare and nothing else.
+  // O(run length) in a branch-free vectorizable loop; zero XOR bytes contribute nothing, so a
+  // run may include unchanged bytes.
   void AddXorRun(uint64_t position, std::span<const uint8_t> old_bytes,
                  std::span<const uint8_t> xor_bytes);
   // Adds another owner's partial sums (disjoint positions). O(1).
@@ -54,7 +69,8 @@ class AdlerDelta {
   uint32_t Apply(uint32_t adler_before, uint64_t length) const;
 
  private:
-  // Signed running sums; each AddByte adds |term| < 2^24, and Reduce() runs before overflow.
+  // Signed running sums; each changed byte adds |term| < 2^24 to s2_ (pending_ counts the
+  // terms since the last reduction), and Reduce() runs long before an overflow.
   int64_t s1_ = 0;
   int64_t s2_ = 0;
   uint64_t pending_ = 0;

@@ -16,9 +16,9 @@ enum class DType : uint8_t {
 
 // "BF16" -> kBF16; nullopt for a name this build does not know.
 std::optional<DType> ParseDType(std::string_view name);
-// kBF16 -> "BF16".
+// kBF16 -> "BF16"; "INVALID" for a value outside the enum.
 std::string_view DTypeName(DType dtype);
-// Bytes per element (1, 2, 4 or 8).
+// Bytes per element (1, 2, 4 or 8); 0 for a value outside the enum.
 uint32_t DTypeSize(DType dtype);
 
 }  // namespace deltakv::deltasync

@@ -14,7 +14,10 @@
 //   - The span passed to OnRun is valid only during the call.
 //   - If the sink returns an error, decoding stops and that error is returned unchanged.
 //   - Malformed, truncated or corrupt input: DataLoss, with the byte offset in `input` where it
-//     was detected when known. Output or window beyond the limits: ResourceExhausted.
+//     was detected when known. Window or work beyond the limits: ResourceExhausted. Output
+//     beyond max_output: ResourceExhausted whose message starts with kOutputLimitMessage
+//     (IsOutputLimitError tells it apart), detected before any byte past the limit reaches
+//     the sink.
 //     Frames that need a dictionary: Unimplemented.
 //
 // Thread-safety: a decoder object is used by one thread at a time; create one per thread.
@@ -28,6 +31,14 @@
 #include "base/status.h"
 
 namespace deltakv::deltasync {
+
+inline constexpr std::string_view kOutputLimitMessage = "output limit exceeded";
+
+// True if `s` is the error a decoder returns when the output passes DecodeLimits::max_output.
+inline bool IsOutputLimitError(const Status& s) {
+  return s.code() == StatusCode::kResourceExhausted &&
+         std::string_view(s.message()).starts_with(kOutputLimitMessage);
+}
 
 class NonzeroSink {
  public:
@@ -60,5 +71,9 @@ class XorDecoder {
 };
 
 std::unique_ptr<XorDecoder> MakeLibzstdXorDecoder();
+
+// Returns the decoder registered under `name` ("libzstd", "walker"); "" gives the default.
+// InvalidArgument for an unknown name.
+StatusOr<std::unique_ptr<XorDecoder>> MakeXorDecoder(std::string_view name);
 
 }  // namespace deltakv::deltasync

@@ -1,0 +1,58 @@
+// Publisher: writes the delta parent -> new between two checkpoints (deltasync/FORMAT.md).
+//
+// For every tensor the publisher compares parent and new bytes in pieces of `frame_bytes`;
+// each piece that differs becomes one zstd frame of (parent XOR new), compressed at `level`
+// with content size and content checksum. Pieces and tensors that are equal are omitted.
+// Frames are appended in tensor order to shard objects of about `shard_bytes` each. The
+// output is deterministic: the same inputs and options give the same bytes at any thread
+// count.
+//
+// The output directory is built under a temporary name and renamed into place at the end; on
+// any failure nothing is left at `out_dir`.
+//
+// Thread-safety: PublishDelta may run concurrently for distinct output directories.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace deltakv::deltasync {
+
+struct PublishOptions {
+  std::string parent_dir;
+  std::string new_dir;
+  std::string out_dir;
+  std::string parent_version;  // "" => parent manifest.json version, else the directory name
+  std::string version;         // "" => new manifest.json version, else the directory name
+  int level = 3;               // zstd level (negative levels allowed)
+  unsigned threads = 0;        // 0 => all CPUs
+  uint64_t frame_bytes = 64ull << 20;
+  uint64_t shard_bytes = 1ull << 30;
+  bool include_checkpoint = true;  // write the "checkpoint" section
+  bool progress = false;           // progress lines on stderr
+};
+
+struct PublishSummary {
+  std::string parent_version;
+  std::string version;
+  uint64_t tensors = 0;
+  uint64_t tensors_changed = 0;
+  uint64_t checkpoint_bytes = 0;  // all tensor bytes of the new checkpoint
+  uint64_t dense_bytes = 0;       // bytes covered by frames
+  uint64_t compressed_bytes = 0;  // total size of the shard objects
+  uint64_t nonzero_bytes = 0;     // nonzero bytes of parent XOR new
+  uint64_t frames = 0;
+  uint64_t objects = 0;
+  double seconds = 0;
+  // nonzero_bytes / checkpoint_bytes
+  double density() const;
+};
+
+// Writes the delta. InvalidArgument if the checkpoints are malformed or do not have the same
+// tensors with the same dtype and shape; FailedPrecondition if out_dir exists; IoError on a
+// write failure.
+StatusOr<PublishSummary> PublishDelta(const PublishOptions& options);
+
+}  // namespace deltakv::deltasync

@@ -1,0 +1,55 @@
+// Synthetic checkpoints for demos, tests and benchmarks: model-like tensor layouts filled with
+// plausible bf16/f32 weights, and "training steps" that change a chosen fraction of elements
+// by 1-2 ulp, as RL updates at small learning rates do.
+//
+// Output is deterministic for a given spec and seed. Files are written atomically.
+//
+// Thread-safety: functions are reentrant.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "deltasync/dtype.h"
+
+namespace deltakv::deltasync {
+
+struct SyntheticTensor {
+  std::string name;
+  DType dtype = DType::kBF16;
+  std::vector<uint64_t> shape;
+};
+
+struct SyntheticFile {
+  std::string name;  // e.g. "model-00001-of-00002.safetensors"
+  std::vector<SyntheticTensor> tensors;
+};
+
+// A transformer-like layout of about `total_bytes` (bf16 matrices, f32 norms, a U8 and a
+// zero-size tensor), split over `files` files.
+std::vector<SyntheticFile> ModelLikeLayout(uint64_t total_bytes, unsigned files);
+
+// Writes the files of `layout` into `dir` (created if missing) with random weights.
+Status GenerateCheckpoint(const std::string& dir, const std::vector<SyntheticFile>& layout,
+                          uint64_t seed);
+
+struct MutationOptions {
+  double density = 0.01;  // fraction of elements changed, in [0, 1]
+  uint64_t seed = 1;
+  // Extra metadata written into the new files' "__metadata__" (changes their headers).
+  std::string step_metadata;
+};
+
+struct MutationStats {
+  uint64_t elements_changed = 0;
+  uint64_t bytes = 0;
+};
+
+// Writes into `out_dir` a copy of the checkpoint in `parent_dir` where each element changes
+// with probability `density` by +-1 or +-2 in its last bits (1-byte dtypes by +-1..2).
+StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const std::string& out_dir,
+                                         const MutationOptions& options);
+
+}  // namespace deltakv::deltasync

@@ -1,0 +1,261 @@
+#include "deltasync/applier.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/file_util.h"
+#include "base/mapped_file.h"
+#include "base/parallel.h"
+#include "base/progress.h"
+#include "deltasync/adler32.h"
+#include "deltasync/checkpoint.h"
+#include "deltasync/delta_manifest.h"
+#include "output_layout.h"
+#include "sha256.h"
+#include "xor_apply_sink.h"
+
+namespace deltakv::deltasync {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Hex(uint32_t v) { return "0x" + FormatChecksum(v); }
+
+// Maps every shard object and checks its size (and sha256 when recorded).
+StatusOr<std::map<std::string, MappedFile, std::less<>>> OpenObjects(const DeltaManifest& m,
+                                                                      const std::string& dir,
+                                                                      bool verify, unsigned threads) {
+  std::map<std::string, MappedFile, std::less<>> out;
+  for (const DeltaObject& o : m.objects) {
+    auto f = MappedFile::OpenReadOnly(dir + "/" + o.name);
+    if (!f.ok()) return f.status().WithPrefix("delta object '" + o.name + "'");
+    if (f->size() != o.size) {
+      return DataLoss("delta object '" + o.name + "' is " + std::to_string(f->size()) +
+                      " bytes but the manifest says " + std::to_string(o.size) +
+                      (f->size() < o.size ? " (truncated)" : ""));
+    }
+    out.emplace(o.name, std::move(f).value());
+  }
+  if (!verify) return out;
+  RETURN_IF_ERROR(ParallelFor(m.objects.size(), threads, [&](size_t i) -> Status {
+    const DeltaObject& o = m.objects[i];
+    if (o.sha256.empty()) return Status::Ok();
+    std::string actual = Sha256Hex(out.find(o.name)->second.bytes());
+    if (actual != o.sha256) {
+      return DataLoss("delta object '" + o.name + "': sha256 mismatch: expected " + o.sha256 +
+                      ", actual " + actual);
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+struct TensorJob {
+  size_t file = 0;
+  const TensorInfo* info = nullptr;
+  std::span<const uint8_t> parent;
+  const DeltaTensor* delta = nullptr;          // nullptr if unchanged
+  const ManifestTensor* expected = nullptr;    // from the checkpoint section, if any
+  uint32_t new_adler = 0;
+};
+
+class TensorApplier {
+ public:
+  TensorApplier(const std::map<std::string, MappedFile, std::less<>>& objects,
+                std::unique_ptr<XorDecoder> decoder, uint32_t max_window_log)
+      : objects_(objects), decoder_(std::move(decoder)), max_window_log_(max_window_log) {}
+
+  // Copies, verifies and patches one tensor into `dst`.
+  Status Run(TensorJob& job, std::span<uint8_t> dst, const std::string& parent_version,
+             Progress& prog, uint64_t* nonzero) {
+    constexpr size_t kChunk = 4u << 20;
+    uint32_t parent_adler = kAdlerInitial;
+    for (size_t off = 0; off < job.parent.size(); off += kChunk) {
+      size_t n = std::min(kChunk, job.parent.size() - off);
+      std::memcpy(dst.data() + off, job.parent.data() + off, n);
+      parent_adler = Adler32(job.parent.subspan(off, n), parent_adler);
+      prog.Add(n);
+    }
+    if (job.delta == nullptr) {
+      job.new_adler = parent_adler;
+      if (job.expected != nullptr && job.expected->adler32 != parent_adler) {
+        return DataLoss("not changed by the delta, but the parent's checksum " + Hex(parent_adler) +
+                        " differs from the new checkpoint's " + Hex(job.expected->adler32) +
+                        " (is the parent checkpoint version '" + parent_version + "'?)");
+      }
+      return Status::Ok();
+    }
+    const DeltaTensor& dt = *job.delta;
+    if (parent_adler != dt.parent_adler32) {
+      return DataLoss("parent checksum mismatch: expected " + Hex(dt.parent_adler32) +
+                      ", actual " + Hex(parent_adler) + " (is the parent checkpoint version '" +
+                      parent_version + "'?)");
+    }
+    AdlerDelta delta;
+    for (size_t k = 0; k < dt.frames.size(); ++k) {
+      const DeltaFrame& f = dt.frames[k];
+      std::span<const uint8_t> obj = objects_.find(f.object)->second.bytes();
+      std::span<const uint8_t> input = obj.subspan(f.object_offset, f.compressed_length);
+      XorApplySink sink(dst.subspan(f.offset, f.length), f.offset, &delta);
+      DecodeLimits limits;
+      limits.max_output = f.length;
+      limits.max_window_log = max_window_log_;
+      auto r = decoder_->Decode(input, limits, sink);
+      std::string where = "frame " + std::to_string(k) + " (object '" + f.object + "' at " +
+                          std::to_string(f.object_offset) + ")";
+      if (!r.ok()) {
+        if (IsOutputLimitError(r.status())) {
+          return DataLoss(where + ": decodes to more than its declared " +
+                          std::to_string(f.length) + " bytes");
+        }
+        return r.status().WithPrefix(where);
+      }
+      if (r->decoded_length != f.length) {
+        return DataLoss(where + ": decoded " + std::to_string(r->decoded_length) +
+                        " bytes, expected " + std::to_string(f.length));
+      }
+      *nonzero += r->nonzero_bytes;
+    }
+    uint32_t derived = delta.Apply(parent_adler, dt.length);
+    if (dt.length < kFullVerifyBelowBytes) {
+      uint32_t full = Adler32(dst.first(dt.length));
+      if (full != derived) {
+        return Internal("incremental checksum " + Hex(derived) + " disagrees with full " + Hex(full));
+      }
+    }
+    if (derived != dt.adler32) {
+      return DataLoss("new checksum mismatch after applying the delta: expected " +
+                      Hex(dt.adler32) + ", actual " + Hex(derived));
+    }
+    job.new_adler = derived;
+    return Status::Ok();
+  }
+
+ private:
+  const std::map<std::string, MappedFile, std::less<>>& objects_;
+  std::unique_ptr<XorDecoder> decoder_;
+  uint32_t max_window_log_;
+};
+
+}  // namespace
+
+StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
+  auto start = Clock::now();
+  const std::string manifest_path = opt.delta_dir + "/" + kManifestFileName;
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(manifest_path, 1ull << 30));
+  ASSIGN_OR_RETURN(DeltaManifest m, ParseDeltaManifest(text));
+  unsigned threads = opt.threads == 0 ? DefaultThreads() : opt.threads;
+  ASSIGN_OR_RETURN(auto objects, OpenObjects(m, opt.delta_dir, opt.verify_objects, threads));
+  ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(opt.parent_dir));
+  ASSIGN_OR_RETURN(OutputLayout layout, BuildOutputLayout(m, parent));
+
+  ApplySummary sum;
+  sum.parent_version = m.parent_version;
+  sum.version = m.version;
+  for (const DeltaObject& o : m.objects) sum.compressed_bytes += o.size;
+
+  std::vector<std::unique_ptr<XorDecoder>> decoders;
+  for (unsigned t = 0; t < threads; ++t) {
+    ASSIGN_OR_RETURN(auto d, MakeXorDecoder(opt.decoder));
+    decoders.push_back(std::move(d));
+  }
+  sum.decoder = std::string(decoders[0]->name());
+  std::vector<TensorApplier> appliers;
+  for (auto& d : decoders) appliers.emplace_back(objects, std::move(d), opt.max_window_log);
+
+  ASSIGN_OR_RETURN(StagingDir staging, StagingDir::Create(opt.out_dir));
+  std::vector<MappedOutputFile> outs;
+  std::vector<TensorJob> jobs;
+  for (size_t fi = 0; fi < layout.files.size(); ++fi) {
+    const OutputFile& of = layout.files[fi];
+    ASSIGN_OR_RETURN(MappedOutputFile out,
+                     MappedOutputFile::Create(staging.path() + "/" + of.name, of.file_size));
+    WriteSafetensorsPrefix(of.header.raw, out.bytes());
+    outs.push_back(std::move(out));
+    for (const OutputTensor& ot : of.tensors) {
+      jobs.push_back({fi, ot.info, parent.Bytes(*ot.parent), ot.delta, ot.expected, 0});
+      sum.checkpoint_bytes += ot.info->size();
+      if (ot.delta != nullptr) {
+        ++sum.tensors_changed;
+        sum.frames += ot.delta->frames.size();
+      }
+    }
+  }
+  sum.tensors = jobs.size();
+
+  Progress prog("apply", sum.checkpoint_bytes, opt.progress);
+  std::vector<uint64_t> nonzero(threads, 0);
+  RETURN_IF_ERROR(ParallelForWorkers(jobs.size(), threads, [&](size_t i, unsigned w) {
+    TensorJob& job = jobs[i];
+    const OutputFile& of = layout.files[job.file];
+    std::span<uint8_t> dst =
+        outs[job.file].bytes().subspan(of.header.data_offset() + job.info->begin, job.info->size());
+    return appliers[w]
+        .Run(job, dst, m.parent_version, prog, &nonzero[w])
+        .WithPrefix("tensor '" + job.info->name + "'");
+  }));
+  prog.Finish();
+  for (uint64_t n : nonzero) sum.nonzero_bytes += n;
+
+  CheckpointManifest out_manifest;
+  out_manifest.version = m.version;
+  for (size_t fi = 0; fi < layout.files.size(); ++fi) {
+    const OutputFile& of = layout.files[fi];
+    out_manifest.files.push_back({of.name, of.file_size, of.header.raw.size()});
+  }
+  for (const TensorJob& job : jobs) {
+    const OutputFile& of = layout.files[job.file];
+    out_manifest.tensors.push_back({job.info->name, job.info->dtype, job.info->shape, of.name,
+                                    of.header.data_offset() + job.info->begin,
+                                    of.header.data_offset() + job.info->end, job.new_adler});
+  }
+  for (MappedOutputFile& f : outs) RETURN_IF_ERROR(f.Commit());
+  RETURN_IF_ERROR(WriteFileAtomic(staging.path() + "/" + kManifestFileName,
+                                  CheckpointManifestToJson(out_manifest)));
+  RETURN_IF_ERROR(staging.Commit());
+  sum.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return sum;
+}
+
+StatusOr<FrameApplySummary> ApplyFramesToFile(const std::string& base_path,
+                                              const std::string& frame_path,
+                                              const std::string& out_path,
+                                              const std::string& decoder_name,
+                                              uint32_t max_window_log) {
+  auto start = Clock::now();
+  ASSIGN_OR_RETURN(MappedFile base, MappedFile::OpenReadOnly(base_path));
+  ASSIGN_OR_RETURN(MappedFile frames, MappedFile::OpenReadOnly(frame_path));
+  ASSIGN_OR_RETURN(auto decoder, MakeXorDecoder(decoder_name));
+  ASSIGN_OR_RETURN(MappedOutputFile out, MappedOutputFile::Create(out_path, base.size()));
+  if (base.size() > 0) std::memcpy(out.bytes().data(), base.bytes().data(), base.size());
+  AdlerDelta unused;
+  XorApplySink sink(out.bytes(), 0, &unused);
+  DecodeLimits limits;
+  limits.max_output = base.size();
+  limits.max_window_log = max_window_log;
+  auto r = decoder->Decode(frames.bytes(), limits, sink);
+  if (!r.ok()) {
+    if (IsOutputLimitError(r.status())) {
+      return DataLoss("frames decode to more than the base file's " + std::to_string(base.size()) +
+                      " bytes");
+    }
+    return r.status();
+  }
+  if (r->decoded_length != base.size()) {
+    return DataLoss("frames decode to " + std::to_string(r->decoded_length) +
+                    " bytes but the base file has " + std::to_string(base.size()));
+  }
+  RETURN_IF_ERROR(out.Commit());
+  FrameApplySummary s;
+  s.length = base.size();
+  s.frames = r->frames;
+  s.nonzero_bytes = r->nonzero_bytes;
+  s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return s;
+}
+
+}  // namespace deltakv::deltasync

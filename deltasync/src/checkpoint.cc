@@ -1,0 +1,229 @@
+#include "deltasync/checkpoint.h"
+
+#include <atomic>
+
+#include "base/file_util.h"
+#include "base/parallel.h"
+#include "base/progress.h"
+#include "deltasync/adler32.h"
+#include "deltasync/delta_manifest.h"
+#include "json_fields.h"
+#include "manifest_internal.h"
+
+namespace deltakv::deltasync {
+
+namespace jf = json_fields;
+using Json = nlohmann::json;
+
+StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(dir, ".safetensors"));
+  if (names.empty()) {
+    return InvalidArgument("checkpoint '" + dir + "' holds no .safetensors files");
+  }
+  Checkpoint c;
+  c.dir_ = dir;
+  c.names_ = names;
+  c.files_.reserve(names.size());
+  for (const std::string& name : names) {
+    auto f = SafetensorsFile::Open(dir + "/" + name);
+    if (!f.ok()) return f.status();
+    c.files_.push_back(std::move(f).value());
+  }
+  for (size_t i = 0; i < c.files_.size(); ++i) {
+    for (const TensorInfo& t : c.files_[i].header().tensors) {
+      auto [it, inserted] = c.index_.emplace(t.name, TensorRef{i, &t});
+      if (!inserted) {
+        return InvalidArgument("checkpoint '" + dir + "': tensor '" + t.name + "' appears in '" +
+                               names[it->second.file] + "' and in '" + names[i] + "'");
+      }
+    }
+  }
+  return c;
+}
+
+const TensorRef* Checkpoint::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &it->second;
+}
+
+uint64_t Checkpoint::total_tensor_bytes() const {
+  uint64_t total = 0;
+  for (const auto& f : files_) total += f.header().data_size;
+  return total;
+}
+
+StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
+                                                       const std::string& version,
+                                                       unsigned threads, bool progress) {
+  CheckpointManifest m;
+  m.version = version;
+  std::vector<std::pair<size_t, const TensorInfo*>> order;
+  for (size_t i = 0; i < ckpt.files().size(); ++i) {
+    const SafetensorsFile& f = ckpt.files()[i];
+    m.files.push_back({ckpt.file_names()[i], f.file_size(), f.header().raw.size()});
+    for (const TensorInfo& t : f.header().tensors) order.emplace_back(i, &t);
+  }
+  m.tensors.resize(order.size());
+  Progress prog("manifest", ckpt.total_tensor_bytes(), progress);
+  RETURN_IF_ERROR(ParallelFor(order.size(), threads, [&](size_t k) {
+    const auto& [fi, t] = order[k];
+    const SafetensorsFile& f = ckpt.files()[fi];
+    ManifestTensor& mt = m.tensors[k];
+    mt.name = t->name;
+    mt.dtype = t->dtype;
+    mt.shape = t->shape;
+    mt.file = ckpt.file_names()[fi];
+    mt.begin = f.header().data_offset() + t->begin;
+    mt.end = f.header().data_offset() + t->end;
+    std::span<const uint8_t> bytes = f.TensorBytes(*t);
+    constexpr size_t kChunk = 16u << 20;
+    uint32_t a = kAdlerInitial;
+    for (size_t off = 0; off < bytes.size(); off += kChunk) {
+      size_t n = std::min(kChunk, bytes.size() - off);
+      a = Adler32(bytes.subspan(off, n), a);
+      prog.Add(n);
+    }
+    mt.adler32 = a;
+    return Status::Ok();
+  }));
+  prog.Finish();
+  return m;
+}
+
+namespace {
+
+Json ShapeJson(const std::vector<uint64_t>& shape) {
+  Json s = Json::array();
+  for (uint64_t d : shape) s.push_back(d);
+  return s;
+}
+
+}  // namespace
+
+std::string CheckpointManifestToJson(const CheckpointManifest& m) {
+  Json j = Json::object();
+  j["format"] = kCheckpointFormat;
+  j["version"] = m.version;
+  j["checksum_format"] = "adler32";
+  Json files = Json::array();
+  for (const ManifestFile& f : m.files) {
+    files.push_back({{"name", f.name}, {"size", f.size}, {"header_size", f.header_size}});
+  }
+  j["files"] = std::move(files);
+  j["tensors"] = ManifestTensorsToJson(m.tensors);
+  return j.dump(2) + "\n";
+}
+
+Json ManifestTensorsToJson(const std::vector<ManifestTensor>& tensors) {
+  Json out = Json::array();
+  for (const ManifestTensor& t : tensors) {
+    out.push_back({{"name", t.name},
+                   {"dtype", std::string(DTypeName(t.dtype))},
+                   {"shape", ShapeJson(t.shape)},
+                   {"file", t.file},
+                   {"byte_range", Json::array({t.begin, t.end})},
+                   {"adler32", FormatChecksum(t.adler32)}});
+  }
+  return out;
+}
+
+StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text) {
+  ASSIGN_OR_RETURN(Json j, jf::Parse(json_text, "checkpoint manifest"));
+  const std::string where = "checkpoint manifest";
+  ASSIGN_OR_RETURN(std::string format, jf::String(j, "format", where));
+  if (format != kCheckpointFormat) {
+    return InvalidArgument(where + ": format '" + format + "' is not '" + kCheckpointFormat + "'");
+  }
+  ASSIGN_OR_RETURN(std::string checksum, jf::OptionalString(j, "checksum_format", where, "adler32"));
+  if (checksum != "adler32") {
+    return InvalidArgument(where + ": checksum_format '" + checksum + "' is not 'adler32'");
+  }
+  CheckpointManifest m;
+  ASSIGN_OR_RETURN(m.version, jf::OptionalString(j, "version", where, ""));
+  ASSIGN_OR_RETURN(const Json* files, jf::Array(j, "files", where));
+  for (size_t i = 0; i < files->size(); ++i) {
+    const Json& f = (*files)[i];
+    std::string fw = where + ": files[" + std::to_string(i) + "]";
+    ManifestFile mf;
+    ASSIGN_OR_RETURN(mf.name, jf::String(f, "name", fw));
+    if (!IsSafeObjectName(mf.name)) return InvalidArgument(fw + ": unsafe file name '" + mf.name + "'");
+    ASSIGN_OR_RETURN(mf.size, jf::Uint(f, "size", fw));
+    ASSIGN_OR_RETURN(mf.header_size, jf::Uint(f, "header_size", fw));
+    m.files.push_back(std::move(mf));
+  }
+  ASSIGN_OR_RETURN(const Json* tensors, jf::Array(j, "tensors", where));
+  ASSIGN_OR_RETURN(m.tensors, ParseManifestTensors(*tensors, where));
+  for (const ManifestTensor& t : m.tensors) {
+    bool found = false;
+    for (const ManifestFile& f : m.files) {
+      if (f.name == t.file) {
+        found = true;
+        if (t.end > f.size) {
+          return InvalidArgument(where + ": tensor '" + t.name + "' byte_range ends at " +
+                                 std::to_string(t.end) + ", beyond file '" + f.name + "' of " +
+                                 std::to_string(f.size) + " bytes");
+        }
+      }
+    }
+    if (!found) {
+      return InvalidArgument(where + ": tensor '" + t.name + "' names unknown file '" + t.file + "'");
+    }
+  }
+  return m;
+}
+
+// Shared by the checkpoint manifest and the delta manifest's "checkpoint" section.
+StatusOr<std::vector<ManifestTensor>> ParseManifestTensors(const Json& arr,
+                                                           std::string_view where) {
+  std::vector<ManifestTensor> out;
+  std::map<std::string, size_t, std::less<>> seen;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const Json& t = arr[i];
+    std::string tw = std::string(where) + ": tensors[" + std::to_string(i) + "]";
+    ManifestTensor mt;
+    ASSIGN_OR_RETURN(mt.name, jf::String(t, "name", tw));
+    tw += " '" + mt.name + "'";
+    if (!seen.emplace(mt.name, i).second) return InvalidArgument(tw + ": duplicate tensor name");
+    ASSIGN_OR_RETURN(std::string dtype, jf::String(t, "dtype", tw));
+    auto dt = ParseDType(dtype);
+    if (!dt) return InvalidArgument(tw + ": unknown dtype '" + dtype + "'");
+    mt.dtype = *dt;
+    ASSIGN_OR_RETURN(const Json* shape, jf::Array(t, "shape", tw));
+    for (const Json& d : *shape) {
+      if (!d.is_number_unsigned()) return InvalidArgument(tw + ": shape entries must be integers >= 0");
+      mt.shape.push_back(d.get<uint64_t>());
+    }
+    ASSIGN_OR_RETURN(mt.file, jf::String(t, "file", tw));
+    ASSIGN_OR_RETURN(const Json* range, jf::Array(t, "byte_range", tw));
+    if (range->size() != 2 || !(*range)[0].is_number_unsigned() ||
+        !(*range)[1].is_number_unsigned()) {
+      return InvalidArgument(tw + ": byte_range must be [begin, end]");
+    }
+    mt.begin = (*range)[0].get<uint64_t>();
+    mt.end = (*range)[1].get<uint64_t>();
+    if (mt.begin > mt.end) return InvalidArgument(tw + ": byte_range begin > end");
+    ASSIGN_OR_RETURN(std::string sum, jf::String(t, "adler32", tw));
+    ASSIGN_OR_RETURN(mt.adler32, ParseChecksum(sum, tw + ": adler32"));
+    out.push_back(std::move(mt));
+  }
+  return out;
+}
+
+}  // namespace deltakv::deltasync
+
+#include <filesystem>
+
+namespace deltakv::deltasync {
+
+std::string CheckpointVersionId(const std::string& dir) {
+  auto text = ReadFileToString(dir + "/" + kManifestFileName, 64u << 20);
+  if (text.ok()) {
+    auto m = ParseCheckpointManifest(*text);
+    if (m.ok() && !m->version.empty()) return m->version;
+  }
+  std::filesystem::path p(dir);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+}  // namespace deltakv::deltasync

@@ -1,0 +1,104 @@
+// XorDecoder over libzstd's streaming API: decompress into a bounded buffer, scan for nonzero
+// runs. Memory O(window + buffer); time O(decoded bytes). The reference the sparse walker is
+// measured against, and a fallback.
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_d_forceIgnoreChecksum
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "deltasync/xor_decoder.h"
+#include "nonzero_scan.h"
+
+namespace deltakv::deltasync {
+namespace {
+
+struct DctxDeleter {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+class LibzstdXorDecoder final : public XorDecoder {
+ public:
+  std::string_view name() const override { return "libzstd"; }
+
+  StatusOr<DecodeResult> Decode(std::span<const uint8_t> input, const DecodeLimits& limits,
+                                NonzeroSink& sink) override {
+    if (!dctx_) {
+      dctx_.reset(ZSTD_createDCtx());
+      if (!dctx_) return Internal("ZSTD_createDCtx failed");
+    }
+    ZSTD_DCtx_reset(dctx_.get(), ZSTD_reset_session_and_parameters);
+    ZSTD_DCtx_setParameter(dctx_.get(), ZSTD_d_windowLogMax,
+                           static_cast<int>(limits.max_window_log));
+    if (!limits.verify_checksum) {
+      ZSTD_DCtx_setParameter(dctx_.get(), ZSTD_d_forceIgnoreChecksum, ZSTD_d_ignoreChecksum);
+    }
+    buffer_.resize(ZSTD_DStreamOutSize() * 8);
+    DecodeResult result;
+    ZSTD_inBuffer in{input.data(), input.size(), 0};
+    size_t last_ret = 0;
+    while (in.pos < in.size) {
+      ZSTD_outBuffer out{buffer_.data(), buffer_.size(), 0};
+      size_t before = in.pos;
+      size_t ret = ZSTD_decompressStream(dctx_.get(), &out, &in);
+      if (ZSTD_isError(ret)) {
+        ZSTD_ErrorCode code = ZSTD_getErrorCode(ret);
+        std::string msg = "zstd frame data at input offset " + std::to_string(before) + ": " +
+                          ZSTD_getErrorName(ret);
+        if (code == ZSTD_error_frameParameter_windowTooLarge) return ResourceExhausted(msg);
+        if (code == ZSTD_error_dictionary_wrong) {
+          return Unimplemented(msg + " (frames that need a dictionary are not supported)");
+        }
+        return DataLoss(msg);
+      }
+      if (out.pos > limits.max_output - result.decoded_length) {
+        return ResourceExhausted(std::string(kOutputLimitMessage) + ": more than " +
+                                 std::to_string(limits.max_output) + " bytes decoded");
+      }
+      RETURN_IF_ERROR(ScanNonzeroRuns(std::span<const uint8_t>(buffer_.data(), out.pos),
+                                      result.decoded_length, sink, &result.nonzero_bytes));
+      result.decoded_length += out.pos;
+      if (ret == 0) ++result.frames;
+      last_ret = ret;
+      if (in.pos == before && out.pos == 0 && ret != 0) {
+        // No progress is possible with the input we have.
+        break;
+      }
+    }
+    // Flush output still buffered inside the context.
+    while (last_ret != 0) {
+      ZSTD_outBuffer out{buffer_.data(), buffer_.size(), 0};
+      size_t ret = ZSTD_decompressStream(dctx_.get(), &out, &in);
+      if (ZSTD_isError(ret)) return DataLoss(std::string("zstd: ") + ZSTD_getErrorName(ret));
+      if (out.pos == 0) break;
+      if (out.pos > limits.max_output - result.decoded_length) {
+        return ResourceExhausted(std::string(kOutputLimitMessage) + ": more than " +
+                                 std::to_string(limits.max_output) + " bytes decoded");
+      }
+      RETURN_IF_ERROR(ScanNonzeroRuns(std::span<const uint8_t>(buffer_.data(), out.pos),
+                                      result.decoded_length, sink, &result.nonzero_bytes));
+      result.decoded_length += out.pos;
+      if (ret == 0) ++result.frames;
+      last_ret = ret;
+    }
+    if (last_ret != 0) {
+      return DataLoss("zstd frame truncated: input ended " + std::to_string(input.size()) +
+                      " bytes in, inside a frame");
+    }
+    return result;
+  }
+
+ private:
+  std::unique_ptr<ZSTD_DCtx, DctxDeleter> dctx_;
+  std::vector<uint8_t> buffer_;
+};
+
+}  // namespace
+
+std::unique_ptr<XorDecoder> MakeLibzstdXorDecoder() {
+  return std::make_unique<LibzstdXorDecoder>();
+}
+
+}  // namespace deltakv::deltasync

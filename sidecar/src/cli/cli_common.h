@@ -1,0 +1,44 @@
+// Shared pieces of the deltakv command-line tool: exit codes, error reporting, JSON output.
+//
+// Exit codes (documented in README.md and `deltakv --help`):
+//   0  success
+//   1  usage error (unknown command or option, missing argument)
+//   2  bad input or verification failure (malformed file or manifest, wrong parent,
+//      checksum mismatch, corrupt or truncated frame, output already exists)
+//   3  environment failure (I/O error, internal error)
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace deltakv::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitEnvironment = 3;
+
+int ExitCodeFor(const Status& s);
+
+// Prints "deltakv <command>: error: <message>" to stderr (and, with json, an error object to
+// stdout) and returns the exit code for `s`.
+int ReportError(std::string_view command, const Status& s, bool json);
+
+// Prints a JSON object as one line on stdout.
+void PrintJson(const nlohmann::json& j);
+
+// "1.50 GiB", "12.0 MiB", "512 B".
+std::string HumanBytes(uint64_t bytes);
+
+// Registers each command; the callback stores the exit code in *rc.
+void AddCheckpointCommands(CLI::App& app, int* rc);
+void AddPublishCommand(CLI::App& app, int* rc);
+void AddApplyCommand(CLI::App& app, int* rc);
+void AddFrameCommands(CLI::App& app, int* rc);
+
+}  // namespace deltakv::cli
