@@ -1,0 +1,203 @@
+// Publish -> apply round trips over generated checkpoints: the rebuilt checkpoint equals the
+// new one byte for byte (safetensors files and manifest), for every dtype and layout shape.
+#include <gtest/gtest.h>
+
+#include "deltasync/applier.h"
+#include "deltasync/checkpoint.h"
+#include "deltasync/publisher.h"
+#include "deltasync/synthetic.h"
+#include "test_util.h"
+
+namespace deltakv::deltasync {
+namespace {
+
+using testing::ListDir;
+using testing::ReadAll;
+using testing::TempDir;
+
+struct RoundTripCase {
+  std::string label;
+  std::vector<SyntheticFile> layout;
+  double density = 0.01;
+  uint64_t frame_bytes = 64ull << 20;
+  std::string step_metadata;
+  bool include_checkpoint = true;
+  unsigned threads = 2;
+};
+
+// Publishes parent -> child, applies, and checks the result. Returns the publish summary.
+PublishSummary RoundTrip(const RoundTripCase& c, const TempDir& tmp) {
+  EXPECT_TRUE(GenerateCheckpoint(tmp / "v1", c.layout, 7).ok());
+  MutationOptions mo;
+  mo.density = c.density;
+  mo.seed = 11;
+  mo.step_metadata = c.step_metadata;
+  auto mutated = MutateCheckpoint(tmp / "v1", tmp / "v2", mo);
+  EXPECT_TRUE(mutated.ok()) << mutated.status().ToString();
+
+  PublishOptions po;
+  po.parent_dir = tmp / "v1";
+  po.new_dir = tmp / "v2";
+  po.out_dir = tmp / "delta";
+  po.frame_bytes = c.frame_bytes;
+  po.include_checkpoint = c.include_checkpoint;
+  po.threads = c.threads;
+  auto pub = PublishDelta(po);
+  EXPECT_TRUE(pub.ok()) << pub.status().ToString();
+  if (!pub.ok()) return {};
+  EXPECT_EQ(pub->parent_version, "v1");
+  EXPECT_EQ(pub->version, "v2");
+
+  ApplyOptions ao;
+  ao.parent_dir = tmp / "v1";
+  ao.delta_dir = tmp / "delta";
+  ao.out_dir = tmp / "out";
+  ao.threads = c.threads;
+  auto app = ApplyDelta(ao);
+  EXPECT_TRUE(app.ok()) << app.status().ToString();
+  if (!app.ok()) return *pub;
+  EXPECT_EQ(app->tensors_changed, pub->tensors_changed);
+  EXPECT_EQ(app->nonzero_bytes, pub->nonzero_bytes);
+
+  // Byte-exact files.
+  auto want = Checkpoint::Open(tmp / "v2");
+  EXPECT_TRUE(want.ok());
+  std::vector<std::string> names = want->file_names();
+  names.push_back(kManifestFileName);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(ListDir(tmp / "out"), names);
+  for (const std::string& f : want->file_names()) {
+    EXPECT_EQ(ReadAll(tmp / "out/" + f), ReadAll(tmp / "v2/" + f)) << c.label << ": " << f;
+  }
+  // The written manifest is the one `checkpoint manifest` computes for the new checkpoint.
+  auto m = ComputeCheckpointManifest(*want, "v2", 1, false);
+  EXPECT_TRUE(m.ok());
+  EXPECT_EQ(ReadAll(tmp / "out/manifest.json"), CheckpointManifestToJson(*m)) << c.label;
+  return *pub;
+}
+
+std::vector<SyntheticFile> OneFile(std::vector<SyntheticTensor> tensors) {
+  return {{"model.safetensors", std::move(tensors)}};
+}
+
+TEST(DeltaRoundTrip, Bf16ModelWithFewUlpChanges) {
+  TempDir tmp;
+  RoundTripCase c{"bf16", ModelLikeLayout(8 << 20, 2), 0.005};
+  PublishSummary s = RoundTrip(c, tmp);
+  EXPECT_GT(s.tensors_changed, 0u);
+  EXPECT_LT(s.compressed_bytes, s.checkpoint_bytes / 10);
+  EXPECT_NEAR(s.density(), 0.005 * 0.6, 0.004);  // about 1-2 changed bytes per element
+}
+
+TEST(DeltaRoundTrip, Fp32AndOneByteDtypes) {
+  TempDir tmp;
+  RoundTripCase c{"mixed",
+                  OneFile({{"f32", DType::kF32, {300, 17}},
+                           {"u8", DType::kU8, {1000}},
+                           {"i8", DType::kI8, {3, 5, 7}},
+                           {"bool", DType::kBool, {64}},
+                           {"f8", DType::kF8E4M3, {4096}},
+                           {"i64", DType::kI64, {129}}}),
+                  0.05};
+  RoundTrip(c, tmp);
+}
+
+TEST(DeltaRoundTrip, ZeroSizeAndScalarTensors) {
+  TempDir tmp;
+  RoundTripCase c{"zero", OneFile({{"empty", DType::kBF16, {0, 8}},
+                                   {"scalar", DType::kF32, {}},
+                                   {"w", DType::kBF16, {64, 64}},
+                                   {"empty2", DType::kU8, {0}}}),
+                  0.2};
+  RoundTrip(c, tmp);
+}
+
+TEST(DeltaRoundTrip, HundredsOfTensorsOverSeveralFiles) {
+  TempDir tmp;
+  std::vector<SyntheticFile> layout(3);
+  for (int f = 0; f < 3; ++f) {
+    layout[f].name = "part-" + std::to_string(f) + ".safetensors";
+    for (int i = 0; i < 120; ++i) {
+      layout[f].tensors.push_back({"layer." + std::to_string(f) + "." + std::to_string(i),
+                                   i % 3 == 0 ? DType::kF32 : DType::kBF16,
+                                   {static_cast<uint64_t>(1 + i % 17), 33}});
+    }
+  }
+  RoundTripCase c{"many", layout, 0.01};
+  PublishSummary s = RoundTrip(c, tmp);
+  EXPECT_EQ(s.tensors, 360u);
+  EXPECT_LT(s.tensors_changed, s.tensors);  // some small tensors stay unchanged
+}
+
+TEST(DeltaRoundTrip, TensorsSpanningSeveralFrames) {
+  TempDir tmp;
+  RoundTripCase c{"frames", OneFile({{"big", DType::kBF16, {1024, 700}}, {"b", DType::kBF16, {999}}}),
+                  0.001, /*frame_bytes=*/64 << 10};
+  PublishSummary s = RoundTrip(c, tmp);
+  EXPECT_GT(s.frames, 20u);
+}
+
+TEST(DeltaRoundTrip, UnchangedPiecesAreOmittedButVerified) {
+  TempDir tmp;
+  RoundTripCase c{"sparse-frames", OneFile({{"big", DType::kBF16, {4096, 256}}}), 0.00002,
+                  /*frame_bytes=*/16 << 10};
+  PublishSummary s = RoundTrip(c, tmp);
+  EXPECT_LT(s.dense_bytes, s.checkpoint_bytes);  // untouched 16 KiB pieces have no frame
+}
+
+TEST(DeltaRoundTrip, HeaderChangesAreCarriedByTheCheckpointSection) {
+  TempDir tmp;
+  RoundTripCase c{"header", ModelLikeLayout(2 << 20, 2), 0.01, 64ull << 20, "step-42"};
+  RoundTrip(c, tmp);
+}
+
+TEST(DeltaRoundTrip, WithoutCheckpointSection) {
+  TempDir tmp;
+  RoundTripCase c{"no-section", ModelLikeLayout(2 << 20, 1), 0.01};
+  c.include_checkpoint = false;
+  RoundTrip(c, tmp);
+}
+
+TEST(DeltaRoundTrip, IdenticalCheckpointsGiveAnEmptyDelta) {
+  TempDir tmp;
+  RoundTripCase c{"identical", ModelLikeLayout(1 << 20, 1), 0.0};
+  PublishSummary s = RoundTrip(c, tmp);
+  EXPECT_EQ(s.tensors_changed, 0u);
+  EXPECT_EQ(s.frames, 0u);
+}
+
+TEST(DeltaRoundTrip, OutputDoesNotDependOnThreadCount) {
+  TempDir a, b;
+  RoundTripCase c{"t1", ModelLikeLayout(4 << 20, 2), 0.01, 256 << 10};
+  c.threads = 1;
+  RoundTrip(c, a);
+  c.threads = 4;
+  RoundTrip(c, b);
+  EXPECT_EQ(ReadAll(a / "delta/manifest.json"), ReadAll(b / "delta/manifest.json"));
+  EXPECT_EQ(ReadAll(a / "delta/shard-00000.zst"), ReadAll(b / "delta/shard-00000.zst"));
+}
+
+TEST(DeltaRoundTrip, ShardsRotateAtTheirSizeLimit) {
+  TempDir tmp;
+  ASSERT_TRUE(GenerateCheckpoint(tmp / "v1", ModelLikeLayout(4 << 20, 1), 3).ok());
+  MutationOptions mo;
+  mo.density = 0.05;
+  ASSERT_TRUE(MutateCheckpoint(tmp / "v1", tmp / "v2", mo).ok());
+  PublishOptions po;
+  po.parent_dir = tmp / "v1";
+  po.new_dir = tmp / "v2";
+  po.out_dir = tmp / "delta";
+  po.frame_bytes = 128 << 10;
+  po.shard_bytes = 64 << 10;
+  auto pub = PublishDelta(po);
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  EXPECT_GE(pub->objects, 2u);
+  ApplyOptions ao{tmp / "v1", tmp / "delta", tmp / "out"};
+  auto app = ApplyDelta(ao);
+  ASSERT_TRUE(app.ok()) << app.status().ToString();
+  EXPECT_EQ(ReadAll(tmp / "out/model-00001-of-00001.safetensors"),
+            ReadAll(tmp / "v2/model-00001-of-00001.safetensors"));
+}
+
+}  // namespace
+}  // namespace deltakv::deltasync
