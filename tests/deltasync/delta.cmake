@@ -2,3 +2,10 @@
 deltakv_add_test(delta_roundtrip_test SOURCES delta_roundtrip_test.cc LIBS deltakv_deltasync)
 deltakv_add_test(delta_reject_test SOURCES delta_reject_test.cc
                  LIBS deltakv_deltasync nlohmann_json::nlohmann_json)
+deltakv_add_test(manifest_test SOURCES manifest_test.cc
+                 LIBS deltakv_deltasync nlohmann_json::nlohmann_json)
+deltakv_add_test(libzstd_decoder_test SOURCES libzstd_decoder_test.cc
+                 LIBS deltakv_deltasync PkgConfig::ZSTD)
+deltakv_add_test(format_vectors_test SOURCES format_vectors_test.cc LIBS deltakv_deltasync)
+target_compile_definitions(format_vectors_test PRIVATE
+                           DELTAKV_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")

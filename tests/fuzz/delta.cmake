@@ -1,0 +1,2 @@
+# Fuzz targets of the manifest parsers.
+deltakv_add_fuzzer(manifest_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/manifest_fuzz.cc deltakv_deltasync)
