@@ -1,0 +1,224 @@
+"""End-to-end tests of the `deltakv` binary: real files, real zstd frames, exit codes, and
+interoperability with the documented Python writer and the plain numpy reader.
+
+Run: python3 tests/cli/cli_test.py --deltakv build/sidecar/deltakv
+"""
+import argparse, filecmp, json, os, shutil, subprocess, sys, tempfile, unittest
+import numpy as np, zstandard
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "python", "examples")
+DELTAKV = None
+
+
+def run(*args, expect=0):
+    p = subprocess.run([DELTAKV, *args], capture_output=True, text=True)
+    if p.returncode != expect:
+        raise AssertionError(f"deltakv {' '.join(args)}: exit {p.returncode}, wanted {expect}\n"
+                             f"stdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+
+def read(path, mode="rb"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def write(path, data):
+    with open(path, "wb" if isinstance(data, (bytes, bytearray)) else "w") as f:
+        f.write(data)
+
+
+def same_checkpoint(a, b):
+    files = sorted(f for f in os.listdir(a) if f.endswith(".safetensors"))
+    assert files == sorted(f for f in os.listdir(b) if f.endswith(".safetensors")), (a, b)
+    return all(filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False) for f in files)
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="deltakv-cli-")
+        t = lambda *p: os.path.join(cls.tmp, *p)
+        cls.t = staticmethod(t)
+        run("checkpoint", "generate", "--out", t("v1"), "--size-mib", "4", "--files", "2")
+        run("checkpoint", "mutate", "--parent", t("v1"), "--out", t("v2"), "--density", "0.01",
+            "--seed", "2")
+        run("checkpoint", "mutate", "--parent", t("v2"), "--out", t("v3"), "--density", "0.002",
+            "--seed", "3", "--step-metadata", "3")
+        run("publish", "--parent", t("v1"), "--new", t("v2"), "--out", t("d12"),
+            "--frame-mib", "1")
+        run("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def fresh(self, name):
+        path = self.t(name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def copy_delta(self, src):
+        dst = self.fresh(src + "-copy")
+        shutil.copytree(self.t(src), dst)
+        return dst
+
+    def test_checkpoint_manifest(self):
+        p = run("checkpoint", "manifest", self.t("v1"), "--json")
+        summary = json.loads(p.stdout)
+        self.assertTrue(summary["ok"])
+        m = json.loads(read(os.path.join(self.t("v1"), "manifest.json")))
+        self.assertEqual(m["format"], "deltakv.checkpoint/1")
+        self.assertEqual(len(m["tensors"]), summary["tensors"])
+        import zlib
+        first = m["tensors"][0]
+        raw = read(os.path.join(self.t("v1"), first["file"]))
+        b, e = first["byte_range"]
+        self.assertEqual(f"{zlib.adler32(raw[b:e]):08x}", first["adler32"])
+
+    def test_publish_apply_round_trip_with_json(self):
+        out = self.fresh("out12")
+        s = json.loads(run("apply", "--parent", self.t("v1"), "--delta", self.t("d12"), "--out",
+                           out, "--json").stdout)
+        self.assertTrue(s["ok"])
+        self.assertEqual((s["parent_version"], s["version"]), ("v1", "v2"))
+        self.assertTrue(same_checkpoint(out, self.t("v2")))
+        # The written manifest is what `checkpoint manifest` computes for the new checkpoint.
+        p = run("checkpoint", "manifest", self.t("v2"), "--stdout")
+        self.assertEqual(p.stdout, read(os.path.join(out, "manifest.json"), "r"))
+
+    def test_publish_summary_fields(self):
+        s = json.loads(run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out",
+                           self.fresh("dj"), "--json", "--level", "1").stdout)
+        for key in ("tensors_changed", "dense_bytes", "compressed_bytes", "density", "seconds"):
+            self.assertIn(key, s)
+        self.assertGreater(s["density"], 0.001)
+        self.assertLess(s["density"], 0.02)
+        self.assertLess(s["compressed_bytes"], s["dense_bytes"])
+
+    def test_header_change_round_trip(self):
+        out = self.fresh("out23")
+        run("apply", "--parent", self.t("v2"), "--delta", self.t("d23"), "--out", out)
+        self.assertTrue(same_checkpoint(out, self.t("v3")))
+
+    def test_python_writer_delta_applies(self):
+        d = self.fresh("dpy")
+        subprocess.run([sys.executable, os.path.join(EXAMPLES, "write_delta.py"), self.t("v1"),
+                        self.t("v2"), d, "v1", "v2"], check=True)
+        out = self.fresh("outpy")
+        run("apply", "--parent", self.t("v1"), "--delta", d, "--out", out)
+        self.assertTrue(same_checkpoint(out, self.t("v2")))
+
+    def test_numpy_reader_applies_published_delta(self):
+        for parent, delta, want in (("v1", "d12", "v2"), ("v2", "d23", "v3")):
+            out = self.fresh("np-" + want)
+            subprocess.run([sys.executable, os.path.join(EXAMPLES, "apply_delta_numpy.py"),
+                            self.t(parent), self.t(delta), out], check=True)
+            self.assertTrue(same_checkpoint(out, self.t(want)), delta)
+
+    def test_documented_script_matches_the_example_file(self):
+        doc = read(os.path.join(ROOT, "deltasync", "FORMAT.md"), "r")
+        script = read(os.path.join(EXAMPLES, "write_delta.py"), "r")
+        self.assertIn("```python\n" + script + "```", doc)
+
+    def expect_rejected(self, parent, delta, text, code=2):
+        out = self.fresh("rejected")
+        p = run("apply", "--parent", self.t(parent), "--delta", delta, "--out", out,
+                "--json", expect=code)
+        self.assertIn(text, p.stderr)
+        err = json.loads(p.stdout)
+        self.assertFalse(err["ok"])
+        self.assertFalse(os.path.exists(out))
+        self.assertFalse([f for f in os.listdir(self.tmp) if ".partial." in f or ".tmp." in f])
+        return p
+
+    def test_wrong_parent(self):
+        p = self.expect_rejected("v1", self.t("d23"), "parent checksum mismatch")
+        self.assertIn("tensor '", p.stderr)
+        self.assertIn("expected 0x", p.stderr)
+
+    def test_corrupt_frame(self):
+        d = self.copy_delta("d12")
+        shard = os.path.join(d, "shard-00000.zst")
+        data = bytearray(read(shard))
+        data[len(data) // 3] ^= 0x10
+        write(shard, data)
+        self.expect_rejected("v1", d, "sha256 mismatch")
+        p = run("apply", "--parent", self.t("v1"), "--delta", d, "--out", self.fresh("rej2"),
+                "--no-verify-objects", expect=2)
+        self.assertIn("tensor '", p.stderr)
+
+    def test_truncated_shard(self):
+        d = self.copy_delta("d12")
+        shard = os.path.join(d, "shard-00000.zst")
+        data = read(shard)
+        write(shard, data[:-10])
+        self.expect_rejected("v1", d, "truncated")
+
+    def test_manifest_mismatch(self):
+        d = self.copy_delta("d12")
+        path = os.path.join(d, "manifest.json")
+        m = json.loads(read(path))
+        m["tensors"][0]["adler32"] = "00000001"
+        for t in m["checkpoint"]["tensors"]:
+            if t["name"] == m["tensors"][0]["name"]:
+                t["adler32"] = "00000001"
+        write(path, json.dumps(m))
+        self.expect_rejected("v1", d, "new checksum mismatch after applying the delta: expected 0x00000001")
+
+    def test_malformed_manifest(self):
+        d = self.copy_delta("d12")
+        write(os.path.join(d, "manifest.json"), '{"format": "deltakv.delta/1"')
+        self.expect_rejected("v1", d, "invalid JSON")
+
+    def test_usage_errors_exit_1(self):
+        run("apply", "--parent", self.t("v1"), expect=1)
+        run("no-such-command", expect=1)
+        run("publish", "--parent", "a", "--new", "b", "--out", "c", "--frame-mib", "0", expect=1)
+
+    def test_io_errors_exit_3(self):
+        run("apply", "--parent", self.t("v1"), "--delta", self.t("missing"), "--out",
+            self.fresh("x"), expect=3)
+
+    def test_existing_output_is_refused(self):
+        p = run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out",
+                self.t("d12"), expect=2)
+        self.assertIn("already exists", p.stderr)
+
+    def test_frame_apply_with_zstd_cli_frames(self):
+        rng = np.random.default_rng(5)
+        base = rng.integers(0, 256, 300000, dtype=np.uint8)
+        xor = np.zeros_like(base)
+        idx = rng.choice(base.size, 500, replace=False)
+        xor[idx] = rng.integers(1, 256, idx.size, dtype=np.uint8)
+        bpath, xpath, fpath, out = (self.t(n) for n in ("base.bin", "xor.bin", "xor.zst", "o.bin"))
+        base.tofile(bpath)
+        xor.tofile(xpath)
+        half = xor.size // 2
+        # Two concatenated frames: one from the zstd CLI, one from python-zstandard.
+        subprocess.run(["zstd", "-q", "-f", "-19", "-o", fpath + ".a", "-"],
+                       input=xor[:half].tobytes(), check=True)
+        with open(fpath, "wb") as f:
+            f.write(read(fpath + ".a"))
+            f.write(zstandard.ZstdCompressor(level=3).compress(xor[half:].tobytes()))
+        if os.path.exists(out):
+            os.remove(out)
+        s = json.loads(run("frame", "apply", bpath, fpath, out, "--json").stdout)
+        self.assertEqual(s["frames"], 2)
+        self.assertEqual(s["nonzero_bytes"], 500)
+        self.assertEqual(read(out), (base ^ xor).tobytes())
+        # A base of the wrong length is refused and leaves nothing.
+        base[:-1].tofile(bpath)
+        os.remove(out)
+        p = run("frame", "apply", bpath, fpath, out, expect=2)
+        self.assertIn("bytes", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deltakv", required=True)
+    args, rest = ap.parse_known_args()
+    DELTAKV = os.path.abspath(args.deltakv)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
