@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
 #include <tuple>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
 
@@ -44,6 +43,11 @@ std::string OffsetsString(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
 }
 
+// A half-open byte range.
+std::string RangeString(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
 // A JSON value for an error message, shortened if long.
 std::string Describe(const Json& v) {
   std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -68,7 +72,8 @@ bool ElementCount(const std::vector<uint64_t>& shape, uint64_t* numel) {
 }
 
 // Returns dtype size x element count, with the error message naming `what` on overflow.
-StatusOr<uint64_t> ByteSize(std::string_view what, DType dtype, const std::vector<uint64_t>& shape) {
+StatusOr<uint64_t> ByteSize(std::string_view what, DType dtype,
+                            const std::vector<uint64_t>& shape) {
   uint64_t numel = 0;
   uint64_t bytes = 0;
   if (!ElementCount(shape, &numel) || __builtin_mul_overflow(numel, DTypeSize(dtype), &bytes)) {
@@ -84,13 +89,19 @@ struct HeaderRejected : std::exception {
   std::string message;
 };
 
-// Parses JSON text, refusing duplicate keys in any object and nesting beyond kMaxJsonDepth.
+// Parses JSON text, refusing NUL bytes, duplicate keys in any object and nesting beyond
+// kMaxJsonDepth.
 StatusOr<Json> ParseHeaderJson(std::string_view text) {
+  // nlohmann's lexer takes a NUL byte for the end of input and would ignore what follows it;
+  // JSON text never contains a raw NUL, so refuse one anywhere.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return InvalidArgument("header is not valid JSON: NUL byte at header offset " +
+                           std::to_string(nul));
+  }
   std::vector<std::set<std::string, std::less<>>> open_objects;
   std::string tensor_name;  // the last key of the top-level object
-  Json::parser_callback_t callback = [&open_objects, &tensor_name](
-                                         int depth, Json::parse_event_t event,
-                                         Json& parsed) -> bool {
+  Json::parser_callback_t callback =
+      [&open_objects, &tensor_name](int depth, Json::parse_event_t event, Json& parsed) -> bool {
     switch (event) {
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start:
@@ -104,13 +115,13 @@ StatusOr<Json> ParseHeaderJson(std::string_view text) {
         open_objects.pop_back();
         break;
       case Json::parse_event_t::key: {
+        // depth counts the containers open around the key: 1 for the header object itself.
         const std::string& key = parsed.get_ref<const std::string&>();
-        if (open_objects.size() == 1) tensor_name = key;
+        if (depth == 1) tensor_name = key;
         if (!open_objects.back().insert(key).second) {
-          throw HeaderRejected(open_objects.size() == 1
-                                   ? "duplicate tensor name " + Quote(key)
-                                   : "duplicate key " + Quote(key) + " inside " +
-                                         Quote(tensor_name));
+          if (depth == 1) throw HeaderRejected("duplicate tensor name " + Quote(key));
+          throw HeaderRejected("duplicate key " + Quote(key) +
+                               (tensor_name.empty() ? "" : " inside " + Quote(tensor_name)));
         }
         break;
       }
@@ -206,8 +217,8 @@ Status ParseMetadata(const Json& value, std::map<std::string, std::string>* meta
   }
   for (const auto& [key, v] : value.items()) {
     if (!v.is_string()) {
-      return InvalidArgument("'__metadata__' key " + Quote(key) +
-                             ": value must be a string, got " + Describe(v));
+      return InvalidArgument("'__metadata__' key " + Quote(key) + ": value must be a string, got " +
+                             Describe(v));
     }
     metadata->emplace(key, v.get<std::string>());
   }
@@ -225,18 +236,16 @@ Status CheckExactCover(const std::vector<TensorInfo>& tensors, uint64_t data_siz
                              Quote(prev->name) + " at " + OffsetsString(prev->begin, prev->end));
     }
     if (t.begin > covered) {
-      return InvalidArgument("data section bytes " + OffsetsString(covered, t.begin) +
-                             " before tensor " + Quote(t.name) +
-                             " are not covered by any tensor");
+      return InvalidArgument("data section bytes " + RangeString(covered, t.begin) +
+                             " before tensor " + Quote(t.name) + " are not covered by any tensor");
     }
     covered = t.end;
     prev = &t;
   }
   if (covered != data_size) {
     return InvalidArgument("data section is " + std::to_string(data_size) +
-                           " bytes but tensors cover only " + std::to_string(covered) +
-                           " (bytes " + OffsetsString(covered, data_size) +
-                           " are not covered by any tensor)");
+                           " bytes but tensors cover only " + std::to_string(covered) + " (bytes " +
+                           RangeString(covered, data_size) + " are not covered by any tensor)");
   }
   return Status::Ok();
 }
@@ -399,8 +408,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   if (fd < 0) return IoError(ErrnoMessage("create", tmp, errno));
   Status s = WriteAllTo(fd, length, tmp);
   if (s.ok()) {
-    s = WriteAllTo(
-        fd, {reinterpret_cast<const uint8_t*>(header.data()), header.size()}, tmp);
+    s = WriteAllTo(fd, {reinterpret_cast<const uint8_t*>(header.data()), header.size()}, tmp);
   }
   for (size_t i = 0; s.ok() && i < tensors.size(); ++i) s = WriteAllTo(fd, tensors[i].data, tmp);
   if (s.ok() && ::fsync(fd) != 0) s = IoError(ErrnoMessage("fsync", tmp, errno));

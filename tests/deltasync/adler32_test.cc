@@ -75,8 +75,8 @@ TEST_P(Adler32ImplTest, MatchesZlibOnRandomLengthsUpToSeveralMiB) {
   for (int i = 0; i < 40; ++i) {
     const size_t offset = rng() % 64;  // unaligned starts
     const size_t n = rng() % (buf.size() - offset);
-    const uint32_t start = static_cast<uint32_t>(rng() % kMod) << 16 |
-                           static_cast<uint32_t>(rng() % kMod);
+    const uint32_t start =
+        static_cast<uint32_t>(rng() % kMod) << 16 | static_cast<uint32_t>(rng() % kMod);
     std::span<const uint8_t> data(buf.data() + offset, n);
     ASSERT_EQ(Adler32With(GetParam(), data, start), ZlibAdler(data, start))
         << "length " << n << " offset " << offset;
@@ -92,8 +92,8 @@ TEST_P(Adler32ImplTest, ContinuesFromInitialValuesNearTheModulus) {
   for (uint32_t hi : halves) {
     for (uint32_t lo : halves) {
       const uint32_t start = hi << 16 | lo;
-      for (size_t n : {0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 5551, 5552, 5553, 65521,
-                       70000}) {
+      for (size_t n :
+           {0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 5551, 5552, 5553, 65521, 70000}) {
         std::span<const uint8_t> data(buf.data(), n);
         ASSERT_EQ(Adler32With(GetParam(), data, start), ZlibAdler(data, start))
             << "length " << n << " start " << std::hex << start;
@@ -188,8 +188,8 @@ TEST(Adler32CombineTest, MatchesZlibOnRandomAndEdgeInputs) {
                               (uint64_t{1} << 63) - 1,
                               uint64_t{1} << 63,
                               ~uint64_t{0}};
-  const uint32_t values[] = {0, 1, 0xFFF0FFF0u, 0xFFF00001u, 0x0001FFF0u, 0xFFFFFFFFu,
-                             0xFFF1FFF1u, 0x12345678u};
+  const uint32_t values[] = {0,           1,           0xFFF0FFF0u, 0xFFF00001u,
+                             0x0001FFF0u, 0xFFFFFFFFu, 0xFFF1FFF1u, 0x12345678u};
   for (uint32_t a1 : values) {
     for (uint32_t a2 : values) {
       for (uint64_t len2 : lengths) {
@@ -212,8 +212,8 @@ TEST(Adler32CombineTest, CombinesChecksumsOfPieces) {
   std::vector<uint8_t> buf = RandomBytes(1 << 20, rng);
   std::span<const uint8_t> all(buf);
   const uint32_t whole = Adler32(all);
-  for (size_t cut : {size_t{0}, size_t{1}, size_t{65521}, size_t{5552}, buf.size() - 1,
-                     buf.size()}) {
+  for (size_t cut :
+       {size_t{0}, size_t{1}, size_t{65521}, size_t{5552}, buf.size() - 1, buf.size()}) {
     EXPECT_EQ(Adler32Combine(Adler32(all.first(cut)), Adler32(all.subspan(cut)), buf.size() - cut),
               whole)
         << "cut " << cut;
@@ -314,6 +314,28 @@ TEST(AdlerDeltaTest, AddXorRunMatchesAddByteAndFullRecompute) {
   }
 }
 
+TEST(AdlerDeltaTest, AddXorRunAgreesWithAddByteAtEveryLengthAndHugePositions) {
+  // Lengths around the short-run threshold and the internal chunk size; positions far past
+  // 2^32 (a byte offset deep in a large tensor) and just below a multiple of M.
+  std::mt19937_64 rng(12);
+  std::vector<uint8_t> old_buf = RandomBytes(20000, rng);
+  std::vector<uint8_t> xor_buf = RandomBytes(20000, rng);
+  for (size_t i = 0; i < xor_buf.size(); i += 3) xor_buf[i] = 0;
+  for (uint64_t position :
+       {uint64_t{0}, uint64_t{65521} - 100, uint64_t{5000000007}, uint64_t{65521} * 1000003 - 1}) {
+    for (size_t len : {1, 2, 255, 256, 257, 8191, 8192, 8193, 16385, 20000}) {
+      AdlerDelta by_run;
+      AdlerDelta by_byte;
+      by_run.AddXorRun(position, std::span(old_buf).first(len), std::span(xor_buf).first(len));
+      for (size_t i = 0; i < len; ++i) {
+        by_byte.AddByte(position + i, old_buf[i], static_cast<uint8_t>(old_buf[i] ^ xor_buf[i]));
+      }
+      ASSERT_EQ(by_run.s1(), by_byte.s1()) << "position " << position << " len " << len;
+      ASSERT_EQ(by_run.s2(), by_byte.s2()) << "position " << position << " len " << len;
+    }
+  }
+}
+
 TEST(AdlerDeltaTest, AddXorRunOfZerosChangesNothing) {
   std::vector<uint8_t> old_buf(100000, 0x5A);
   std::vector<uint8_t> zeros(100000, 0);
@@ -373,9 +395,7 @@ TEST(AdlerDeltaTest, ManyLargeTermsStayExact) {
     s1 -= 255;
     s2 -= static_cast<int64_t>(kMod - 1) * 255;
   }
-  const auto mod = [](int64_t v) {
-    return static_cast<uint32_t>(((v % kMod) + kMod) % kMod);
-  };
+  const auto mod = [](int64_t v) { return static_cast<uint32_t>(((v % kMod) + kMod) % kMod); };
   EXPECT_EQ(delta.s1(), mod(s1));
   EXPECT_EQ(delta.s2(), mod(s2));
 }

@@ -198,8 +198,8 @@ TEST(SafetensorsTest, WriteReplacesAnExistingFileAndLeavesNothingOnFailure) {
   Status bad = WriteSafetensors(dir.path() + "/no/such/dir/y.safetensors",
                                 {{"a", DType::kU8, {4}, one}}, {});
   EXPECT_EQ(bad.code(), StatusCode::kIoError) << bad.ToString();
-  Status mismatch = WriteSafetensors(dir.path() + "/z.safetensors",
-                                     {{"a", DType::kU8, {5}, one}}, {});
+  Status mismatch =
+      WriteSafetensors(dir.path() + "/z.safetensors", {{"a", DType::kU8, {5}, one}}, {});
   EXPECT_EQ(mismatch.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(dir.Entries(), std::vector<std::string>{"x.safetensors"});
 }
@@ -251,13 +251,13 @@ TEST(SafetensorsParseTest, AcceptsAnEmptyHeaderWithNoData) {
 }
 
 TEST(SafetensorsParseTest, AcceptsZeroSizeTensorsAtTheSameOffsetAndAtTheEnd) {
-  StatusOr<SafetensorsHeader> h = Parse(
-      R"({"z1":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
-      R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-      R"("z2":{"dtype":"BF16","shape":[2,0],"data_offsets":[4,4]},)"
-      R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]},)"
-      R"("z3":{"dtype":"I8","shape":[0],"data_offsets":[6,6]}})",
-      "abcdef");
+  StatusOr<SafetensorsHeader> h =
+      Parse(R"({"z1":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+            R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+            R"("z2":{"dtype":"BF16","shape":[2,0],"data_offsets":[4,4]},)"
+            R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]},)"
+            R"("z3":{"dtype":"I8","shape":[0],"data_offsets":[6,6]}})",
+            "abcdef");
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   ASSERT_EQ(h->tensors.size(), 5u);
   EXPECT_EQ(h->tensors[0].name, "a");
@@ -283,8 +283,8 @@ TEST(SafetensorsParseTest, ScalarShapeHasOneElement) {
 }
 
 TEST(SafetensorsParseTest, AcceptsEveryDType) {
-  for (const char* name : {"BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "I16", "U16",
-                           "F16", "BF16", "I32", "U32", "F32", "I64", "U64", "F64"}) {
+  for (const char* name : {"BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "I16", "U16", "F16",
+                           "BF16", "I32", "U32", "F32", "I64", "U64", "F64"}) {
     std::optional<DType> d = ParseDType(name);
     ASSERT_TRUE(d.has_value()) << name;
     EXPECT_EQ(DTypeName(*d), name);
@@ -307,8 +307,8 @@ TEST(SafetensorsParseTest, RejectsFilesShorterThanTheLengthField) {
 }
 
 TEST(SafetensorsParseTest, RejectsHeaderLargerThanTheCap) {
-  const std::string image = FileImage(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
-                                      "x");
+  const std::string image =
+      FileImage(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x");
   ExpectInvalid(ParseSafetensorsHeader(Bytes(image), image.size(), 16),
                 "exceeds the limit of 16 bytes");
   std::string huge(8, '\0');
@@ -324,8 +324,7 @@ TEST(SafetensorsParseTest, RejectsHeaderLargerThanTheFile) {
 }
 
 TEST(SafetensorsParseTest, RejectsTruncatedDataSection) {
-  std::string image = FileImage(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
-                                "xyzw");
+  std::string image = FileImage(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", "xyzw");
   image.pop_back();
   ExpectInvalid(ParseSafetensorsHeader(Bytes(image), image.size()),
                 "tensor 'a': data_offsets [0, 4] end beyond the data section of 3 bytes");
@@ -386,15 +385,13 @@ TEST(SafetensorsParseTest, RejectsBadShapes) {
   ExpectInvalid(Parse(R"({"w":{"dtype":"U8","shape":["3"],"data_offsets":[0,3]}})", "xyz"),
                 "shape[0] = \"3\" (string) is not a non-negative integer");
   ExpectInvalid(
-      Parse(R"({"w":{"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,3]}})",
-            "xyz"),
+      Parse(R"({"w":{"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,3]}})", "xyz"),
       "tensor 'w': shape[0] = ");
 }
 
 TEST(SafetensorsParseTest, RejectsElementCountOverflow) {
   ExpectInvalid(
-      Parse(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
-            ""),
+      Parse(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""),
       "tensor 'w': dtype U8 x shape [4294967296,4294967296] overflows 64 bits");
   // The element count fits but the byte count does not.
   ExpectInvalid(
@@ -472,8 +469,7 @@ TEST(SafetensorsParseTest, RejectsDuplicateKeys) {
                       R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
                       "xx"),
                 "duplicate tensor name 'a'");
-  ExpectInvalid(Parse(R"({"a":{"dtype":"U8","dtype":"I8","shape":[1],"data_offsets":[0,1]}})",
-                      "x"),
+  ExpectInvalid(Parse(R"({"a":{"dtype":"U8","dtype":"I8","shape":[1],"data_offsets":[0,1]}})", "x"),
                 "duplicate key 'dtype' inside 'a'");
   ExpectInvalid(Parse(R"({"__metadata__":{"k":"1","k":"2"}})", ""),
                 "duplicate key 'k' inside '__metadata__'");

@@ -10,8 +10,22 @@
 namespace deltakv::deltasync {
 
 enum class DType : uint8_t {
-  kBool, kU8, kI8, kF8E4M3, kF8E5M2, kF8E8M0, kI16, kU16, kF16, kBF16,
-  kI32, kU32, kF32, kI64, kU64, kF64,
+  kBool,
+  kU8,
+  kI8,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kI64,
+  kU64,
+  kF64,
 };
 
 // "BF16" -> kBF16; nullopt for a name this build does not know.

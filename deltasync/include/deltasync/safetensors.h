@@ -4,12 +4,20 @@
 // header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
 // relative to the data section) plus an optional "__metadata__" string->string map.
 //
-// Validation (each failure is InvalidArgument with a message naming the tensor or field):
-// header length larger than the cap or than the file; JSON that is not an object; unknown
-// dtype; shape with negative or non-integer dims or an element count that overflows;
-// dtype size x element count != end - begin; begin > end; end beyond the data section;
-// two tensors overlapping; a gap in the data section (data must be exactly covered, as the
-// reference implementation requires); metadata values that are not strings.
+// Validation (each failure is InvalidArgument with a message naming the tensor or field and
+// the values involved): header length larger than the cap or than the file (truncated file);
+// JSON that is not valid (including a raw NUL byte anywhere, or nesting deeper than 8) or not
+// an object; duplicate keys in any object (duplicate tensor names, repeated fields); a tensor
+// entry that is not an object or lacks dtype, shape or data_offsets; unknown dtype; shape that
+// is not an array of non-negative integers, or whose byte count (dtype size x element count)
+// overflows 64 bits; data_offsets that is not [begin, end] of non-negative integers; begin >
+// end; end beyond the data section; dtype size x element count != end - begin; two tensors
+// overlapping; bytes of the data section not covered by any tensor (it must be exactly
+// covered, as the reference implementation requires); "__metadata__" that is not an object of
+// strings. The data section is the file_size - 8 - N bytes after the header.
+// Accepted, as by the reference implementation: zero-size tensors (a 0 dimension, begin ==
+// end, also several at one offset); scalars (shape [], one element); "__metadata__": null
+// (no metadata); unknown fields in a tensor entry (ignored); trailing whitespace padding.
 //
 // Thread-safety: SafetensorsFile is immutable after Open and may be read from many threads.
 #pragma once
@@ -41,22 +49,22 @@ struct TensorInfo {
 struct SafetensorsHeader {
   // The exact header bytes as stored (JSON plus any trailing padding spaces).
   std::string raw;
-  // Tensors sorted by begin offset.
+  // Tensors sorted by begin offset (then end, then name: zero-size tensors may share one).
   std::vector<TensorInfo> tensors;
   std::map<std::string, std::string> metadata;
   uint64_t data_offset() const { return 8 + raw.size(); }
   uint64_t data_size = 0;  // sum of tensor sizes
-  // Returns the tensor with this name, or nullptr.
+  // Returns the tensor with this name, or nullptr. O(number of tensors).
   const TensorInfo* Find(std::string_view name) const;
 };
 
 // Parses and validates the header of a safetensors file of `file_size` bytes whose first
 // bytes are `prefix` (at least 8 + N bytes, or the whole file if shorter).
-// Returns InvalidArgument for every malformed input listed above.
-StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> prefix,
-                                                   uint64_t file_size,
-                                                   uint64_t max_header_bytes =
-                                                       kDefaultMaxHeaderBytes);
+// Returns InvalidArgument for every malformed input listed above, and also if `prefix` is
+// longer than the file or stops before the end of the header (a caller error).
+StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
+    std::span<const uint8_t> prefix, uint64_t file_size,
+    uint64_t max_header_bytes = kDefaultMaxHeaderBytes);
 
 // A safetensors file mapped read-only.
 class SafetensorsFile {
@@ -86,13 +94,18 @@ struct TensorToWrite {
 };
 
 // Returns the header bytes (JSON padded with spaces to a multiple of 8) for tensors laid out
-// in the given order, "__metadata__" first when non-empty. InvalidArgument if a tensor's
-// data size does not match its dtype and shape or a name repeats.
+// back to back in the given order, "__metadata__" first when non-empty: compact JSON with the
+// fields in the order dtype, shape, data_offsets, byte for byte what the reference writer
+// produces for the same order. InvalidArgument if a tensor's data size does not match its
+// dtype and shape (or that product overflows), a name repeats, a tensor is named
+// "__metadata__", or a name or metadata string is not valid UTF-8.
 StatusOr<std::string> BuildSafetensorsHeader(const std::vector<TensorToWrite>& tensors,
                                              const std::map<std::string, std::string>& metadata);
 
 // Writes a complete file at `path` (through a temporary name and a rename, so a crash never
-// leaves a partial file under `path`). IoError on a write failure.
+// leaves a partial file under `path`; tensor data is streamed, not copied). InvalidArgument as
+// for BuildSafetensorsHeader, before anything is written; IoError on a write failure, after
+// which the temporary is removed and an older file at `path` is left as it was.
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                         const std::map<std::string, std::string>& metadata);
 
