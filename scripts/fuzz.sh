@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs each for
 # SECONDS (default 60) over its committed corpus in tests/fuzz/corpus/<name>/, starting from
-# a scratch copy so the committed seeds stay as they are. Fails on any crash.
+# a scratch copy so the committed seeds stay as they are, with tests/fuzz/<name>.dict when
+# present. Fails on any crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
@@ -17,8 +18,10 @@ for bin in $(find "$FUZZ_BUILD/tests/fuzz" -maxdepth 1 -type f -name '*_fuzz' -p
   name=$(basename "$bin" _fuzz)
   mkdir -p "$work/$name"
   if [ -d "tests/fuzz/corpus/$name" ]; then cp -r "tests/fuzz/corpus/$name/." "$work/$name/"; fi
+  dict=()
+  if [ -f "tests/fuzz/$name.dict" ]; then dict=(-dict="tests/fuzz/$name.dict"); fi
   echo "fuzz: $name for ${SECONDS_PER_TARGET}s"
-  "$bin" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=4096 -timeout=20 \
+  "$bin" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=4096 -timeout=20 "${dict[@]}" \
     -print_final_stats=1 "$work/$name" 2>"$work/$name.log" || { tail -50 "$work/$name.log"; exit 1; }
   grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$work/$name.log" | sed "s/^/  /"
 done

@@ -338,6 +338,24 @@ std::span<const uint8_t> SafetensorsFile::TensorBytes(const TensorInfo& t) const
 
 StatusOr<std::string> BuildSafetensorsHeader(const std::vector<TensorToWrite>& tensors,
                                              const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorDecl> decls;
+  decls.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    const std::string where = "tensor " + Quote(t.name);
+    if (DTypeSize(t.dtype) == 0) return InvalidArgument(where + ": invalid dtype value");
+    ASSIGN_OR_RETURN(uint64_t bytes, ByteSize(where, t.dtype, t.shape));
+    if (bytes != t.data.size()) {
+      return InvalidArgument(where + ": dtype " + std::string(DTypeName(t.dtype)) + " x shape " +
+                             ShapeString(t.shape) + " = " + std::to_string(bytes) +
+                             " bytes but data holds " + std::to_string(t.data.size()));
+    }
+    decls.push_back({t.name, t.dtype, t.shape});
+  }
+  return BuildSafetensorsLayoutHeader(decls, metadata);
+}
+
+StatusOr<std::string> BuildSafetensorsLayoutHeader(
+    const std::vector<TensorDecl>& tensors, const std::map<std::string, std::string>& metadata) {
   using OrderedJson = nlohmann::ordered_json;
   OrderedJson root = OrderedJson::object();
   if (!metadata.empty()) {
@@ -347,7 +365,7 @@ StatusOr<std::string> BuildSafetensorsHeader(const std::vector<TensorToWrite>& t
   }
   std::set<std::string_view> names;
   uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {
+  for (const TensorDecl& t : tensors) {
     const std::string where = "tensor " + Quote(t.name);
     if (t.name == "__metadata__") {
       return InvalidArgument(where + ": the name is reserved for the metadata map");
@@ -355,11 +373,6 @@ StatusOr<std::string> BuildSafetensorsHeader(const std::vector<TensorToWrite>& t
     if (!names.insert(t.name).second) return InvalidArgument(where + ": name repeats");
     if (DTypeSize(t.dtype) == 0) return InvalidArgument(where + ": invalid dtype value");
     ASSIGN_OR_RETURN(uint64_t bytes, ByteSize(where, t.dtype, t.shape));
-    if (bytes != t.data.size()) {
-      return InvalidArgument(where + ": dtype " + std::string(DTypeName(t.dtype)) + " x shape " +
-                             ShapeString(t.shape) + " = " + std::to_string(bytes) +
-                             " bytes but data holds " + std::to_string(t.data.size()));
-    }
     OrderedJson entry = OrderedJson::object();
     entry["dtype"] = std::string(DTypeName(t.dtype));
     entry["shape"] = t.shape;

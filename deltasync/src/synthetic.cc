@@ -6,8 +6,6 @@
 #include <cstring>
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
-
 #include "base/mapped_file.h"
 #include "base/parallel.h"
 #include "deltasync/checkpoint.h"
@@ -35,22 +33,12 @@ uint64_t NumElements(const std::vector<uint64_t>& shape) {
   return n;
 }
 
-// Header JSON for a layout, in the given order, padded to a multiple of 8.
-std::string LayoutHeader(const std::vector<SyntheticTensor>& tensors, const std::string& step) {
-  nlohmann::ordered_json root = nlohmann::ordered_json::object();
-  root["__metadata__"] = {{"format", "pt"}};
-  if (!step.empty()) root["__metadata__"]["step"] = step;
-  uint64_t off = 0;
-  for (const SyntheticTensor& t : tensors) {
-    uint64_t bytes = NumElements(t.shape) * DTypeSize(t.dtype);
-    root[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
-                    {"shape", t.shape},
-                    {"data_offsets", {off, off + bytes}}};
-    off += bytes;
-  }
-  std::string h = root.dump();
-  while (h.size() % 8 != 0) h += ' ';
-  return h;
+// Header for a layout, in the given order; "step" goes into __metadata__ when set.
+StatusOr<std::string> LayoutHeader(const std::vector<SyntheticTensor>& tensors,
+                                   const std::string& step) {
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  if (!step.empty()) metadata["step"] = step;
+  return BuildSafetensorsLayoutHeader(tensors, metadata);
 }
 
 // bf16 weights ~ N(0, 0.02): sign, exponent near 2^-6, random mantissa.
@@ -133,7 +121,7 @@ Status GenerateCheckpoint(const std::string& dir, const std::vector<SyntheticFil
   if (ec) return IoError("create directory '" + dir + "': " + ec.message());
   for (size_t fi = 0; fi < layout.size(); ++fi) {
     const SyntheticFile& f = layout[fi];
-    std::string header = LayoutHeader(f.tensors, "");
+    ASSIGN_OR_RETURN(std::string header, LayoutHeader(f.tensors, ""));
     uint64_t data = 0;
     for (const SyntheticTensor& t : f.tensors) data += NumElements(t.shape) * DTypeSize(t.dtype);
     RETURN_IF_ERROR(WriteFile(dir + "/" + f.name, header, data, [&](std::span<uint8_t> d) {
@@ -173,8 +161,10 @@ StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const st
     const SafetensorsFile& pf = parent.files()[fi];
     std::vector<SyntheticTensor> tensors;
     for (const TensorInfo& t : pf.header().tensors) tensors.push_back({t.name, t.dtype, t.shape});
-    std::string header = opt.step_metadata.empty() ? pf.header().raw
-                                                   : LayoutHeader(tensors, opt.step_metadata);
+    std::string header = pf.header().raw;
+    if (!opt.step_metadata.empty()) {
+      ASSIGN_OR_RETURN(header, LayoutHeader(tensors, opt.step_metadata));
+    }
     RETURN_IF_ERROR(WriteFile(out_dir + "/" + parent.file_names()[fi], header,
                               pf.header().data_size, [&](std::span<uint8_t> d) {
       uint64_t off = 0;

@@ -102,6 +102,18 @@ struct TensorToWrite {
 StatusOr<std::string> BuildSafetensorsHeader(const std::vector<TensorToWrite>& tensors,
                                              const std::map<std::string, std::string>& metadata);
 
+// A tensor's declaration without its data.
+struct TensorDecl {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<uint64_t> shape;
+};
+
+// As BuildSafetensorsHeader, for a layout whose data will be written separately (for example
+// straight into a mapped file). Same errors, minus the data size check.
+StatusOr<std::string> BuildSafetensorsLayoutHeader(
+    const std::vector<TensorDecl>& tensors, const std::map<std::string, std::string>& metadata);
+
 // Writes a complete file at `path` (through a temporary name and a rename, so a crash never
 // leaves a partial file under `path`; tensor data is streamed, not copied). InvalidArgument as
 // for BuildSafetensorsHeader, before anything is written; IoError on a write failure, after

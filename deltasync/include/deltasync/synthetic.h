@@ -12,15 +12,11 @@
 #include <vector>
 
 #include "base/status.h"
-#include "deltasync/dtype.h"
+#include "deltasync/safetensors.h"
 
 namespace deltakv::deltasync {
 
-struct SyntheticTensor {
-  std::string name;
-  DType dtype = DType::kBF16;
-  std::vector<uint64_t> shape;
-};
+using SyntheticTensor = TensorDecl;
 
 struct SyntheticFile {
   std::string name;  // e.g. "model-00001-of-00002.safetensors"
