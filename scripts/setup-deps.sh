@@ -11,6 +11,7 @@ DEB_PACKAGES=(
   clang libclang-rt-14-dev
   libzstd-dev zstd zlib1g-dev libssl-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev libcpp-httplib-dev libhwloc-dev libjemalloc-dev libxxhash-dev curl
   python3 python3-pip
 )
 
