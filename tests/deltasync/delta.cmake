@@ -9,3 +9,4 @@ deltakv_add_test(libzstd_decoder_test SOURCES libzstd_decoder_test.cc
 deltakv_add_test(format_vectors_test SOURCES format_vectors_test.cc LIBS deltakv_deltasync)
 target_compile_definitions(format_vectors_test PRIVATE
                            DELTAKV_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+deltakv_add_test(write_plan_test SOURCES write_plan_test.cc LIBS deltakv_deltasync)

@@ -1,0 +1,105 @@
+// WritePlan: the per-rank list of byte changes the sidecar hands to an engine rank for one
+// sync, laid out in a flat buffer (a shared-memory plan arena).
+//
+// Layout (all integers little-endian, every record 8-byte aligned):
+//   PlanHeader   {magic "DKVPLAN1", u32 version, u32 tensor_count, u64 record_count,
+//                 u64 bytes_used (whole plan), u64 reserved}
+//   PlanTensor[tensor_count]  {u32 rank_tensor (index in the rank's registered tensors),
+//                              u32 flags, u64 canonical_length, u32 parent_adler32,
+//                              u32 adler32}
+//   records: PlanRecord {u32 tensor (index into PlanTensor[]), u32 length, u64 local_offset,
+//            u64 canonical_offset, u32 flags (bit 0: owner), u32 reserved}
+//            followed by `length` XOR bytes, padded with zeros to a multiple of 8.
+// A rank stages a plan by replacing each record's XOR bytes with the new bytes in place.
+//
+// The reader checks every count, offset and length against the buffer before use and rejects
+// bad input with InvalidArgument; it never reads outside the buffer.
+//
+// Thread-safety: a writer or reader is used by one thread; the buffer must not change while
+// a reader walks it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace deltakv::deltasync {
+
+inline constexpr uint64_t kPlanMagic = 0x314e414c50564b44ull;  // "DKVPLAN1"
+inline constexpr uint32_t kPlanVersion = 1;
+inline constexpr uint32_t kPlanRecordOwner = 1;
+inline constexpr uint32_t kPlanTensorFullVerify = 1;  // small tensor: verify a full checksum
+
+struct PlanHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t tensor_count;
+  uint64_t record_count;
+  uint64_t bytes_used;
+  uint64_t reserved;
+};
+static_assert(sizeof(PlanHeader) == 40);
+
+struct PlanTensor {
+  uint32_t rank_tensor;
+  uint32_t flags;
+  uint64_t canonical_length;
+  uint32_t parent_adler32;
+  uint32_t adler32;
+};
+static_assert(sizeof(PlanTensor) == 24);
+
+struct PlanRecord {
+  uint32_t tensor;
+  uint32_t length;
+  uint64_t local_offset;
+  uint64_t canonical_offset;
+  uint32_t flags;
+  uint32_t reserved;
+};
+static_assert(sizeof(PlanRecord) == 32);
+
+// Appends records into a caller-provided buffer (a mapped arena). ResourceExhausted when the
+// buffer is full.
+class WritePlanWriter {
+ public:
+  // REQUIRES: buffer is 8-byte aligned and outlives the writer.
+  WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors);
+  Status status() const { return status_; }
+  // Appends one run; runs longer than 2^31 bytes are split.
+  Status Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+             std::span<const uint8_t> xor_bytes, bool owner);
+  // Writes the header; returns the bytes used.
+  StatusOr<uint64_t> Finish();
+  uint64_t record_count() const { return records_; }
+
+ private:
+  std::span<uint8_t> buf_;
+  std::vector<PlanTensor> tensors_;
+  uint64_t pos_ = 0;
+  uint64_t records_ = 0;
+  Status status_;
+};
+
+// A validated view of a plan. Record data spans point into the buffer.
+class WritePlanReader {
+ public:
+  // Validates the header and tensor table, and walks all records once to validate them.
+  static StatusOr<WritePlanReader> Open(std::span<uint8_t> buffer);
+  std::span<const PlanTensor> tensors() const { return tensors_; }
+  uint64_t record_count() const { return header_.record_count; }
+  // Calls fn for each record in order with a mutable view of its bytes (XOR bytes before
+  // staging, new bytes after).
+  Status ForEach(const std::function<Status(const PlanRecord&, std::span<uint8_t>)>& fn) const;
+
+ private:
+  std::span<uint8_t> buf_;
+  PlanHeader header_{};
+  std::span<const PlanTensor> tensors_;
+  uint64_t records_begin_ = 0;
+};
+
+}  // namespace deltakv::deltasync

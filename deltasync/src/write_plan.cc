@@ -1,0 +1,115 @@
+#include "deltasync/write_plan.h"
+
+#include <cstring>
+
+namespace deltakv::deltasync {
+
+namespace {
+constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+constexpr uint32_t kMaxRecordLength = 1u << 31;
+}  // namespace
+
+WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors)
+    : buf_(buffer), tensors_(std::move(tensors)) {
+  pos_ = sizeof(PlanHeader) + tensors_.size() * sizeof(PlanTensor);
+  if (pos_ > buf_.size()) {
+    status_ = ResourceExhausted("plan buffer of " + std::to_string(buf_.size()) +
+                                " bytes cannot hold the tensor table");
+    return;
+  }
+  std::memcpy(buf_.data() + sizeof(PlanHeader), tensors_.data(),
+              tensors_.size() * sizeof(PlanTensor));
+}
+
+Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+                            std::span<const uint8_t> bytes, bool owner) {
+  RETURN_IF_ERROR(status_);
+  if (tensor >= tensors_.size()) return InvalidArgument("plan record names tensor " + std::to_string(tensor));
+  while (!bytes.empty()) {
+    uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(bytes.size(), kMaxRecordLength));
+    uint64_t need = sizeof(PlanRecord) + Align8(n);
+    if (need > buf_.size() - pos_) {
+      status_ = ResourceExhausted("plan buffer of " + std::to_string(buf_.size()) + " bytes is full");
+      return status_;
+    }
+    PlanRecord r{tensor, n, local_offset, canonical_offset, owner ? kPlanRecordOwner : 0u, 0};
+    std::memcpy(buf_.data() + pos_, &r, sizeof(r));
+    std::memcpy(buf_.data() + pos_ + sizeof(r), bytes.data(), n);
+    std::memset(buf_.data() + pos_ + sizeof(r) + n, 0, Align8(n) - n);
+    pos_ += need;
+    ++records_;
+    bytes = bytes.subspan(n);
+    local_offset += n;
+    canonical_offset += n;
+  }
+  return Status::Ok();
+}
+
+StatusOr<uint64_t> WritePlanWriter::Finish() {
+  RETURN_IF_ERROR(status_);
+  PlanHeader h{kPlanMagic, kPlanVersion, static_cast<uint32_t>(tensors_.size()), records_, pos_, 0};
+  std::memcpy(buf_.data(), &h, sizeof(h));
+  return pos_;
+}
+
+StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
+  WritePlanReader r;
+  r.buf_ = buffer;
+  if (buffer.size() < sizeof(PlanHeader)) return InvalidArgument("plan: shorter than its header");
+  if (reinterpret_cast<uintptr_t>(buffer.data()) % 8 != 0) {
+    return InvalidArgument("plan: buffer not 8-byte aligned");
+  }
+  std::memcpy(&r.header_, buffer.data(), sizeof(PlanHeader));
+  const PlanHeader& h = r.header_;
+  if (h.magic != kPlanMagic) return InvalidArgument("plan: bad magic");
+  if (h.version != kPlanVersion) {
+    return InvalidArgument("plan: version " + std::to_string(h.version) + ", this build reads " +
+                           std::to_string(kPlanVersion));
+  }
+  if (h.bytes_used > buffer.size()) {
+    return InvalidArgument("plan: claims " + std::to_string(h.bytes_used) + " bytes, buffer has " +
+                           std::to_string(buffer.size()));
+  }
+  uint64_t table = uint64_t{h.tensor_count} * sizeof(PlanTensor);
+  if (table > h.bytes_used - sizeof(PlanHeader)) return InvalidArgument("plan: tensor table too long");
+  r.tensors_ = std::span<const PlanTensor>(
+      reinterpret_cast<const PlanTensor*>(buffer.data() + sizeof(PlanHeader)), h.tensor_count);
+  r.records_begin_ = sizeof(PlanHeader) + table;
+  uint64_t seen = 0;
+  RETURN_IF_ERROR(r.ForEach([&](const PlanRecord&, std::span<uint8_t>) {
+    ++seen;
+    return Status::Ok();
+  }));
+  if (seen != h.record_count) {
+    return InvalidArgument("plan: header says " + std::to_string(h.record_count) +
+                           " records, found " + std::to_string(seen));
+  }
+  return r;
+}
+
+Status WritePlanReader::ForEach(
+    const std::function<Status(const PlanRecord&, std::span<uint8_t>)>& fn) const {
+  uint64_t pos = records_begin_;
+  const uint64_t end = header_.bytes_used;
+  uint64_t index = 0;
+  while (pos < end) {
+    if (end - pos < sizeof(PlanRecord)) return InvalidArgument("plan: truncated record header");
+    PlanRecord rec;
+    std::memcpy(&rec, buf_.data() + pos, sizeof(rec));
+    std::string where = "plan record " + std::to_string(index);
+    if (rec.tensor >= tensors_.size()) return InvalidArgument(where + ": tensor index out of range");
+    const PlanTensor& t = tensors_[rec.tensor];
+    if (rec.canonical_offset > t.canonical_length ||
+        rec.length > t.canonical_length - rec.canonical_offset) {
+      return InvalidArgument(where + ": canonical range beyond the tensor");
+    }
+    uint64_t need = sizeof(PlanRecord) + Align8(rec.length);
+    if (need > end - pos) return InvalidArgument(where + ": data runs past the plan");
+    RETURN_IF_ERROR(fn(rec, std::span<uint8_t>(buf_.data() + pos + sizeof(PlanRecord), rec.length)));
+    pos += need;
+    ++index;
+  }
+  return Status::Ok();
+}
+
+}  // namespace deltakv::deltasync

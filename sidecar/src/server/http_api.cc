@@ -1,0 +1,171 @@
+#include "server/http_api.h"
+
+#include <httplib.h>
+
+#include <sstream>
+
+namespace deltakv::sidecar {
+
+namespace {
+
+using Json = nlohmann::json;
+
+void SendJson(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump() + "\n", "application/json");
+}
+
+void SendError(httplib::Response& res, int status, const std::string& code,
+               const std::string& message) {
+  SendJson(res, status, {{"error", {{"code", code}, {"message", message}}}});
+}
+
+int HttpStatusFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kResourceExhausted: return 413;
+    default: return 500;
+  }
+}
+
+// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
+bool TokenMatches(const std::string& given, const std::string& want) {
+  if (given.size() != want.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ want[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+HttpApi::HttpApi(HttpApiOptions options, SyncManager* manager)
+    : options_(std::move(options)), manager_(manager), server_(std::make_unique<httplib::Server>()) {
+  Routes();
+}
+
+HttpApi::~HttpApi() { Stop(); }
+
+Status HttpApi::Bind() {
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+  } else {
+    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0) {
+    return IoError("cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+  }
+  return Status::Ok();
+}
+
+void HttpApi::Serve() { server_->listen_after_bind(); }
+
+void HttpApi::Stop() {
+  if (server_) server_->stop();
+}
+
+void HttpApi::Routes() {
+  httplib::Server& s = *server_;
+  s.set_payload_max_length(options_.max_body_bytes);
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    if (req.method == "GET" || req.method == "HEAD") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (options_.token.empty() || auth.rfind(prefix, 0) != 0 ||
+        !TokenMatches(auth.substr(prefix.size()), options_.token)) {
+      unauthorized_.fetch_add(1, std::memory_order_relaxed);
+      res.set_header("WWW-Authenticate", "Bearer");
+      SendError(res, 401, "UNAUTHENTICATED", "a valid bearer token is required");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  s.Post("/v1/sync", [this](const httplib::Request& req, httplib::Response& res) {
+    Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return SendError(res, 400, "INVALID_ARGUMENT", "body must be a JSON object");
+    }
+    SyncRequest r;
+    for (const char* key : {"version", "delta"}) {
+      auto it = body.find(key);
+      if (it == body.end() || !it->is_string()) {
+        return SendError(res, 400, "INVALID_ARGUMENT",
+                         std::string("field '") + key + "' must be a string");
+      }
+    }
+    r.version = body["version"].get<std::string>();
+    r.delta = body["delta"].get<std::string>();
+    auto id = manager_->Submit(std::move(r));
+    if (!id.ok()) {
+      return SendError(res, HttpStatusFor(id.status()),
+                       std::string(StatusCodeName(id.status().code())), id.status().message());
+    }
+    res.set_header("Location", "/v1/syncs/" + *id);
+    SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
+  });
+
+  s.Get(R"(/v1/syncs/([A-Za-z0-9_-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    auto rec = manager_->Get(req.matches[1]);
+    if (!rec) return SendError(res, 404, "NOT_FOUND", "no sync '" + std::string(req.matches[1]) + "'");
+    SendJson(res, 200, rec->ToJson());
+  });
+
+  s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {
+    Json history = Json::array();
+    for (const SyncRecord& r : manager_->History()) history.push_back(r.ToJson());
+    SendJson(res, 200, {{"live_version", manager_->LiveVersion()},
+                        {"ranks", manager_->RanksJson()},
+                        {"history", history}});
+  });
+
+  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Metrics(), "text/plain; version=0.0.4");
+  });
+
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413) {
+      SendError(res, 413, "RESOURCE_EXHAUSTED", "request body too large");
+    } else if (res.status == 404) {
+      SendError(res, 404, "NOT_FOUND", "no such endpoint");
+    }
+  });
+}
+
+std::string HttpApi::Metrics() const {
+  std::ostringstream o;
+  o << "# HELP deltakv_http_requests_total HTTP requests received.\n"
+    << "# TYPE deltakv_http_requests_total counter\n"
+    << "deltakv_http_requests_total " << requests_.load() << "\n"
+    << "# HELP deltakv_http_unauthorized_total Mutating requests refused for a missing or bad token.\n"
+    << "# TYPE deltakv_http_unauthorized_total counter\n"
+    << "deltakv_http_unauthorized_total " << unauthorized_.load() << "\n"
+    << "# HELP deltakv_syncs_total Syncs finished, by result.\n"
+    << "# TYPE deltakv_syncs_total counter\n"
+    << "deltakv_syncs_total{result=\"live\"} " << manager_->succeeded() << "\n"
+    << "deltakv_syncs_total{result=\"aborted\"} " << manager_->failed() << "\n";
+  auto history = manager_->History();
+  o << "# HELP deltakv_last_sync_phase_seconds Duration of each phase of the most recent finished sync.\n"
+    << "# TYPE deltakv_last_sync_phase_seconds gauge\n";
+  for (const SyncRecord& r : history) {
+    if (!r.finished()) continue;
+    for (const auto& [phase, ms] : r.phase_ms) {
+      o << "deltakv_last_sync_phase_seconds{phase=\"" << phase << "\"} " << ms / 1000.0 << "\n";
+    }
+    break;
+  }
+  Json ranks = manager_->RanksJson();
+  o << "# HELP deltakv_engine_ranks Engine ranks registered with the sidecar.\n"
+    << "# TYPE deltakv_engine_ranks gauge\n"
+    << "deltakv_engine_ranks " << (ranks.is_array() ? ranks.size() : 0) << "\n";
+  return o.str();
+}
+
+}  // namespace deltakv::sidecar

@@ -1,0 +1,61 @@
+// HttpApi: the sidecar's HTTP interface on cpp-httplib.
+//
+//   POST /v1/sync        {"version": V, "delta": URI} -> 202 {"id", "state"}    (bearer token)
+//   GET  /v1/syncs/{id}  the sync's record: state, per-phase timings, bytes, error
+//   GET  /v1/status      live version, ranks, recent syncs
+//   GET  /healthz        "ok"
+//   GET  /metrics        Prometheus text format
+//
+// Mutating calls need "Authorization: Bearer <token>" (401 otherwise). Bodies above
+// max_body_bytes get 413; malformed JSON or fields 400; a sync while another runs 409.
+// Every error body is {"error": {"code", "message"}}.
+//
+// Thread-safety: httplib serves requests on its own thread pool; the handlers only touch the
+// thread-safe SyncManager.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "sync/sync_manager.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace deltakv::sidecar {
+
+struct HttpApiOptions {
+  std::string host = "127.0.0.1";
+  int port = 8470;  // 0 = any free port (see HttpApi::port())
+  std::string token;
+  uint64_t max_body_bytes = 64 << 10;
+};
+
+class HttpApi {
+ public:
+  HttpApi(HttpApiOptions options, SyncManager* manager);
+  ~HttpApi();
+  // Binds the socket. IoError if the address cannot be bound.
+  Status Bind();
+  // Serves until Stop(). REQUIRES: Bind() succeeded.
+  void Serve();
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  void Routes();
+  std::string Metrics() const;
+
+  HttpApiOptions options_;
+  SyncManager* manager_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> unauthorized_{0};
+};
+
+}  // namespace deltakv::sidecar

@@ -1,0 +1,40 @@
+#include "sync/sync_record.h"
+
+namespace deltakv::sidecar {
+
+const char* SyncStateName(SyncState s) {
+  switch (s) {
+    case SyncState::kQueued: return "queued";
+    case SyncState::kFetching: return "fetching";
+    case SyncState::kDecoding: return "decoding";
+    case SyncState::kStaged: return "staged";
+    case SyncState::kCommitting: return "committing";
+    case SyncState::kLive: return "live";
+    case SyncState::kAborted: return "aborted";
+  }
+  return "unknown";
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+nlohmann::json SyncRecord::ToJson() const {
+  nlohmann::json j = {{"id", id},
+                      {"version", request.version},
+                      {"delta", request.delta},
+                      {"state", SyncStateName(state)},
+                      {"parent_version", parent_version},
+                      {"phase_ms", phase_ms},
+                      {"bytes_fetched", bytes_fetched},
+                      {"nonzero_bytes", nonzero_bytes},
+                      {"tensors_changed", tensors_changed},
+                      {"created_unix", created_unix},
+                      {"total_ms", total_ms}};
+  if (finished()) j["finished_unix"] = finished_unix;
+  if (!error.empty()) j["error"] = error;
+  return j;
+}
+
+}  // namespace deltakv::sidecar

@@ -1,0 +1,108 @@
+// Write plans: round trip, splitting, capacity, and every kind of malformed buffer.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "deltasync/write_plan.h"
+
+namespace deltakv::deltasync {
+namespace {
+
+struct Buffer {
+  explicit Buffer(size_t n) : words((n + 7) / 8, 0) {}
+  std::span<uint8_t> span() { return {reinterpret_cast<uint8_t*>(words.data()), words.size() * 8}; }
+  std::vector<uint64_t> words;
+};
+
+TEST(WritePlan, RoundTrip) {
+  Buffer buf(1 << 16);
+  std::vector<PlanTensor> tensors = {{3, 0, 1000, 11, 22}, {7, kPlanTensorFullVerify, 64, 1, 2}};
+  WritePlanWriter w(buf.span(), tensors);
+  std::mt19937 rng(1);
+  struct Want {
+    uint32_t t;
+    uint64_t local, canon;
+    std::vector<uint8_t> bytes;
+    bool owner;
+  };
+  std::vector<Want> want;
+  for (int i = 0; i < 50; ++i) {
+    uint32_t t = i % 2;
+    uint64_t cap = tensors[t].canonical_length;
+    uint64_t canon = rng() % cap;
+    uint64_t len = 1 + rng() % std::min<uint64_t>(cap - canon, 37);
+    std::vector<uint8_t> bytes(len);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    want.push_back({t, canon + 5, canon, bytes, i % 3 == 0});
+    ASSERT_TRUE(w.Add(t, canon + 5, canon, bytes, i % 3 == 0).ok());
+  }
+  auto used = w.Finish();
+  ASSERT_TRUE(used.ok());
+  auto r = WritePlanReader::Open(buf.span().first(*used));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->tensors().size(), 2u);
+  EXPECT_EQ(r->tensors()[1].rank_tensor, 7u);
+  size_t k = 0;
+  ASSERT_TRUE(r->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
+                 const Want& x = want[k++];
+                 EXPECT_EQ(rec.tensor, x.t);
+                 EXPECT_EQ(rec.local_offset, x.local);
+                 EXPECT_EQ(rec.canonical_offset, x.canon);
+                 EXPECT_EQ((rec.flags & kPlanRecordOwner) != 0, x.owner);
+                 EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), x.bytes.begin(), x.bytes.end()));
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(k, want.size());
+}
+
+TEST(WritePlan, FullBufferIsResourceExhausted) {
+  Buffer buf(256);
+  WritePlanWriter w(buf.span(), {{0, 0, 1 << 20, 0, 0}});
+  std::vector<uint8_t> bytes(100, 1);
+  EXPECT_TRUE(w.Add(0, 0, 0, bytes, true).ok());
+  Status s = w.Add(0, 100, 100, bytes, true);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(w.Finish().ok());
+}
+
+TEST(WritePlan, RejectsMalformedBuffers) {
+  Buffer buf(4096);
+  WritePlanWriter w(buf.span(), {{0, 0, 100, 0, 0}});
+  std::vector<uint8_t> bytes(10, 9);
+  ASSERT_TRUE(w.Add(0, 0, 90, bytes, true).ok());
+  uint64_t used = *w.Finish();
+  auto mutate = [&](auto edit) {
+    Buffer copy(4096);
+    std::memcpy(copy.span().data(), buf.span().data(), 4096);
+    edit(copy.span());
+    return WritePlanReader::Open(copy.span().first(used)).status();
+  };
+  auto put32 = [](std::span<uint8_t> b, size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); };
+  auto put64 = [](std::span<uint8_t> b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); };
+  const size_t rec = sizeof(PlanHeader) + sizeof(PlanTensor);
+  struct Case {
+    const char* label;
+    std::function<void(std::span<uint8_t>)> edit;
+    const char* msg;
+  } cases[] = {
+      {"magic", [&](auto b) { put64(b, 0, 1); }, "bad magic"},
+      {"version", [&](auto b) { put32(b, 8, 9); }, "version 9"},
+      {"tensor count", [&](auto b) { put32(b, 12, 1000); }, "tensor table too long"},
+      {"record count", [&](auto b) { put64(b, 16, 2); }, "found 1"},
+      {"bytes used", [&](auto b) { put64(b, 24, 1 << 20); }, "claims"},
+      {"record tensor", [&](auto b) { put32(b, rec, 1); }, "tensor index out of range"},
+      {"canonical range", [&](auto b) { put64(b, rec + 16, 95); }, "beyond the tensor"},
+      {"length", [&](auto b) { put32(b, rec + 4, 4000); }, "beyond the tensor"},
+  };
+  for (const Case& c : cases) {
+    Status s = mutate(c.edit);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.label;
+    EXPECT_NE(s.message().find(c.msg), std::string::npos) << c.label << ": " << s.message();
+  }
+  EXPECT_FALSE(WritePlanReader::Open(buf.span().first(10)).ok());
+  EXPECT_FALSE(WritePlanReader::Open(buf.span().first(used - 8)).ok());
+}
+
+}  // namespace
+}  // namespace deltakv::deltasync
