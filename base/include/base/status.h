@@ -96,15 +96,18 @@ class [[nodiscard]] StatusOr {
 #define DELTAKV_CONCAT_(a, b) DELTAKV_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::deltakv::Status deltakv_status_ = (expr);      \
-    if (!deltakv_status_.ok()) return deltakv_status_; \
+// (A fresh variable name per expansion, so nested uses inside lambdas do not shadow.)
+#define RETURN_IF_ERROR(expr) \
+  RETURN_IF_ERROR_IMPL_(DELTAKV_CONCAT_(deltakv_status_, __COUNTER__), expr)
+#define RETURN_IF_ERROR_IMPL_(var, expr) \
+  do {                                   \
+    ::deltakv::Status var = (expr);      \
+    if (!var.ok()) return var;           \
   } while (0)
 
 // `lhs = value of expr`, or return its Status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(DELTAKV_CONCAT_(deltakv_statusor_, __LINE__), lhs, expr)
+  ASSIGN_OR_RETURN_IMPL_(DELTAKV_CONCAT_(deltakv_statusor_, __COUNTER__), lhs, expr)
 #define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                           \
   if (!tmp.ok()) return tmp.status();          \

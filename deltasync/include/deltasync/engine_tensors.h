@@ -1,0 +1,46 @@
+// EngineTensorTable: the weight tensors one engine rank registered, as the rank publishes
+// them to the sidecar (JSON text in a shared-memory segment, see shm/PROTOCOL.md).
+//
+//   {"format": "deltakv.engine-tensors/1", "rank": 0, "world_size": 2, "version": "v1",
+//    "tensors": [{"name": "model.layers.0.mlp.up_proj.weight", "dtype": "BF16",
+//                 "local_bytes": 4194304, "layout": {...TensorLayout JSON...}}, ...]}
+//
+// `index` of each entry is its position in "tensors" (the shim's registration order).
+// Parsing validates everything and rejects bad input with InvalidArgument naming the field.
+//
+// Thread-safety: values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "deltasync/layout.h"
+#include "deltasync/sync_planner.h"
+
+namespace deltakv::deltasync {
+
+struct EngineTensor {
+  std::string name;
+  DType dtype;
+  uint64_t local_bytes;
+  TensorLayout layout;
+};
+
+struct EngineTensorTable {
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  std::string version;
+  std::vector<EngineTensor> tensors;
+};
+
+std::string EngineTensorTableToJson(const EngineTensorTable& t);
+StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text);
+
+// Builds the planner's per-rank tables. InvalidArgument if ranks are missing or duplicated,
+// world sizes disagree, or a name repeats within a rank.
+StatusOr<RankTensorTables> ToRankTensorTables(const std::vector<EngineTensorTable>& tables);
+
+}  // namespace deltakv::deltasync

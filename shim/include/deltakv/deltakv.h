@@ -1,0 +1,111 @@
+/* deltakv.h: the C ABI of libdeltakv, the library an inference engine links.
+ *
+ * One engine process per tensor-parallel rank creates one engine handle, registers its weight
+ * tensors (name -> device pointer, dtype, shape, layout), then starts it. The handle attaches
+ * to the sidecar's shared-memory control block, registers the rank, and serves sync plans on a
+ * background thread: it gathers the old bytes at the changed positions, XORs, computes partial
+ * Adler-32 sums over canonical positions, and stages the new bytes. Nothing the engine serves
+ * changes until the sidecar has verified every rank and decided to commit; then the handle
+ * pauses the engine, writes the staged bytes, refreshes derived weights, bumps the policy
+ * version and resumes.
+ *
+ * Two ways to pause:
+ *   - callbacks: set pause/resume (and optionally derived) with deltakv_engine_set_callbacks;
+ *     the background thread calls them around the commit;
+ *   - polling: set params.poll_mode = 1 and call deltakv_engine_poll() from the scheduler loop
+ *     between steps; a pending commit is applied inside that call (the engine is, by
+ *     construction, not running a step then).
+ *
+ * Ownership: the caller owns the handle (free with deltakv_engine_free, which accepts NULL) and
+ * its device memory; registered pointers must stay valid until the handle is freed.
+ * Thread-safety: register_tensor/set_callbacks/start are called by one thread before serving;
+ * poll, policy_version and last_error may be called from the engine's scheduler thread while
+ * the background thread runs.
+ * Errors: every call returns a deltakv_status; deltakv_engine_last_error() gives the message.
+ */
+#ifndef DELTAKV_DELTAKV_H_
+#define DELTAKV_DELTAKV_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum deltakv_status {
+  DELTAKV_OK = 0,
+  DELTAKV_ERR_INVALID_ARGUMENT = 1,
+  DELTAKV_ERR_NOT_FOUND = 2,
+  DELTAKV_ERR_DATA_LOSS = 3,
+  DELTAKV_ERR_FAILED_PRECONDITION = 4,
+  DELTAKV_ERR_RESOURCE_EXHAUSTED = 5,
+  DELTAKV_ERR_IO = 6,
+  DELTAKV_ERR_UNIMPLEMENTED = 7,
+  DELTAKV_ERR_INTERNAL = 8,
+} deltakv_status;
+
+typedef struct deltakv_engine deltakv_engine; /* opaque */
+
+typedef struct deltakv_engine_params {
+  const char* shm_name;       /* the sidecar's control segment name; default "deltakv" */
+  int32_t rank;               /* this process's tensor-parallel rank, 0-based */
+  int32_t world_size;         /* tensor-parallel degree */
+  const char* backend;        /* device backend: "cpu" (default) or "cuda" */
+  const char* initial_version;/* the policy version the engine loaded, e.g. "v1" */
+  int32_t poll_mode;          /* 1: commits are applied in deltakv_engine_poll() */
+  uint32_t attach_timeout_ms; /* how long start() waits for the sidecar; default 10000 */
+} deltakv_engine_params;
+
+/* A changed byte range of a registered tensor, in rank-local bytes. */
+typedef struct deltakv_region {
+  uint64_t offset;
+  uint64_t length;
+} deltakv_region;
+
+typedef struct deltakv_callbacks {
+  void* user;
+  /* Stop admitting and finish (or hold) in-flight work. Return 0 on success. */
+  int (*pause)(void* user);
+  /* Reopen admission. Return 0 on success. */
+  int (*resume)(void* user);
+  /* Refresh weights derived from `tensor` over the touched regions (optional). */
+  int (*derived)(void* user, const char* tensor, const deltakv_region* regions, size_t n);
+} deltakv_callbacks;
+
+deltakv_engine_params deltakv_engine_default_params(void);
+
+/* Creates a handle. Nothing is attached until deltakv_engine_start. */
+deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltakv_engine** out);
+void deltakv_engine_free(deltakv_engine* engine);
+
+/* Registers one weight tensor. `dtype` uses safetensors names ("BF16", "F32", ...); `shape`
+ * is the rank-local shape; `layout_json` describes how the canonical checkpoint tensor maps
+ * to this rank (NULL = replicated: the local tensor is the whole canonical tensor).
+ * REQUIRES: called before deltakv_engine_start. */
+deltakv_status deltakv_engine_register_tensor(deltakv_engine* engine, const char* name,
+                                              void* device_ptr, const char* dtype,
+                                              const int64_t* shape, int32_t ndim,
+                                              const char* layout_json);
+
+deltakv_status deltakv_engine_set_callbacks(deltakv_engine* engine, const deltakv_callbacks* cb);
+
+/* Attaches to the sidecar, registers the rank and starts serving sync plans. */
+deltakv_status deltakv_engine_start(deltakv_engine* engine);
+
+/* Poll mode: applies a pending commit, if any; *committed (may be NULL) is set to 1 then. */
+deltakv_status deltakv_engine_poll(deltakv_engine* engine, int32_t* committed);
+
+/* The policy version counter the engine serves now (starts at 0, +1 per commit). */
+uint64_t deltakv_engine_policy_version(const deltakv_engine* engine);
+/* The version id string the engine serves now (valid until the next call on this handle). */
+const char* deltakv_engine_version_id(deltakv_engine* engine);
+
+/* The message of the last failed call on this handle ("" if none). */
+const char* deltakv_engine_last_error(const deltakv_engine* engine);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DELTAKV_DELTAKV_H_ */

@@ -1,0 +1,50 @@
+// Staging and committing a write plan on one engine rank.
+//
+// Stage: for every record, gather the old bytes at its local range from device memory, turn
+// the record's XOR bytes into new bytes in place (new = old ^ xor), and add the record's
+// contribution to its tensor's incremental Adler-32 partial sums over canonical positions
+// (owner records only, so replicated bytes are counted once across ranks). No device byte
+// changes. Commit: scatter every record's new bytes to device memory.
+//
+// Thread-safety: one call at a time per plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "deltasync/adler32.h"
+#include "deltasync/write_plan.h"
+#include "shim/device_backend.h"
+
+namespace deltakv::shim {
+
+// A weight tensor as registered by the engine on this rank.
+struct LocalTensor {
+  std::string name;
+  void* device = nullptr;
+  uint64_t bytes = 0;  // rank-local size
+};
+
+struct StagedTensor {
+  deltasync::AdlerDelta delta;  // incremental partial sums over owned canonical positions
+  // For plan tensors flagged kPlanTensorFullVerify (small tensors, whose plan covers every
+  // byte): the partial sums of the new bytes against all-zero bytes, so that
+  // full.Apply(Adler32(n zero bytes), n) is the Adler-32 of the whole new tensor.
+  deltasync::AdlerDelta full;
+  uint64_t bytes_changed = 0;
+};
+
+// Validates every record against the registered tensors (local range inside the tensor),
+// gathers and stages. Returns one StagedTensor per plan tensor. InvalidArgument for a record
+// outside its local tensor or a plan tensor index the rank did not register.
+StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& plan,
+                                              const std::vector<LocalTensor>& tensors,
+                                              DeviceBackend& backend);
+
+// Writes the staged bytes. REQUIRES: StagePlan succeeded on this plan.
+Status CommitPlan(const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+                  DeviceBackend& backend);
+
+}  // namespace deltakv::shim

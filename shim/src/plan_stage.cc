@@ -1,0 +1,69 @@
+#include "shim/plan_stage.h"
+
+#include <vector>
+
+namespace deltakv::shim {
+
+using deltasync::PlanRecord;
+using deltasync::PlanTensor;
+
+namespace {
+
+Status CheckRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tensors,
+                   const std::vector<LocalTensor>& tensors) {
+  uint32_t t = plan_tensors[rec.tensor].rank_tensor;
+  if (t >= tensors.size()) {
+    return InvalidArgument("plan names tensor #" + std::to_string(t) + ", this rank registered " +
+                           std::to_string(tensors.size()));
+  }
+  const LocalTensor& lt = tensors[t];
+  if (rec.local_offset > lt.bytes || rec.length > lt.bytes - rec.local_offset) {
+    return InvalidArgument("plan writes [" + std::to_string(rec.local_offset) + ", +" +
+                           std::to_string(rec.length) + ") outside tensor '" + lt.name + "' of " +
+                           std::to_string(lt.bytes) + " local bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& plan,
+                                              const std::vector<LocalTensor>& tensors,
+                                              DeviceBackend& backend) {
+  std::vector<StagedTensor> staged(plan.tensors().size());
+  std::vector<uint8_t> old, zeros;
+  RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) -> Status {
+    RETURN_IF_ERROR(CheckRecord(rec, plan.tensors(), tensors));
+    const LocalTensor& lt = tensors[plan.tensors()[rec.tensor].rank_tensor];
+    old.resize(rec.length);
+    CopyOp op{static_cast<uint8_t*>(lt.device) + rec.local_offset, old.data(), rec.length};
+    RETURN_IF_ERROR(backend.Gather({&op, 1}));
+    StagedTensor& st = staged[rec.tensor];
+    if (rec.flags & deltasync::kPlanRecordOwner) st.delta.AddXorRun(rec.canonical_offset, old, bytes);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] ^= old[i];
+    st.bytes_changed += rec.length;
+    if ((rec.flags & deltasync::kPlanRecordOwner) &&
+        (plan.tensors()[rec.tensor].flags & deltasync::kPlanTensorFullVerify)) {
+      zeros.assign(rec.length, 0);
+      st.full.AddXorRun(rec.canonical_offset, zeros, bytes);
+    }
+    return Status::Ok();
+  }));
+  return staged;
+}
+
+Status CommitPlan(const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+                  DeviceBackend& backend) {
+  std::vector<CopyOp> ops;
+  RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) -> Status {
+    RETURN_IF_ERROR(CheckRecord(rec, plan.tensors(), tensors));
+    const LocalTensor& lt = tensors[plan.tensors()[rec.tensor].rank_tensor];
+    ops.push_back({static_cast<uint8_t*>(lt.device) + rec.local_offset, bytes.data(), rec.length});
+    return Status::Ok();
+  }));
+  Status s = backend.Scatter(ops);
+  if (!s.ok()) return Internal("scatter failed after commit was decided: " + s.message());
+  return Status::Ok();
+}
+
+}  // namespace deltakv::shim
