@@ -1,0 +1,76 @@
+// FrameOutput: the decoded stream of one frame, kept virtually. It advances the frame position
+// over literals, repeated bytes and matches, records every nonzero byte in the NonzeroIndex,
+// hands it to the RunEmitter at its global position, and feeds the content checksum lazily
+// (zero gaps go to Xxh64::UpdateZeros when the next nonzero byte or the frame end arrives).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "walker/nonzero_index.h"
+#include "walker/run_emitter.h"
+#include "walker/xxh64.h"
+
+namespace deltakv::deltasync::walker {
+
+class FrameOutput {
+ public:
+  explicit FrameOutput(RunEmitter& emitter) : emitter_(emitter) {}
+
+  // Starts a frame whose first byte has global position `global_start`.
+  void StartFrame(uint64_t global_start, uint64_t window, bool hash);
+
+  uint64_t position() const { return pos_; }
+  uint64_t nonzeros() const { return nonzeros_; }
+
+  // Appends bytes as they are (raw blocks, literals).
+  void AppendBytes(const uint8_t* data, size_t size);
+  // Appends `count` copies of `value`.
+  void AppendRepeated(uint8_t value, uint64_t count);
+  // Appends a match. REQUIRES: 1 <= offset <= position(), offset <= window.
+  void AppendMatch(uint64_t offset, uint64_t length) {
+    // Common case on sparse data: the source (or, when overlapping, its first period) holds
+    // no nonzero byte, so the match produces only zeros.
+    const uint64_t source = pos_ - offset;
+    const uint64_t source_end = source + length;
+    if (index_.EmptyRange(source, source_end < pos_ ? source_end : pos_, pos_)) {
+      pos_ += length;
+      return;
+    }
+    CopyMatch(offset, length);
+  }
+
+  // Drops index memory older than the window. Call between blocks.
+  void PruneToWindow() {
+    if (pos_ > window_) index_.Prune(pos_ - window_, pos_);
+  }
+
+  // Hashes the trailing zeros and returns the frame's XXH64.
+  uint64_t FinishHash();
+
+ private:
+  void CopyMatch(uint64_t offset, uint64_t length);
+  void AddNonzero(uint64_t position, uint8_t value) {
+    index_.Append(position, value);
+    emitter_.Add(global_start_ + position, value);
+    ++nonzeros_;
+  }
+  void HashUpTo(uint64_t position) {
+    if (position > hashed_) {
+      hash_.UpdateZeros(position - hashed_);
+      hashed_ = position;
+    }
+  }
+
+  RunEmitter& emitter_;
+  NonzeroIndex index_;
+  Xxh64 hash_;
+  bool hashing_ = false;
+  uint64_t hashed_ = 0;  // frame position up to which the hash has been fed
+  uint64_t global_start_ = 0;
+  uint64_t window_ = 0;
+  uint64_t pos_ = 0;
+  uint64_t nonzeros_ = 0;
+};
+
+}  // namespace deltakv::deltasync::walker

@@ -1,0 +1,49 @@
+// FSE (tANS) decoding tables: reading a table description (normalized counts) and building the
+// state table, as used by the sequence section (LL/OF/ML codes) and by Huffman weights.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "base/status.h"
+
+namespace deltakv::deltasync::walker {
+
+inline constexpr uint32_t kFseMaxLog = 9;
+inline constexpr uint32_t kFseMaxSymbols = 256;
+
+// One decoding state: emit `symbol`, then next state = base + read(nb_bits).
+struct FseCell {
+  uint16_t base;
+  uint8_t symbol;
+  uint8_t nb_bits;
+};
+
+struct FseTable {
+  uint32_t log = 0;  // accuracy log; the table has 1 << log cells
+  std::array<FseCell, 1u << kFseMaxLog> cells;
+};
+
+// Normalized counts read from a table description; -1 means "less than 1".
+struct FseCounts {
+  uint32_t log = 0;
+  uint32_t num_symbols = 0;  // symbols 0..num_symbols-1 are described
+  std::array<int16_t, kFseMaxSymbols> prob;
+};
+
+// Reads an FSE table description from the start of `in`. On success stores the counts and
+// the number of bytes used. Fails (DataLoss message, no offset) when the accuracy log exceeds
+// `max_log`, a symbol exceeds `max_symbol`, the counts do not sum to 1 << log, or the
+// description runs past `in`.
+Status ReadFseCounts(std::span<const uint8_t> in, uint32_t max_symbol, uint32_t max_log,
+                     FseCounts* counts, size_t* consumed);
+
+// Builds the decoding table for valid counts (as produced by ReadFseCounts).
+void BuildFseTable(const FseCounts& counts, FseTable* table);
+
+// A one-state table that always yields `symbol` and reads no bits (RLE mode).
+void BuildRleFseTable(uint8_t symbol, FseTable* table);
+
+}  // namespace deltakv::deltasync::walker

@@ -1,0 +1,175 @@
+#include "walker/huffman.h"
+
+#include <bit>
+#include <string>
+
+#include "walker/bit_reader.h"
+#include "walker/fse_table.h"
+
+namespace deltakv::deltasync::walker {
+namespace {
+
+constexpr uint32_t kMaxWeights = 255;  // explicit weights; the last symbol's weight is implied
+constexpr uint32_t kWeightsFseMaxLog = 6;
+
+// Decodes FSE-compressed weights: two interleaved states over one backward stream.
+Status DecodeFseWeights(std::span<const uint8_t> in, uint8_t* weights, uint32_t* count) {
+  FseCounts counts;
+  size_t header = 0;
+  RETURN_IF_ERROR(
+      ReadFseCounts(in, 255, kWeightsFseMaxLog, &counts, &header).WithPrefix("Huffman weights"));
+  FseTable table;
+  BuildFseTable(counts, &table);
+  BackwardBitReader br;
+  if (!br.Init(in.data() + header, in.size() - header)) {
+    return DataLoss("Huffman weights: FSE bitstream empty or without end marker");
+  }
+  uint32_t state1 = static_cast<uint32_t>(br.Read(table.log));
+  uint32_t state2 = static_cast<uint32_t>(br.Read(table.log));
+  uint32_t n = 0;
+  for (;;) {
+    if (n + 2 > kMaxWeights) return DataLoss("Huffman weights: more than 255 weights");
+    const FseCell& c1 = table.cells[state1];
+    weights[n++] = c1.symbol;
+    state1 = c1.base + static_cast<uint32_t>(br.Read(c1.nb_bits));
+    if (br.overflowed()) {
+      weights[n++] = table.cells[state2].symbol;
+      break;
+    }
+    if (n + 2 > kMaxWeights) return DataLoss("Huffman weights: more than 255 weights");
+    const FseCell& c2 = table.cells[state2];
+    weights[n++] = c2.symbol;
+    state2 = c2.base + static_cast<uint32_t>(br.Read(c2.nb_bits));
+    if (br.overflowed()) {
+      weights[n++] = table.cells[state1].symbol;
+      break;
+    }
+  }
+  *count = n;
+  return Status::Ok();
+}
+
+// libzstd 1.5.4's fast 4-stream loop checks neither the end marker nor the exact end of each
+// stream (it only counts symbols, and a stream may read into its neighbour), and its
+// double-symbol decoder clamps an over-read of the last symbol. RFC 8878 streams carry an end
+// marker and end exactly, so those errors are flagged as tolerated by libzstd.
+Status DecodeStream(const HuffmanTable& table, std::span<const uint8_t> in, uint8_t* out, size_t n,
+                    int stream, bool four_streams) {
+  BackwardBitReader br;
+  if (!br.Init(in.data(), in.size())) {
+    return DataLoss("Huffman stream " + std::to_string(stream) + ": empty or without end marker" +
+                    (four_streams ? " (libzstd tolerates)" : ""));
+  }
+  const unsigned log = table.log;
+  for (size_t i = 0; i < n; ++i) {
+    const HuffmanCell cell = table.cells[br.Peek(log)];
+    out[i] = cell.symbol;
+    br.Skip(cell.nb_bits);
+  }
+  if (br.overflowed()) {
+    return DataLoss("Huffman stream " + std::to_string(stream) +
+                    ": read past its start (libzstd tolerates)");
+  }
+  if (!br.finished()) {
+    return DataLoss("Huffman stream " + std::to_string(stream) + ": not fully consumed" +
+                    (four_streams ? " (libzstd tolerates)" : ""));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t* consumed) {
+  if (in.empty()) return DataLoss("Huffman tree description missing");
+  std::array<uint8_t, kMaxWeights + 1> weights{};
+  uint32_t count = 0;
+  const uint8_t header = in[0];
+  if (header < 128) {
+    if (header == 0 || static_cast<size_t>(header) + 1 > in.size()) {
+      return DataLoss("Huffman tree description: compressed weights size " +
+                      std::to_string(header) + " invalid or past the literals section");
+    }
+    RETURN_IF_ERROR(DecodeFseWeights(in.subspan(1, header), weights.data(), &count));
+    *consumed = 1 + static_cast<size_t>(header);
+  } else {
+    count = header - 127u;
+    const size_t bytes = (count + 1) / 2;
+    if (1 + bytes > in.size()) return DataLoss("Huffman tree description: weights truncated");
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint8_t b = in[1 + i / 2];
+      weights[i] = (i % 2 == 0) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 15);
+    }
+    *consumed = 1 + bytes;
+  }
+  // Weight sum, implied last weight, and the rank counts.
+  std::array<uint32_t, kHuffmanMaxLog + 2> rank_count{};
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (weights[i] > kHuffmanMaxLog) {
+      return DataLoss("Huffman weight " + std::to_string(weights[i]) + " above maximum " +
+                      std::to_string(kHuffmanMaxLog));
+    }
+    ++rank_count[weights[i]];
+    total += (uint64_t{1} << weights[i]) >> 1;
+  }
+  if (total == 0) return DataLoss("Huffman weights are all zero");
+  const uint32_t log = static_cast<uint32_t>(std::bit_width(total));  // highbit + 1
+  if (log > kHuffmanMaxLog) {
+    return DataLoss("Huffman code length " + std::to_string(log) + " above maximum");
+  }
+  const uint64_t rest = (uint64_t{1} << log) - total;
+  if (!std::has_single_bit(rest)) {
+    return DataLoss("Huffman weights do not complete a prefix code");
+  }
+  const uint32_t last_weight = static_cast<uint32_t>(std::bit_width(rest));
+  weights[count] = static_cast<uint8_t>(last_weight);
+  ++rank_count[last_weight];
+  const uint32_t num_symbols = count + 1;
+  if (rank_count[1] < 2 || (rank_count[1] & 1) != 0) {
+    return DataLoss("Huffman weights: odd or too small count of weight-1 symbols");
+  }
+  // Canonical assignment: lower weights (longer codes) take the lower table indices.
+  std::array<uint32_t, kHuffmanMaxLog + 2> start{};
+  uint32_t next = 0;
+  for (uint32_t w = 1; w <= log; ++w) {
+    start[w] = next;
+    next += rank_count[w] << (w - 1);
+  }
+  table->log = log;
+  for (uint32_t s = 0; s < num_symbols; ++s) {
+    const uint32_t w = weights[s];
+    if (w == 0) continue;
+    const uint32_t len = (1u << w) >> 1;
+    const HuffmanCell cell{static_cast<uint8_t>(s), static_cast<uint8_t>(log + 1 - w)};
+    for (uint32_t i = 0; i < len; ++i) table->cells[start[w] + i] = cell;
+    start[w] += len;
+  }
+  return Status::Ok();
+}
+
+Status DecodeHuffmanLiterals(const HuffmanTable& table, std::span<const uint8_t> in,
+                             bool four_streams, std::span<uint8_t> out) {
+  if (!four_streams) return DecodeStream(table, in, out.data(), out.size(), 1, false);
+  if (in.size() < 10) return DataLoss("Huffman 4-stream literals shorter than 10 bytes");
+  if (out.size() < 6) return DataLoss("Huffman 4-stream literals with fewer than 6 symbols");
+  const size_t s1 = in[0] | (size_t{in[1]} << 8);
+  const size_t s2 = in[2] | (size_t{in[3]} << 8);
+  const size_t s3 = in[4] | (size_t{in[5]} << 8);
+  if (6 + s1 + s2 + s3 >= in.size()) {
+    return DataLoss("Huffman jump table: stream sizes exceed the literals section");
+  }
+  const size_t s4 = in.size() - 6 - s1 - s2 - s3;
+  const size_t segment = (out.size() + 3) / 4;
+  const size_t sizes[4] = {s1, s2, s3, s4};
+  size_t in_pos = 6;
+  for (int i = 0; i < 4; ++i) {
+    const size_t first = segment * static_cast<size_t>(i);
+    const size_t n = i < 3 ? segment : out.size() - 3 * segment;
+    RETURN_IF_ERROR(
+        DecodeStream(table, in.subspan(in_pos, sizes[i]), out.data() + first, n, i + 1, true));
+    in_pos += sizes[i];
+  }
+  return Status::Ok();
+}
+
+}  // namespace deltakv::deltasync::walker

@@ -1,0 +1,35 @@
+// Literals_Section of a compressed block: header parsing and decoding of raw, RLE, Huffman
+// (1 or 4 streams) and treeless literals. Raw literals are referenced in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "walker/huffman.h"
+
+namespace deltakv::deltasync::walker {
+
+// The literals of one block: `size` bytes, either at `bytes` or `size` copies of `rle_value`.
+struct Literals {
+  const uint8_t* bytes = nullptr;  // null for RLE literals
+  uint8_t rle_value = 0;
+  size_t size = 0;
+};
+
+// Huffman state carried across the blocks of a frame (for treeless literals).
+struct LiteralsState {
+  HuffmanTable huffman;
+  bool has_huffman = false;
+  std::vector<uint8_t> buffer;  // decoded Huffman literals of the current block
+};
+
+// Decodes the literals section at the start of `block`. `block_max` is the frame's
+// Block_Maximum_Size. On success sets `out` (valid until the next call or while `block` lives)
+// and `consumed` (section size). DataLoss messages carry no offset.
+Status DecodeLiterals(std::span<const uint8_t> block, size_t block_max, LiteralsState* state,
+                      Literals* out, size_t* consumed);
+
+}  // namespace deltakv::deltasync::walker

@@ -1,0 +1,86 @@
+#include "walker/nonzero_index.h"
+
+#include <algorithm>
+
+namespace deltakv::deltasync::walker {
+
+void NonzeroIndex::Reset(uint64_t window) {
+  entries_.clear();
+  base_ = 0;
+  first_.clear();
+  page_base_ = 0;
+  // The ring covers the window plus one block of lookahead, rounded up to a power of two.
+  const uint64_t span_chunks =
+      (std::min<uint64_t>(window, kMaxPosition) + (256u << 10)) >> kChunkShift;
+  max_words_ = 1;
+  while (max_words_ * 64 < span_chunks) max_words_ <<= 1;
+  // Start small and grow with the output (before the ring first wraps), so a frame that
+  // declares a huge window but is short costs little.
+  const uint64_t words = std::min<uint64_t>(max_words_, 1024);
+  chunk_bits_.assign(words, 0);
+  word_mask_ = words - 1;
+  clean_until_ = 0;
+}
+
+void NonzeroIndex::ExtendPages(uint64_t page) {
+  // Pages not yet covered hold no entry, so each starts at the current end.
+  const uint64_t covered = page_base_ + first_.size();
+  if (page >= covered) first_.resize(first_.size() + (page - covered + 1), end());
+}
+
+void NonzeroIndex::CleanChunks(uint64_t chunk) {
+  // Clean 4 KiB ahead (the ring keeps 256 KiB beyond the window), so this runs rarely.
+  const uint64_t target_word = (chunk >> 6) + 64;
+  if (target_word > chunk_bits_.size() && chunk_bits_.size() < max_words_ &&
+      clean_until_ >> 6 <= chunk_bits_.size()) {
+    // Not wrapped yet: slot == chunk, so growing keeps every bit in place.
+    uint64_t words = chunk_bits_.size();
+    while (words < target_word && words < max_words_) words <<= 1;
+    chunk_bits_.resize(words, 0);
+    word_mask_ = words - 1;
+  }
+  uint64_t word = clean_until_ >> 6;
+  if (target_word - word > chunk_bits_.size()) word = target_word - chunk_bits_.size();
+  for (; word < target_word; ++word) chunk_bits_[word & word_mask_] = 0;
+  clean_until_ = target_word << 6;
+}
+
+uint64_t NonzeroIndex::LowerBound(uint64_t position, uint64_t frontier) {
+  const uint64_t frontier_page = frontier >> kPageShift;
+  if (frontier_page >= page_base_ + first_.size()) ExtendPages(frontier_page);
+  uint64_t page = position >> kPageShift;
+  if (page < page_base_) page = page_base_;  // pruned: nothing below the floor survives
+  const uint64_t slot = page - page_base_;
+  const uint64_t lo = first_[slot] - base_;
+  const uint64_t hi = slot + 1 < first_.size() ? first_[slot + 1] - base_ : entries_.size();
+  // Branchless lower bound over [lo, hi): no mispredictions on random match sources.
+  const uint64_t key = position << 8;
+  const uint64_t* first = entries_.data() + lo;
+  uint64_t n = hi - lo;
+  if (n > 0) {
+    while (n > 1) {
+      const uint64_t half = n / 2;
+      first = first[half] < key ? first + half : first;
+      n -= half;
+    }
+    first += *first < key;
+  }
+  return base_ + static_cast<uint64_t>(first - entries_.data());
+}
+
+void NonzeroIndex::Prune(uint64_t floor, uint64_t frontier) {
+  const uint64_t floor_page = floor >> kPageShift;
+  if (floor_page <= page_base_) return;
+  const uint64_t frontier_page = frontier >> kPageShift;
+  if (frontier_page >= page_base_ + first_.size()) ExtendPages(frontier_page);
+  const uint64_t drop_pages = std::min<uint64_t>(floor_page - page_base_, first_.size() - 1);
+  // Batch: release only when at least half of the pages (and a thousand) are stale.
+  if (drop_pages < 1024 || drop_pages * 2 < first_.size()) return;
+  const uint64_t new_base = first_[drop_pages];
+  entries_.erase(entries_.begin(), entries_.begin() + static_cast<ptrdiff_t>(new_base - base_));
+  base_ = new_base;
+  first_.erase(first_.begin(), first_.begin() + static_cast<ptrdiff_t>(drop_pages));
+  page_base_ += drop_pages;
+}
+
+}  // namespace deltakv::deltasync::walker

@@ -1,0 +1,63 @@
+// RunEmitter: groups nonzero bytes, produced in increasing position order, into runs for a
+// NonzeroSink. Adjacent bytes (or bytes at most `merge_gap` zeros apart) share a run; a run is
+// delivered when the next byte does not extend it, when it reaches kMaxRun bytes, or on Flush().
+// The first sink error is kept; afterwards nothing more is delivered.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "deltasync/xor_decoder.h"
+
+namespace deltakv::deltasync::walker {
+
+class RunEmitter {
+ public:
+  static constexpr size_t kMaxRun = 64 * 1024;
+
+  RunEmitter(NonzeroSink& sink, uint32_t merge_gap) : sink_(sink), merge_gap_(merge_gap) {
+    run_.reserve(kMaxRun);
+  }
+
+  // REQUIRES: position > the position of every earlier Add.
+  void Add(uint64_t position, uint8_t value) {
+    if (!run_.empty()) {
+      const uint64_t end = start_ + run_.size();
+      if (position == end && run_.size() < kMaxRun) {
+        run_.push_back(value);
+        return;
+      }
+      if (position - end <= merge_gap_ && run_.size() + (position - end) < kMaxRun) {
+        run_.resize(run_.size() + (position - end), 0);
+        run_.push_back(value);
+        return;
+      }
+      Flush();
+    }
+    start_ = position;
+    run_.push_back(value);
+  }
+
+  void Flush() {
+    if (run_.empty()) return;
+    if (status_.ok()) {
+      status_ = sink_.OnRun(start_, run_);
+      ++runs_;
+    }
+    run_.clear();
+  }
+
+  const Status& status() const { return status_; }
+  uint64_t runs() const { return runs_; }
+
+ private:
+  NonzeroSink& sink_;
+  const uint64_t merge_gap_;
+  std::vector<uint8_t> run_;
+  uint64_t start_ = 0;
+  uint64_t runs_ = 0;
+  Status status_;
+};
+
+}  // namespace deltakv::deltasync::walker

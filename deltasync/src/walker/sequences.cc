@@ -1,0 +1,258 @@
+#include "walker/sequences.h"
+
+#include <string>
+
+#include "walker/bit_reader.h"
+#include "walker/nonzero_index.h"
+
+namespace deltakv::deltasync::walker {
+namespace {
+
+constexpr uint32_t kMaxLiteralCode = 35;
+constexpr uint32_t kMaxMatchCode = 52;
+constexpr uint32_t kMaxOffsetCode = 31;
+
+constexpr uint32_t kLiteralBase[kMaxLiteralCode + 1] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,  11,   12,   13,   14,   15,    16,    18,
+    20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
+constexpr uint8_t kLiteralBits[kMaxLiteralCode + 1] = {0, 0, 0, 0, 0, 0,  0,  0,  0,  0,  0,  0,
+                                                       0, 0, 0, 0, 1, 1,  1,  1,  2,  2,  3,  3,
+                                                       4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+constexpr uint32_t kMatchBase[kMaxMatchCode + 1] = {
+    3,  4,  5,  6,  7,  8,  9,  10,  11,  12,  13,   14,   15,   16,   17,    18,    19,   20,
+    21, 22, 23, 24, 25, 26, 27, 28,  29,  30,  31,   32,   33,   34,   35,    37,    39,   41,
+    43, 47, 51, 59, 67, 83, 99, 131, 259, 515, 1027, 2051, 4099, 8195, 16387, 32771, 65539};
+constexpr uint8_t kMatchBits[kMaxMatchCode + 1] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0,  0,  0,  0,  0,  0, 0,
+    0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+constexpr int16_t kLiteralDefault[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1,  1,  2,  2,
+                                         2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1};
+constexpr int16_t kMatchDefault[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1,  1,  1,  1,  1,  1,  1, 1,
+                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,  1,  1,  1,  1,  1,  1, 1,
+                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1};
+constexpr int16_t kOffsetDefault[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1,  1,  1,  1,  1, 1,
+                                        1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
+
+FseTable MakeDefault(const int16_t* prob, uint32_t n, uint32_t log) {
+  FseCounts counts;
+  counts.log = log;
+  counts.num_symbols = n;
+  for (uint32_t i = 0; i < n; ++i) counts.prob[i] = prob[i];
+  FseTable table;
+  BuildFseTable(counts, &table);
+  return table;
+}
+
+const FseTable& DefaultTable(int which) {
+  static const FseTable kLiteral = MakeDefault(kLiteralDefault, 36, 6);
+  static const FseTable kOffset = MakeDefault(kOffsetDefault, 29, 5);
+  static const FseTable kMatch = MakeDefault(kMatchDefault, 53, 6);
+  return which == 0 ? kLiteral : which == 1 ? kOffset : kMatch;
+}
+
+const char* const kTableNames[3] = {"literal lengths", "offsets", "match lengths"};
+
+// Reads one table according to `mode`; advances `pos` within `in`.
+Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* pos,
+                 bool has_previous, FseTable* table) {
+  static constexpr uint32_t kMaxSymbol[3] = {kMaxLiteralCode, kMaxOffsetCode, kMaxMatchCode};
+  static constexpr uint32_t kMaxLog[3] = {9, 8, 9};
+  switch (mode) {
+    case 0:
+      *table = DefaultTable(which);
+      return Status::Ok();
+    case 1: {
+      if (*pos >= in.size()) {
+        return DataLoss(std::string(kTableNames[which]) + ": RLE symbol missing");
+      }
+      const uint8_t symbol = in[*pos];
+      if (symbol > kMaxSymbol[which]) {
+        return DataLoss(std::string(kTableNames[which]) + ": RLE symbol " + std::to_string(symbol) +
+                        " above maximum code");
+      }
+      BuildRleFseTable(symbol, table);
+      ++*pos;
+      return Status::Ok();
+    }
+    case 2: {
+      FseCounts counts;
+      size_t used = 0;
+      RETURN_IF_ERROR(
+          ReadFseCounts(in.subspan(*pos), kMaxSymbol[which], kMaxLog[which], &counts, &used)
+              .WithPrefix(kTableNames[which]));
+      BuildFseTable(counts, table);
+      *pos += used;
+      return Status::Ok();
+    }
+    default:
+      if (!has_previous) {
+        return DataLoss(std::string(kTableNames[which]) +
+                        ": Repeat mode without an earlier table in the frame");
+      }
+      return Status::Ok();
+  }
+}
+
+}  // namespace
+
+Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& literals,
+                                 const SequenceLimits& limits, SequenceState* state,
+                                 FrameOutput* out, SequenceResult* result) {
+  if (in.empty()) return DataLoss("sequences section missing");
+  size_t pos = 0;
+  uint32_t count = in[pos++];
+  bool long_form = false;
+  if (count >= 128) {
+    long_form = true;
+    if (count == 255) {
+      if (pos + 2 > in.size()) return DataLoss("sequence count truncated");
+      count = (in[pos] | (uint32_t{in[pos + 1]} << 8)) + 0x7F00;
+      pos += 2;
+    } else {
+      if (pos + 1 > in.size()) return DataLoss("sequence count truncated");
+      count = ((count - 128) << 8) + in[pos];
+      pos += 1;
+    }
+  }
+  uint64_t lit_pos = 0;
+  auto emit_literals = [&](uint64_t n) {
+    if (literals.bytes != nullptr) {
+      out->AppendBytes(literals.bytes + lit_pos, n);
+    } else {
+      out->AppendRepeated(literals.rle_value, n);
+    }
+    lit_pos += n;
+  };
+  result->sequences = 0;
+  result->compat_flags = 0;
+  if (count == 0) {
+    if (pos != in.size()) {
+      return DataLoss("bytes after a zero sequence count (libzstd tolerates)");
+    }
+    if (long_form) result->compat_flags |= 1u;  // kCompatZeroSequencesLongForm
+    if (literals.size > limits.output_room) {
+      return ResourceExhausted("block output exceeds the output limit");
+    }
+    emit_literals(literals.size);
+    result->block_output = literals.size;
+    return Status::Ok();
+  }
+  if (pos >= in.size()) return DataLoss("sequence table modes missing");
+  const uint8_t modes = in[pos++];
+  if ((modes & 3) != 0) {
+    return DataLoss("reserved bits set in sequence table modes (libzstd tolerates)");
+  }
+  RETURN_IF_ERROR(ReadTable(0, modes >> 6, in, &pos, state->has_tables, &state->ll));
+  RETURN_IF_ERROR(ReadTable(1, (modes >> 4) & 3, in, &pos, state->has_tables, &state->of));
+  RETURN_IF_ERROR(ReadTable(2, (modes >> 2) & 3, in, &pos, state->has_tables, &state->ml));
+  state->has_tables = true;
+
+  BackwardBitReader br;
+  if (!br.Init(in.data() + pos, in.size() - pos)) {
+    return DataLoss("sequence bitstream empty or without end marker");
+  }
+  const FseCell* ll_cells = state->ll.cells.data();
+  const FseCell* of_cells = state->of.cells.data();
+  const FseCell* ml_cells = state->ml.cells.data();
+  uint32_t ll_state = static_cast<uint32_t>(br.Read(state->ll.log));
+  uint32_t of_state = static_cast<uint32_t>(br.Read(state->of.log));
+  uint32_t ml_state = static_cast<uint32_t>(br.Read(state->ml.log));
+  uint64_t rep0 = state->rep[0], rep1 = state->rep[1], rep2 = state->rep[2];
+  uint64_t produced = 0;
+  const uint64_t room =
+      limits.output_room < limits.block_max ? limits.output_room : limits.block_max;
+  for (uint32_t n = 0; n < count; ++n) {
+    const FseCell ll_cell = ll_cells[ll_state];
+    const FseCell of_cell = of_cells[of_state];
+    const FseCell ml_cell = ml_cells[ml_state];
+    // Extra bits in stream order offset, match length, literal length: one peek when they fit.
+    const unsigned of_bits = of_cell.symbol;
+    const unsigned ml_bits = kMatchBits[ml_cell.symbol];
+    const unsigned ll_bits = kLiteralBits[ll_cell.symbol];
+    uint64_t offset_extra, ml_extra, ll_extra;
+    if (of_bits + ml_bits + ll_bits <= 56) [[likely]] {
+      const uint64_t v = br.Read(of_bits + ml_bits + ll_bits);
+      ll_extra = v & walker::LowMask(ll_bits);
+      ml_extra = (v >> ll_bits) & walker::LowMask(ml_bits);
+      offset_extra = v >> (ll_bits + ml_bits);
+    } else {
+      offset_extra = br.Read(of_bits);
+      ml_extra = br.Read(ml_bits);
+      ll_extra = br.Read(ll_bits);
+    }
+    const uint64_t offset_value = (uint64_t{1} << of_bits) + offset_extra;
+    const uint64_t match_length = kMatchBase[ml_cell.symbol] + ml_extra;
+    const uint64_t literal_length = kLiteralBase[ll_cell.symbol] + ll_extra;
+    if (n + 1 < count) {
+      // State updates in order LL, ML, OF; at most 9 + 9 + 8 bits, one peek.
+      const unsigned ll_n = ll_cell.nb_bits, ml_n = ml_cell.nb_bits, of_n = of_cell.nb_bits;
+      const uint64_t v = br.Read(ll_n + ml_n + of_n);
+      of_state = of_cell.base + static_cast<uint32_t>(v & walker::LowMask(of_n));
+      ml_state = ml_cell.base + static_cast<uint32_t>((v >> of_n) & walker::LowMask(ml_n));
+      ll_state = ll_cell.base + static_cast<uint32_t>(v >> (of_n + ml_n));
+    }
+    if (br.overflowed()) [[unlikely]] {
+      return DataLoss("sequence bitstream read past its start at sequence " + std::to_string(n) +
+                      " (libzstd tolerates)");
+    }
+    // Repeat offsets without data-dependent branches (sparse frames alternate between the
+    // LL > 0 and LL == 0 forms): index 0..2 = rep0..rep2, 3 = rep0 - 1, 4 = a new offset.
+    const unsigned index =
+        offset_value > 3 ? 4u
+                         : static_cast<unsigned>(offset_value) - 1 + (literal_length == 0 ? 1 : 0);
+    const uint64_t candidates[5] = {rep0, rep1, rep2, rep0 - 1, offset_value - 3};
+    const uint64_t offset = candidates[index];
+    rep2 = index <= 1 ? rep2 : rep1;
+    rep1 = index == 0 ? rep1 : rep0;
+    rep0 = offset;
+    if (offset == 0) [[unlikely]] {
+      return DataLoss("sequence " + std::to_string(n) +
+                      ": offset 0 from repeat offset 1 minus 1 (libzstd tolerates)");
+    }
+    if (literal_length > literals.size - lit_pos) {
+      return DataLoss("sequence " + std::to_string(n) + ": literal length " +
+                      std::to_string(literal_length) + " exceeds the " +
+                      std::to_string(literals.size - lit_pos) + " literals left");
+    }
+    produced += literal_length + match_length;
+    if (produced > room) [[unlikely]] {
+      if (produced > limits.output_room) {
+        return ResourceExhausted("block output exceeds the output limit");
+      }
+      return DataLoss("block output above Block_Maximum_Size " + std::to_string(limits.block_max) +
+                      " (libzstd tolerates)");
+    }
+    emit_literals(literal_length);
+    if (offset > out->position()) {
+      return DataLoss("sequence " + std::to_string(n) + ": offset " + std::to_string(offset) +
+                      " reaches before the frame start (position " +
+                      std::to_string(out->position()) + ")");
+    }
+    if (offset > limits.window) {
+      return DataLoss("sequence " + std::to_string(n) + ": offset " + std::to_string(offset) +
+                      " beyond the window of " + std::to_string(limits.window) +
+                      " bytes (libzstd tolerates)");
+    }
+    out->AppendMatch(offset, match_length);
+  }
+  if (!br.finished()) return DataLoss("sequence bitstream not fully consumed");
+  state->rep[0] = rep0;
+  state->rep[1] = rep1;
+  state->rep[2] = rep2;
+  const uint64_t rest = literals.size - lit_pos;
+  produced += rest;
+  if (produced > room) {
+    if (produced > limits.output_room) {
+      return ResourceExhausted("block output exceeds the output limit");
+    }
+    return DataLoss("block output above Block_Maximum_Size " + std::to_string(limits.block_max) +
+                    " (libzstd tolerates)");
+  }
+  emit_literals(rest);
+  result->sequences = count;
+  result->block_output = produced;
+  return Status::Ok();
+}
+
+}  // namespace deltakv::deltasync::walker

@@ -1,0 +1,33 @@
+// Streaming XXH64 (seed 0 by default) with a zero-run fast path: UpdateZeros(n) advances the
+// four lanes over whole zero stripes in registers, touching no memory, so hashing a mostly-zero
+// stream costs O(nonzero bytes + length / 32) cheap multiplies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace deltakv::deltasync::walker {
+
+class Xxh64 {
+ public:
+  explicit Xxh64(uint64_t seed = 0) { Reset(seed); }
+  void Reset(uint64_t seed = 0);
+  void Update(const uint8_t* data, size_t size);
+  // Same result as Update() over `size` zero bytes.
+  void UpdateZeros(uint64_t size);
+  uint64_t Digest() const;
+
+ private:
+  void ConsumeStripe(const uint8_t* p);
+
+  uint64_t seed_ = 0;
+  uint64_t lanes_[4] = {};
+  uint64_t total_ = 0;
+  uint8_t buffer_[32] = {};
+  uint32_t buffered_ = 0;
+};
+
+// One-shot XXH64 of a buffer.
+uint64_t Xxh64Digest(const uint8_t* data, size_t size, uint64_t seed = 0);
+
+}  // namespace deltakv::deltasync::walker

@@ -1,0 +1,220 @@
+// Unit tests of the walker's building blocks (XXH64 with zero runs, the nonzero index, the
+// backward bit reader) and of its limits and sink contract.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "walker/bit_reader.h"
+#include "walker/nonzero_index.h"
+#include "walker/xxh64.h"
+#include "walker_test_util.h"
+
+namespace deltakv::deltasync {
+namespace {
+
+using walker::Xxh64;
+using walker::Xxh64Digest;
+
+// Reference values from libxxhash 0.8.1 (XXH64, seed 0 unless noted).
+TEST(WalkerXxh64, KnownVectors) {
+  EXPECT_EQ(Xxh64Digest(nullptr, 0), 0xef46db3751d8e999ull);
+  EXPECT_EQ(Xxh64Digest(reinterpret_cast<const uint8_t*>("a"), 1), 0xd24ec4f1a98c6e5bull);
+  EXPECT_EQ(Xxh64Digest(reinterpret_cast<const uint8_t*>("abc"), 3), 0x44bc2cf5ad770999ull);
+  EXPECT_EQ(Xxh64Digest(reinterpret_cast<const uint8_t*>("abc"), 3, 12345), 0x1700e64f6f23509ull);
+  std::vector<uint8_t> zeros(1 << 20, 0);
+  EXPECT_EQ(Xxh64Digest(zeros.data(), 31), 0xfaf43dd52deb083aull);
+  EXPECT_EQ(Xxh64Digest(zeros.data(), 32), 0xf6e9be5d70632cf5ull);
+  EXPECT_EQ(Xxh64Digest(zeros.data(), 100), 0x17bb1103c92c502full);
+  EXPECT_EQ(Xxh64Digest(zeros.data(), zeros.size()), 0x87d2a1b6e1163ef1ull);
+  std::vector<uint8_t> mixed;
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 256; ++i) mixed.push_back(static_cast<uint8_t>(i));
+  }
+  mixed.resize(mixed.size() + 1000, 0);
+  mixed.insert(mixed.end(), {'x', 'y', 'z'});
+  EXPECT_EQ(Xxh64Digest(mixed.data(), mixed.size()), 0xcecc42b039acce95ull);
+}
+
+TEST(WalkerXxh64, ZeroRunsEqualZeroBytesAtAnySplit) {
+  std::mt19937_64 rng(1);
+  for (int trial = 0; trial < 300; ++trial) {
+    Xxh64 sparse, dense;
+    std::vector<uint8_t> all;
+    const int pieces = 1 + static_cast<int>(rng() % 8);
+    for (int p = 0; p < pieces; ++p) {
+      const size_t zeros = rng() % 200;
+      sparse.UpdateZeros(zeros);
+      all.insert(all.end(), zeros, 0);
+      std::vector<uint8_t> bytes(rng() % 40);
+      for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+      sparse.Update(bytes.data(), bytes.size());
+      all.insert(all.end(), bytes.begin(), bytes.end());
+    }
+    dense.Update(all.data(), all.size());
+    ASSERT_EQ(sparse.Digest(), dense.Digest()) << "trial " << trial;
+    ASSERT_EQ(sparse.Digest(), Xxh64Digest(all.data(), all.size()));
+  }
+}
+
+TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
+  walker::NonzeroIndex index;
+  const uint64_t window = 1 << 20;
+  index.Reset(window);
+  std::vector<uint64_t> positions;
+  for (uint64_t p = 5; p < 3'000'000; p += 1 + (p * 7919) % 9000) positions.push_back(p);
+  size_t next = 0;
+  std::mt19937_64 rng(2);
+  for (uint64_t frontier = 0; frontier < 3'000'000; frontier += 50'000) {
+    while (next < positions.size() && positions[next] < frontier) {
+      index.Append(positions[next], static_cast<uint8_t>(positions[next] | 1));
+      ++next;
+    }
+    if (frontier > window) index.Prune(frontier - window, frontier);
+    for (int q = 0; q < 50; ++q) {
+      const uint64_t lo = frontier > window ? frontier - window : 0;
+      const uint64_t a = lo + rng() % (frontier - lo + 1);
+      const uint64_t i = index.LowerBound(a, frontier);
+      const auto it = std::lower_bound(positions.begin(), positions.begin() + next, a);
+      if (it == positions.begin() + next) {
+        ASSERT_EQ(i, index.end());
+      } else {
+        ASSERT_LT(i, index.end());
+        ASSERT_EQ(index.at(i) >> 8, *it);
+      }
+      const uint64_t b = std::min(frontier, a + 1 + rng() % 3000);
+      if (a < b) {
+        const bool empty = std::lower_bound(positions.begin(), positions.begin() + next, a) ==
+                           std::lower_bound(positions.begin(), positions.begin() + next, b);
+        if (!empty) {
+          ASSERT_FALSE(index.EmptyRange(a, b, frontier)) << a << " " << b;
+        } else if (b - a < 1024) {
+          ASSERT_TRUE(index.EmptyRange(a, b, frontier)) << a << " " << b;  // exact when short
+        }
+      }
+    }
+  }
+  EXPECT_LT(index.live_entries(), positions.size());  // pruning released memory
+}
+
+TEST(WalkerBitReader, BackwardReadsAndZeroFill) {
+  const uint8_t data[] = {0b10110010, 0b00000101};  // marker at bit 2 of the last byte
+  walker::BackwardBitReader br;
+  ASSERT_TRUE(br.Init(data, 2));
+  EXPECT_EQ(br.bits_left(), 10);
+  EXPECT_EQ(br.Read(2), 0b01u);
+  EXPECT_EQ(br.Read(4), 0b1011u);
+  EXPECT_EQ(br.Read(4), 0b0010u);
+  EXPECT_TRUE(br.finished());
+  EXPECT_EQ(br.Read(3), 0u);
+  EXPECT_TRUE(br.overflowed());
+  const uint8_t no_marker[] = {1, 0};
+  EXPECT_FALSE(br.Init(no_marker, 2));
+  EXPECT_FALSE(br.Init(no_marker, 0));
+}
+
+class FailingSink : public NonzeroSink {
+ public:
+  Status OnRun(uint64_t, std::span<const uint8_t>) override {
+    ++calls;
+    return calls > 2 ? FailedPrecondition("sink says stop") : Status::Ok();
+  }
+  int calls = 0;
+};
+
+TEST(WalkerLimits, SinkErrorIsReturnedUnchangedAndSticky) {
+  const auto data = walker_test::ScatteredSparse(1 << 20, 0.01, 1);
+  const auto frame = walker_test::Compress(data, {});
+  FailingSink sink;
+  SparseZstdWalker walker(sink, {});
+  Status s = walker.Feed(frame);
+  if (s.ok()) s = walker.Finish();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "sink says stop");
+  EXPECT_EQ(sink.calls, 3);
+  EXPECT_EQ(walker.Feed(frame).message(), "sink says stop");
+}
+
+TEST(WalkerLimits, MaxOutput) {
+  const auto data = walker_test::ScatteredSparse(500000, 0.01, 2);
+  const auto frame = walker_test::Compress(data, {});
+  WalkerOptions options;
+  options.limits.max_output = 400000;
+  auto walked = walker_test::Walk(frame, options);
+  EXPECT_EQ(walked.status.code(), StatusCode::kResourceExhausted) << walked.status.ToString();
+  options.limits.max_output = 500000;
+  EXPECT_TRUE(walker_test::Walk(frame, options).status.ok());
+}
+
+TEST(WalkerLimits, MaxWindowLog) {
+  const auto data = walker_test::ScatteredSparse(1 << 20, 0.01, 3);
+  walker_test::CompressOptions o;
+  o.level = 19;
+  o.content_size = false;  // window from the descriptor (8 MiB at level 19)
+  const auto frame = walker_test::Compress(data, o);
+  WalkerOptions options;
+  options.limits.max_window_log = 20;
+  auto walked = walker_test::Walk(frame, options);
+  EXPECT_EQ(walked.status.code(), StatusCode::kResourceExhausted) << walked.status.ToString();
+  EXPECT_NE(walked.status.message().find("window"), std::string::npos);
+  options.limits.max_window_log = 27;
+  EXPECT_TRUE(walker_test::Walk(frame, options).status.ok());
+}
+
+TEST(WalkerLimits, MaxWork) {
+  const auto data = walker_test::ScatteredSparse(1 << 20, 0.01, 4);
+  const auto frame = walker_test::Compress(data, {});
+  auto unlimited = walker_test::Walk(frame);
+  ASSERT_TRUE(unlimited.status.ok());
+  EXPECT_GT(unlimited.stats.work, unlimited.stats.sequences);
+  WalkerOptions options;
+  options.max_work = unlimited.stats.work / 2;
+  auto walked = walker_test::Walk(frame, options);
+  EXPECT_EQ(walked.status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(walked.status.message().find("work"), std::string::npos);
+}
+
+TEST(WalkerLimits, ZeroBitSequenceBombIsBounded) {
+  // 98303 sequences that cost 0 bits each (all tables RLE, LL 0, ML 3, repeat offset 4) in a
+  // 10-byte block: the walker stops at Block_Maximum_Size instead of producing 295 KB.
+  const std::vector<uint8_t> frame = {
+      0x28, 0xB5, 0x2F, 0xFD, 0x00, (17 - 10) << 3,  // magic, FHD, window 128 KiB
+      0x20, 0x00, 0x00, 'a',  'b',  'c',
+      'd',                     // raw block "abcd"
+      0x4D, 0x00, 0x00,        // last compressed block of 9 bytes:
+      0x00,                    //   raw literals, size 0
+      0xFF, 0xFF, 0xFF,        //   98303 sequences
+      0x54, 0x00, 0x00, 0x00,  //   RLE tables: LL 0, OF 0, ML 0
+      0x01};                   //   bitstream: end marker only
+  auto walked = walker_test::Walk(frame);
+  EXPECT_EQ(walked.status.code(), StatusCode::kDataLoss) << walked.status.ToString();
+  EXPECT_NE(walked.status.message().find("Block_Maximum_Size"), std::string::npos)
+      << walked.status.ToString();
+  EXPECT_LE(walked.nonzeros.size(), 4u + 128u * 1024u);
+}
+
+TEST(WalkerLimits, EmptyInputIsNothing) {
+  auto walked = walker_test::Walk({});
+  EXPECT_TRUE(walked.status.ok());
+  EXPECT_EQ(walked.stats.frames, 0u);
+}
+
+TEST(WalkerLimits, LegacyMagicIsUnimplemented) {
+  const uint8_t legacy[] = {0x27, 0xB5, 0x2F, 0xFD, 0, 0, 0, 0};
+  EXPECT_EQ(walker_test::Walk(legacy).status.code(), StatusCode::kUnimplemented);
+}
+
+TEST(WalkerLimits, WorkDoesNotScaleWithZeroRuns) {
+  // 64 MiB of zeros with a few nonzero bytes: work stays tiny (no per-byte work).
+  std::vector<uint8_t> data(64 << 20, 0);
+  data[12345] = 1;
+  data[40 << 20] = 2;
+  const auto frame = walker_test::Compress(data, {});
+  auto walked = walker_test::Walk(frame);
+  ASSERT_TRUE(walked.status.ok());
+  EXPECT_EQ(walked.stats.nonzero_bytes, 2u);
+  EXPECT_LT(walked.stats.work, 10000u);
+}
+
+}  // namespace
+}  // namespace deltakv::deltasync
