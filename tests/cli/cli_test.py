@@ -97,6 +97,30 @@ class CliTest(unittest.TestCase):
         self.assertLess(s["density"], 0.02)
         self.assertLess(s["compressed_bytes"], s["dense_bytes"])
 
+    def test_apply_with_each_decoder(self):
+        for decoder in ("walker", "libzstd"):
+            out = self.fresh("out-" + decoder)
+            s = json.loads(run("apply", "--parent", self.t("v1"), "--delta", self.t("d12"),
+                               "--out", out, "--decoder", decoder, "--json").stdout)
+            self.assertEqual(s["decoder"], "sparse-walker" if decoder == "walker" else decoder)
+            self.assertTrue(same_checkpoint(out, self.t("v2")))
+        run("apply", "--parent", self.t("v1"), "--delta", self.t("d12"), "--out",
+            self.fresh("out-x"), "--decoder", "magic", expect=2)
+
+    def test_frame_scan(self):
+        shard = os.path.join(ROOT, "tests", "deltasync", "data", "vectors", "delta", "shard-00000.zst")
+        s = json.loads(run("frame", "scan", shard, "--json").stdout)
+        self.assertEqual((s["decoded_length"], s["frames"], s["nonzero_bytes"], s["checksum"]),
+                         (144, 2, 4, "verified"))
+        dump = run("frame", "scan", shard, "--dump").stdout.split()
+        self.assertEqual(dump, ["10", "1", "11", "128", "100", "3", "143", "15"])
+        s = json.loads(run("frame", "scan", shard, "--json", "--no-checksum").stdout)
+        self.assertEqual(s["checksum"], "skipped")
+        bad = self.t("bad.zst")
+        write(bad, read(shard)[:-3])
+        p = run("frame", "scan", bad, expect=2)
+        self.assertIn("bad.zst", p.stderr)
+
     def test_header_change_round_trip(self):
         out = self.fresh("out23")
         run("apply", "--parent", self.t("v2"), "--delta", self.t("d23"), "--out", out)

@@ -142,6 +142,14 @@ TEST(WalkerLimits, MaxOutput) {
   options.limits.max_output = 400000;
   auto walked = walker_test::Walk(frame, options);
   EXPECT_EQ(walked.status.code(), StatusCode::kResourceExhausted) << walked.status.ToString();
+  EXPECT_TRUE(IsOutputLimitError(walked.status)) << walked.status.ToString();
+  // Raw blocks take the other path to the limit.
+  std::vector<uint8_t> dense(300000);
+  for (size_t i = 0; i < dense.size(); ++i) dense[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  const auto raw = walker_test::Compress(dense, {});
+  options.limits.max_output = 1000;
+  auto raw_walked = walker_test::Walk(raw, options);
+  EXPECT_TRUE(IsOutputLimitError(raw_walked.status)) << raw_walked.status.ToString();
   options.limits.max_output = 500000;
   EXPECT_TRUE(walker_test::Walk(frame, options).status.ok());
 }

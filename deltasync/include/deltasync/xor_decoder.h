@@ -4,7 +4,8 @@
 // This is the one swappable decoding component of delta apply. Implementations:
 //   - MakeLibzstdXorDecoder(): libzstd streaming decompression into a small bounded buffer,
 //     then a scan for nonzero bytes (memory O(window), time O(decoded size)).
-//   - the sparse walker (deltasync/zstd_walker.h): decodes without materializing zero runs.
+//   - MakeSparseWalkerDecoder() (deltasync/zstd_walker.h): decodes the zstd sequences directly
+//     and never materializes zero runs (memory O(window / 8 + nonzeros in the window)).
 //
 // Contract for every implementation:
 //   - Positions are offsets into the concatenated decoded output of all frames in `input`.
@@ -72,7 +73,8 @@ class XorDecoder {
 
 std::unique_ptr<XorDecoder> MakeLibzstdXorDecoder();
 
-// Returns the decoder registered under `name` ("libzstd", "walker"); "" gives the default.
+// Returns the decoder registered under `name`: "walker" (the sparse walker, the default for "")
+// or "libzstd".
 // InvalidArgument for an unknown name.
 StatusOr<std::unique_ptr<XorDecoder>> MakeXorDecoder(std::string_view name);
 

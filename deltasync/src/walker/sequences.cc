@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "deltasync/xor_decoder.h"
 #include "walker/bit_reader.h"
 #include "walker/nonzero_index.h"
 
@@ -132,7 +133,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     }
     if (long_form) result->compat_flags |= 1u;  // kCompatZeroSequencesLongForm
     if (literals.size > limits.output_room) {
-      return ResourceExhausted("block output exceeds the output limit");
+      return ResourceExhausted(std::string(kOutputLimitMessage) + ": block output passes the limit");
     }
     emit_literals(literals.size);
     result->block_output = literals.size;
@@ -218,7 +219,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     produced += literal_length + match_length;
     if (produced > room) [[unlikely]] {
       if (produced > limits.output_room) {
-        return ResourceExhausted("block output exceeds the output limit");
+        return ResourceExhausted(std::string(kOutputLimitMessage) + ": block output passes the limit");
       }
       return DataLoss("block output above Block_Maximum_Size " + std::to_string(limits.block_max) +
                       " (libzstd tolerates)");
@@ -244,7 +245,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   produced += rest;
   if (produced > room) {
     if (produced > limits.output_room) {
-      return ResourceExhausted("block output exceeds the output limit");
+      return ResourceExhausted(std::string(kOutputLimitMessage) + ": block output passes the limit");
     }
     return DataLoss("block output above Block_Maximum_Size " + std::to_string(limits.block_max) +
                     " (libzstd tolerates)");

@@ -252,8 +252,8 @@ Status SparseZstdWalker::Impl::DecodeBlock(std::span<const uint8_t> body) {
   uint64_t work = 1;
   if (block_type_ != 2) {
     if (block_size_ > room) {
-      return ResourceExhausted(Where() + ": output above the limit of " +
-                               std::to_string(options_.limits.max_output) + " bytes");
+      return ResourceExhausted(std::string(kOutputLimitMessage) + ": more than " +
+                               std::to_string(options_.limits.max_output) + " bytes in " + Where());
     }
     if (block_type_ == 0) {
       output_.AppendBytes(body.data(), body.size());
@@ -272,6 +272,8 @@ Status SparseZstdWalker::Impl::DecodeBlock(std::span<const uint8_t> body) {
     Status s = blocks_.Decode(body, limits, &output_, &block);
     if (!s.ok()) {
       if (!emitter_.status().ok()) return emitter_.status();
+      // The output-limit error keeps its documented prefix (IsOutputLimitError).
+      if (IsOutputLimitError(s)) return ResourceExhausted(s.message() + " in " + Where());
       return s.WithPrefix(Where() + " (compressed block)");
     }
     stats_.sequences += block.sequences;
