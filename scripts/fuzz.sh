@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs each for
-# SECONDS (default 60) over its committed corpus in tests/fuzz/corpus/<name>/, starting from
+# SECONDS (default 60) over its committed corpus in tests/fuzz/corpus/<name>/ (or the
+# corpus of its family, e.g. walker/ for walker_crash), starting from
 # a scratch copy so the committed seeds stay as they are, with tests/fuzz/<name>.dict when
 # present. Fails on any crash.
 set -euo pipefail
@@ -17,7 +18,9 @@ trap 'rm -rf "$work"' EXIT
 for bin in $(find "$FUZZ_BUILD/tests/fuzz" -maxdepth 1 -type f -name '*_fuzz' -perm -u+x | sort); do
   name=$(basename "$bin" _fuzz)
   mkdir -p "$work/$name"
-  if [ -d "tests/fuzz/corpus/$name" ]; then cp -r "tests/fuzz/corpus/$name/." "$work/$name/"; fi
+  corpus="tests/fuzz/corpus/$name"
+  [ -d "$corpus" ] || corpus="tests/fuzz/corpus/${name%%_*}"  # walker_crash -> walker
+  if [ -d "$corpus" ]; then cp -r "$corpus/." "$work/$name/"; fi
   dict=()
   if [ -f "tests/fuzz/$name.dict" ]; then dict=(-dict="tests/fuzz/$name.dict"); fi
   echo "fuzz: $name for ${SECONDS_PER_TARGET}s"
