@@ -9,6 +9,10 @@ using Json = nlohmann::json;
 
 inline constexpr const char* kEngineTensorsFormat = "deltakv.engine-tensors/1";
 
+std::string EngineTensorTableSegmentName(const std::string& shm_name, uint32_t rank) {
+  return shm_name + ".tensors." + std::to_string(rank);
+}
+
 std::string EngineTensorTableToJson(const EngineTensorTable& t) {
   Json tensors = Json::array();
   for (const EngineTensor& e : t.tensors) {

@@ -49,6 +49,16 @@ uint32_t Adler32With(Adler32Impl impl, std::span<const uint8_t> data,
 // caller error (the sums would count it twice).
 class AdlerDelta {
  public:
+  AdlerDelta() = default;
+  // Partial sums received from another owner (for example over shared memory), s1 and s2 as
+  // returned by s1() and s2() (values >= 65521 are reduced).
+  static AdlerDelta FromSums(uint32_t s1, uint32_t s2) {
+    AdlerDelta d;
+    d.s1_ = s1 % kAdlerModulus;
+    d.s2_ = s2 % kAdlerModulus;
+    return d;
+  }
+
   // Byte at `position` changes from `old_byte` to `new_byte`. O(1).
   void AddByte(uint64_t position, uint8_t old_byte, uint8_t new_byte);
   // Bytes [position, position + old_bytes.size()) change from old_bytes[k] to

@@ -36,6 +36,10 @@ struct EngineTensorTable {
   std::vector<EngineTensor> tensors;
 };
 
+// Name of the shared-memory segment where rank `rank` publishes its table: a Scratch segment
+// whose body is {u64 length, `length` bytes of JSON} (shm/PROTOCOL.md).
+std::string EngineTensorTableSegmentName(const std::string& shm_name, uint32_t rank);
+
 std::string EngineTensorTableToJson(const EngineTensorTable& t);
 StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text);
 

@@ -1,0 +1,309 @@
+#include "engine.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+
+namespace deltakv::shim {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+constexpr size_t kEntriesPerStagedPart = 3000;
+}  // namespace
+
+Engine::Engine(const deltakv_engine_params& p)
+    : shm_name_(p.shm_name ? p.shm_name : "deltakv"),
+      rank_(p.rank < 0 ? 0 : static_cast<uint32_t>(p.rank)),
+      world_(p.world_size <= 0 ? 1 : static_cast<uint32_t>(p.world_size)),
+      backend_name_(p.backend ? p.backend : "cpu"),
+      poll_mode_(p.poll_mode != 0),
+      attach_timeout_ms_(p.attach_timeout_ms == 0 ? 10000 : p.attach_timeout_ms),
+      version_id_(p.initial_version ? p.initial_version : "") {}
+
+Engine::~Engine() {
+  stop_.store(true);
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  handle_.reset();
+  table_segment_.reset();
+}
+
+std::string Engine::version_id() const {
+  std::lock_guard<std::mutex> lock(version_mu_);
+  return version_id_;
+}
+
+void Engine::set_error(const Status& s) { last_error_ = s.ok() ? "" : s.message(); }
+
+Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
+                              const int64_t* shape, int32_t ndim, const char* layout_json) {
+  if (worker_.joinable()) return FailedPrecondition("tensors must be registered before start");
+  if (name == nullptr || *name == '\0') return InvalidArgument("tensor name is empty");
+  if (dtype == nullptr) return InvalidArgument("tensor '" + std::string(name) + "': dtype is NULL");
+  auto dt = deltasync::ParseDType(dtype);
+  if (!dt) return InvalidArgument("tensor '" + std::string(name) + "': unknown dtype '" + dtype + "'");
+  if (ndim < 0 || ndim > 8 || (ndim > 0 && shape == nullptr)) {
+    return InvalidArgument("tensor '" + std::string(name) + "': bad shape");
+  }
+  std::vector<uint64_t> dims;
+  uint64_t elements = 1;
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (shape[i] < 0) return InvalidArgument("tensor '" + std::string(name) + "': negative dim");
+    dims.push_back(static_cast<uint64_t>(shape[i]));
+    elements *= dims.back();
+  }
+  uint64_t bytes = elements * deltasync::DTypeSize(*dt);
+  if (bytes > 0 && device == nullptr) {
+    return InvalidArgument("tensor '" + std::string(name) + "': device pointer is NULL");
+  }
+  auto layout = layout_json != nullptr && *layout_json != '\0'
+                    ? deltasync::TensorLayout::FromJson(layout_json)
+                    : deltasync::TensorLayout::Replicated(dims, *dt, world_);
+  if (!layout.ok()) return layout.status().WithPrefix("tensor '" + std::string(name) + "'");
+  if (layout->world() != world_) {
+    return InvalidArgument("tensor '" + std::string(name) + "': layout spans " +
+                           std::to_string(layout->world()) + " ranks, the engine has " +
+                           std::to_string(world_));
+  }
+  if (layout->LocalBytes(rank_).total != bytes) {
+    return InvalidArgument("tensor '" + std::string(name) + "': local shape holds " +
+                           std::to_string(bytes) + " bytes, the layout gives rank " +
+                           std::to_string(rank_) + " " +
+                           std::to_string(layout->LocalBytes(rank_).total));
+  }
+  for (const auto& t : table_) {
+    if (t.name == name) return InvalidArgument("tensor '" + std::string(name) + "' registered twice");
+  }
+  locals_.push_back({name, device, bytes});
+  table_.push_back({name, *dt, bytes, std::move(layout).value()});
+  return Status::Ok();
+}
+
+Status Engine::PublishTensorTable() {
+  deltasync::EngineTensorTable t{rank_, world_, version_id(), table_};
+  std::string json = deltasync::EngineTensorTableToJson(t);
+  shm::CreateOptions opts;
+  opts.if_exists = shm::IfExists::kReplace;
+  const uint64_t body = sizeof(shm::SegmentHeader);
+  ASSIGN_OR_RETURN(shm::Segment seg,
+                   shm::Segment::Create(deltasync::EngineTensorTableSegmentName(shm_name_, rank_),
+                                        body + 8 + json.size(), shm::SegmentKind::kScratch, opts));
+  uint64_t n = json.size();
+  std::memcpy(seg.At(body, 8), &n, 8);
+  std::memcpy(seg.At(body + 8, json.size()), json.data(), json.size());
+  seg.Publish();
+  table_segment_ = std::move(seg);
+  return Status::Ok();
+}
+
+Status Engine::Start() {
+  if (worker_.joinable()) return FailedPrecondition("engine already started");
+  ASSIGN_OR_RETURN(backend_, MakeDeviceBackend(backend_name_));
+  auto deadline = Clock::now() + std::chrono::milliseconds(attach_timeout_ms_);
+  for (;;) {
+    auto cb = shm::ControlBlock::Attach(shm_name_);
+    if (cb.ok()) {
+      control_ = std::move(cb).value();
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      return cb.status().WithPrefix("cannot attach to the sidecar's control segment '" +
+                                    shm_name_ + "' within " + std::to_string(attach_timeout_ms_) +
+                                    " ms");
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSIGN_OR_RETURN(shm::RankHandle h, control_->RegisterRank(rank_, world_));
+  handle_.emplace(std::move(h));
+  handle_->SetLivePolicyVersion(policy_version() + 1);
+  RETURN_IF_ERROR(PublishTensorTable());
+  worker_ = std::thread([this] { WorkerLoop(); });
+  return Status::Ok();
+}
+
+void Engine::Send(const StatusOr<shm::Message>& msg) {
+  if (!msg.ok()) return;
+  auto bytes = shm::EncodeMessage(*msg);
+  if (!bytes.ok()) return;
+  (void)handle_->responses().Push(*bytes, 2s);
+}
+
+void Engine::WorkerLoop() {
+  std::vector<uint8_t> buf;
+  auto last_check = Clock::now();
+  while (!stop_.load()) {
+    auto popped = handle_->commands().Pop(&buf, 200ms);
+    if (popped.ok() && *popped) {
+      auto msg = shm::DecodeMessage(buf);
+      if (!msg.ok()) continue;
+      if (msg->type == shm::MessageType::kPing) {
+        Send(shm::Message{shm::MessageType::kPong, msg->sync_id, msg->payload});
+      } else if (msg->type == shm::MessageType::kPlan) {
+        HandlePlan(*msg);
+      }
+      continue;
+    }
+    if (Clock::now() - last_check < 1s) continue;
+    last_check = Clock::now();
+    // A recreated control segment (new sidecar) or a reclaimed slot: register again.
+    auto superseded = control_->IsSuperseded();
+    if ((superseded.ok() && *superseded) || !handle_->StillRegistered()) {
+      auto cb = shm::ControlBlock::Attach(shm_name_);
+      if (!cb.ok()) continue;
+      handle_.reset();
+      control_ = std::move(cb).value();
+      auto h = control_->RegisterRank(rank_, world_);
+      if (!h.ok()) {
+        set_error(h.status());
+        continue;
+      }
+      handle_.emplace(std::move(h).value());
+      handle_->SetLivePolicyVersion(policy_version() + 1);
+      (void)PublishTensorTable();
+    }
+  }
+}
+
+Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
+                              std::vector<StagedTensor>* staged,
+                              std::vector<deltasync::PlanTensor>* tensors) {
+  ASSIGN_OR_RETURN(shm::PlanRef ref, shm::ParsePlan(msg));
+  ASSIGN_OR_RETURN(shm::PlanArenaReader arena, shm::PlanArenaReader::Open(ref.arena_name, ref.generation));
+  ASSIGN_OR_RETURN(auto root_bytes, arena.Block(arena.root_offset(), sizeof(PlanArenaRoot)));
+  PlanArenaRoot root;
+  std::memcpy(&root, root_bytes.data(), sizeof(root));
+  const uint64_t version_at = arena.root_offset() + sizeof(PlanArenaRoot);
+  ASSIGN_OR_RETURN(auto version, arena.Block(version_at, root.version_len));
+  ASSIGN_OR_RETURN(auto plan, arena.Block(version_at + Align8(root.version_len), root.plan_bytes));
+  // A private copy: the rank stages into it and never trusts bytes that can still change.
+  pc->sync_id = msg.sync_id;
+  pc->version.assign(reinterpret_cast<const char*>(version.data()), version.size());
+  pc->plan_bytes = plan.size();
+  pc->plan_words.assign(plan.size() / 8 + 1, 0);
+  std::memcpy(pc->plan_words.data(), plan.data(), plan.size());
+  (void)arena.MarkConsumed();
+  std::span<uint8_t> span(reinterpret_cast<uint8_t*>(pc->plan_words.data()), pc->plan_bytes);
+  ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
+  ASSIGN_OR_RETURN(*staged, StagePlan(reader, locals_, *backend_));
+  tensors->assign(reader.tensors().begin(), reader.tensors().end());
+  return Status::Ok();
+}
+
+void Engine::HandlePlan(const shm::Message& msg) {
+  const uint64_t sync_id = msg.sync_id;
+  PendingCommit pc;
+  std::vector<StagedTensor> staged;
+  std::vector<deltasync::PlanTensor> tensors;
+  Status s = StageFromArena(msg, &pc, &staged, &tensors);
+  if (!s.ok()) {
+    Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) + ": " + s.message()));
+    return;
+  }
+  handle_->SetStagedSyncId(sync_id);
+  std::vector<shm::StagedEntry> entries;
+  uint64_t changed = 0;
+  for (uint32_t t = 0; t < staged.size(); ++t) {
+    entries.push_back({t, staged[t].delta.s1(), staged[t].delta.s2(), 0});
+    if (tensors[t].flags & deltasync::kPlanTensorFullVerify) {
+      entries.push_back({t, staged[t].full.s1(), staged[t].full.s2(), shm::StagedEntry::kFullChecksum});
+    }
+    changed += staged[t].bytes_changed;
+  }
+  const uint32_t parts =
+      static_cast<uint32_t>(std::max<size_t>(1, (entries.size() + kEntriesPerStagedPart - 1) / kEntriesPerStagedPart));
+  for (uint32_t p = 0; p < parts; ++p) {
+    shm::StagedReport rep;
+    rep.part_index = p;
+    rep.part_count = parts;
+    rep.changed_bytes = p == 0 ? changed : 0;
+    size_t begin = p * kEntriesPerStagedPart;
+    size_t end = std::min(entries.size(), begin + kEntriesPerStagedPart);
+    rep.entries.assign(entries.begin() + begin, entries.begin() + end);
+    Send(shm::MakeStaged(sync_id, rep));
+  }
+  // Wait for the decision; it lives in the control block, so it survives the sidecar.
+  shm::AwaitOutcome outcome = shm::AwaitOutcome::kTimedOut;
+  while (!stop_.load()) {
+    outcome = control_->AwaitDecision(sync_id, 500ms);
+    if (outcome != shm::AwaitOutcome::kTimedOut) break;
+  }
+  if (outcome == shm::AwaitOutcome::kCommit) {
+    StatusOr<uint64_t> pause_us = Internal("not applied");
+    if (poll_mode_) {
+      std::unique_lock<std::mutex> lock(mu_);
+      pending_ = std::move(pc);
+      pending_done_ = false;
+      cv_.wait(lock, [&] { return pending_done_ || stop_.load(); });
+      pause_us = pending_done_ ? (pending_status_.ok() ? StatusOr<uint64_t>(pending_pause_us_)
+                                                       : StatusOr<uint64_t>(pending_status_))
+                               : StatusOr<uint64_t>(FailedPrecondition("engine stopped"));
+      pending_.reset();
+    } else {
+      pause_us = ApplyCommit(pc);
+    }
+    if (pause_us.ok()) {
+      Send(shm::MakeCommitted(sync_id, {policy_version() + 1, *pause_us}));
+    } else {
+      set_error(pause_us.status());
+      Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) + ": commit failed: " +
+                                       pause_us.status().message()));
+    }
+  } else if (outcome != shm::AwaitOutcome::kSidecarDead) {
+    Send(shm::MakeText(shm::MessageType::kAborted, sync_id, "staged data dropped"));
+  }
+  handle_->SetStagedSyncId(0);
+}
+
+StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
+  std::span<uint8_t> span(reinterpret_cast<uint8_t*>(pc.plan_words.data()), pc.plan_bytes);
+  ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
+  auto t0 = Clock::now();
+  if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
+    return Internal("the engine's pause callback failed; weights unchanged");
+  }
+  Status s = CommitPlan(reader, locals_, *backend_);
+  if (s.ok() && callbacks_.derived != nullptr) {
+    std::map<uint32_t, std::vector<deltakv_region>> regions;
+    (void)reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
+      auto& v = regions[reader.tensors()[rec.tensor].rank_tensor];
+      if (!v.empty() && v.back().offset + v.back().length == rec.local_offset) {
+        v.back().length += rec.length;
+      } else {
+        v.push_back({rec.local_offset, rec.length});
+      }
+      return Status::Ok();
+    });
+    for (const auto& [t, v] : regions) {
+      if (callbacks_.derived(callbacks_.user, locals_[t].name.c_str(), v.data(), v.size()) != 0) {
+        s = Internal("the engine's derived-weights callback failed for '" + locals_[t].name + "'");
+        break;
+      }
+    }
+  }
+  if (s.ok()) {
+    uint64_t v = policy_version_.fetch_add(1) + 1;
+    handle_->SetLivePolicyVersion(v + 1);
+    std::lock_guard<std::mutex> lock(version_mu_);
+    version_id_ = pc.version;
+  }
+  if (!poll_mode_ && callbacks_.resume != nullptr) callbacks_.resume(callbacks_.user);
+  RETURN_IF_ERROR(s);
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+StatusOr<bool> Engine::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_ || pending_done_) return false;
+  auto r = ApplyCommit(*pending_);
+  pending_status_ = r.status();
+  pending_pause_us_ = r.ok() ? *r : 0;
+  pending_done_ = true;
+  cv_.notify_all();
+  if (!r.ok()) return r.status();
+  return true;
+}
+
+}  // namespace deltakv::shim

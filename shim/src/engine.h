@@ -1,0 +1,112 @@
+// Engine: the implementation behind the C ABI handle (include/deltakv/deltakv.h).
+//
+// Lifecycle: tensors are registered, then Start() attaches to the sidecar's control block,
+// claims the rank's slot, publishes the rank's tensor table in a segment named
+// "<shm_name>.tensors.<rank>", and starts a worker thread that serves the command ring:
+// kPlan -> copy the plan out of its arena, stage it, report partial sums (kStaged), wait for
+// the decision in the control block, then commit (callbacks or poll) or drop.
+//
+// Thread-safety: Register/SetCallbacks/Start from one thread before serving; Poll, accessors
+// from the engine's scheduler thread; the worker owns the rings.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "deltakv/deltakv.h"
+#include "deltasync/engine_tensors.h"
+#include "deltasync/write_plan.h"
+#include "shim/device_backend.h"
+#include "shim/plan_stage.h"
+#include "shm/control_block.h"
+#include "shm/messages.h"
+#include "shm/plan_arena.h"
+#include "shm/segment.h"
+
+namespace deltakv::shim {
+
+// Root block of a plan arena: {u64 plan_bytes, u32 version_len, u32 reserved}, the new version
+// id (padded to 8), then the WritePlan bytes.
+struct PlanArenaRoot {
+  uint64_t plan_bytes;
+  uint32_t version_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(PlanArenaRoot) == 16);
+
+class Engine {
+ public:
+  explicit Engine(const deltakv_engine_params& params);
+  ~Engine();
+
+  Status RegisterTensor(const char* name, void* device, const char* dtype, const int64_t* shape,
+                        int32_t ndim, const char* layout_json);
+  void SetCallbacks(const deltakv_callbacks& cb) { callbacks_ = cb; }
+  Status Start();
+  // Applies a pending commit (poll mode). Returns true if one was applied.
+  StatusOr<bool> Poll();
+
+  uint64_t policy_version() const { return policy_version_.load(std::memory_order_acquire); }
+  std::string version_id() const;
+  void set_error(const Status& s);
+  const char* last_error() const { return last_error_.c_str(); }
+  std::string& version_scratch() { return version_scratch_; }
+
+ private:
+  struct PendingCommit {
+    uint64_t sync_id = 0;
+    std::string version;
+    std::vector<uint64_t> plan_words;  // the plan, staged (8-byte aligned copy)
+    uint64_t plan_bytes = 0;
+  };
+
+  Status PublishTensorTable();
+  void WorkerLoop();
+  void HandlePlan(const shm::Message& msg);
+  Status StageFromArena(const shm::Message& msg, PendingCommit* out,
+                        std::vector<StagedTensor>* staged, std::vector<deltasync::PlanTensor>* tensors);
+  // Writes the staged plan; returns the pause in microseconds.
+  StatusOr<uint64_t> ApplyCommit(PendingCommit& pc);
+  void Send(const StatusOr<shm::Message>& msg);
+
+  // Parameters.
+  std::string shm_name_;
+  uint32_t rank_ = 0;
+  uint32_t world_ = 1;
+  std::string backend_name_;
+  bool poll_mode_ = false;
+  uint32_t attach_timeout_ms_ = 10000;
+
+  std::vector<LocalTensor> locals_;
+  std::vector<deltasync::EngineTensor> table_;
+  deltakv_callbacks callbacks_{};
+  std::unique_ptr<DeviceBackend> backend_;
+
+  std::unique_ptr<shm::ControlBlock> control_;
+  std::optional<shm::RankHandle> handle_;
+  std::optional<shm::Segment> table_segment_;
+  std::thread worker_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> policy_version_{0};
+
+  mutable std::mutex version_mu_;
+  std::string version_id_;                 // GUARDED_BY(version_mu_)
+  mutable std::mutex mu_;                  // the poll-mode hand-off
+  std::condition_variable cv_;
+  std::optional<PendingCommit> pending_;   // GUARDED_BY(mu_) (poll mode)
+  bool pending_done_ = false;              // GUARDED_BY(mu_)
+  Status pending_status_;                  // GUARDED_BY(mu_)
+  uint64_t pending_pause_us_ = 0;          // GUARDED_BY(mu_)
+
+  std::string last_error_;
+  std::string version_scratch_;
+};
+
+}  // namespace deltakv::shim
