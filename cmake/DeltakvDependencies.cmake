@@ -6,6 +6,8 @@ find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(Threads REQUIRED)
 find_package(Boost 1.74 REQUIRED)  # headers only: Boost.Interprocess (shm/)
 find_package(CLI11 CONFIG REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 if(DELTAKV_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(ZLIB REQUIRED)  # independent Adler-32 reference for differential tests

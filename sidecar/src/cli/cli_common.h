@@ -40,5 +40,6 @@ void AddCheckpointCommands(CLI::App& app, int* rc);
 void AddPublishCommand(CLI::App& app, int* rc);
 void AddApplyCommand(CLI::App& app, int* rc);
 void AddFrameCommands(CLI::App& app, int* rc);
+void AddSidecarCommand(CLI::App& app, int* rc);
 
 }  // namespace deltakv::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   deltakv::cli::AddPublishCommand(app, &rc);
   deltakv::cli::AddApplyCommand(app, &rc);
   deltakv::cli::AddFrameCommands(app, &rc);
+  deltakv::cli::AddSidecarCommand(app, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,263 @@
+// deltakv-demo-engine: a reference engine that links libdeltakv through its C ABI.
+//
+// It loads a checkpoint into "device" memory (host memory; the cpu backend) as N rank
+// processes with tensor parallelism: q/k/v/gate/up projections and embeddings are split by
+// rows, o/down projections by columns, everything else is replicated. Each rank serves HTTP on
+// its own port:
+//   GET  /v1/generate  {"answer": sha256 of the rank's live weights, "version", "policy_version"}
+//   GET  /v1/state     the same plus tensor count and bytes
+//   POST /v1/dump      {"path": P}: writes the rank's local tensors to a safetensors file
+// so the served policy is observable. Requests are held while a commit pauses the engine.
+//
+//   deltakv-demo-engine --checkpoint DIR --tp N [--shm NAME] [--port P] [--port-dir D] [--poll]
+#include <httplib.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "base/file_util.h"
+#include "deltakv/deltakv.h"
+#include "deltasync/checkpoint.h"
+#include "deltasync/layout.h"
+#include "deltasync/safetensors.h"
+
+using namespace deltakv;
+using namespace deltakv::deltasync;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// The engine's sharding rule for a checkpoint tensor.
+StatusOr<TensorLayout> LayoutFor(const TensorInfo& t, uint32_t tp) {
+  const bool rows = Contains(t.name, "q_proj") || Contains(t.name, "k_proj") ||
+                    Contains(t.name, "v_proj") || Contains(t.name, "gate_proj") ||
+                    Contains(t.name, "up_proj") || Contains(t.name, "embed_tokens");
+  const bool cols = Contains(t.name, "o_proj") || Contains(t.name, "down_proj");
+  if (rows && !t.shape.empty() && t.shape[0] % tp == 0) return TensorLayout::ShardDim0(t.shape, t.dtype, tp);
+  if (cols && t.shape.size() == 2 && t.shape[1] % tp == 0) return TensorLayout::ShardDim1(t.shape, t.dtype, tp);
+  return TensorLayout::Replicated(t.shape, t.dtype, tp);
+}
+
+struct Weights {
+  std::vector<std::string> names;
+  std::vector<std::vector<uint8_t>> bytes;  // the "device" memory
+};
+
+// Serving lock: requests hold it shared; a commit holds it exclusively (pause .. resume).
+std::shared_mutex g_serving;
+int Pause(void*) {
+  g_serving.lock();
+  return 0;
+}
+int Resume(void*) {
+  g_serving.unlock();
+  return 0;
+}
+
+std::string Sha256Hex(const Weights& w) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  for (const auto& b : w.bytes) EVP_DigestUpdate(ctx, b.data(), b.size());
+  unsigned char md[32];
+  unsigned len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+
+int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::string& shm, int port,
+            const std::string& port_dir, bool poll, std::string version) {
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, ckpt.status().ToString().c_str());
+    return 2;
+  }
+  if (version.empty()) version = CheckpointVersionId(dir);
+  deltakv_engine_params p = deltakv_engine_default_params();
+  p.shm_name = shm.c_str();
+  p.rank = static_cast<int32_t>(rank);
+  p.world_size = static_cast<int32_t>(tp);
+  p.initial_version = version.c_str();
+  p.poll_mode = poll ? 1 : 0;
+  deltakv_engine* engine = nullptr;
+  if (deltakv_engine_create(&p, &engine) != DELTAKV_OK) return 3;
+  Weights w;
+  for (const auto& f : ckpt->files()) {
+    for (const TensorInfo& t : f.header().tensors) {
+      auto layout = LayoutFor(t, tp);
+      if (!layout.ok()) {
+        std::fprintf(stderr, "rank %u: %s\n", rank, layout.status().ToString().c_str());
+        return 2;
+      }
+      std::vector<uint8_t> local(layout->LocalBytes(rank).total);
+      auto canonical = f.TensorBytes(t);
+      (void)layout->ForEachPiece(0, canonical.size(), [&](const LayoutPiece& piece) {
+        if (piece.rank == rank) {
+          std::memcpy(local.data() + piece.local_offset, canonical.data() + piece.canonical_offset,
+                      piece.length);
+        }
+      });
+      w.names.push_back(t.name);
+      w.bytes.push_back(std::move(local));
+    }
+  }
+  for (size_t i = 0; i < w.names.size(); ++i) {
+    const TensorInfo& t = *ckpt->Find(w.names[i])->info;
+    auto layout = LayoutFor(t, tp);
+    int64_t elements = static_cast<int64_t>(w.bytes[i].size() / DTypeSize(t.dtype));
+    std::string json = layout->ToJson();
+    if (deltakv_engine_register_tensor(engine, w.names[i].c_str(), w.bytes[i].data(),
+                                       std::string(DTypeName(t.dtype)).c_str(), &elements, 1,
+                                       json.c_str()) != DELTAKV_OK) {
+      std::fprintf(stderr, "rank %u: register '%s': %s\n", rank, w.names[i].c_str(),
+                   deltakv_engine_last_error(engine));
+      return 2;
+    }
+  }
+  deltakv_callbacks cb{};
+  cb.pause = Pause;
+  cb.resume = Resume;
+  deltakv_engine_set_callbacks(engine, &cb);
+  if (deltakv_engine_start(engine) != DELTAKV_OK) {
+    std::fprintf(stderr, "rank %u: start: %s\n", rank, deltakv_engine_last_error(engine));
+    return 3;
+  }
+
+  httplib::Server server;
+  auto state = [&](bool full) {
+    std::shared_lock<std::shared_mutex> lock(g_serving);
+    nlohmann::json j = {{"rank", rank},
+                        {"answer", Sha256Hex(w)},
+                        {"version", deltakv_engine_version_id(engine)},
+                        {"policy_version", deltakv_engine_policy_version(engine)}};
+    if (full) {
+      uint64_t bytes = 0;
+      for (const auto& b : w.bytes) bytes += b.size();
+      j["tensors"] = w.names.size();
+      j["bytes"] = bytes;
+    }
+    return j;
+  };
+  server.Get("/v1/generate", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(state(false).dump(), "application/json");
+  });
+  server.Get("/v1/state", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(state(true).dump(), "application/json");
+  });
+  server.Post("/v1/dump", [&](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.contains("path") || !j["path"].is_string()) {
+      res.status = 400;
+      return;
+    }
+    std::shared_lock<std::shared_mutex> lock(g_serving);
+    std::vector<TensorToWrite> out;
+    for (size_t i = 0; i < w.names.size(); ++i) {
+      out.push_back({w.names[i], DType::kU8, {w.bytes[i].size()}, w.bytes[i]});
+    }
+    Status s = WriteSafetensors(j["path"].get<std::string>(), out, {});
+    res.status = s.ok() ? 200 : 500;
+    res.set_content(s.ok() ? "{}" : s.ToString(), "application/json");
+  });
+  int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
+                        : (server.bind_to_port("127.0.0.1", port + static_cast<int>(rank)) ? port + static_cast<int>(rank) : -1);
+  if (bound <= 0) return 3;
+  if (!port_dir.empty()) {
+    (void)WriteFileAtomic(port_dir + "/rank" + std::to_string(rank) + ".port", std::to_string(bound) + "\n");
+  }
+  std::thread http([&] { server.listen_after_bind(); });
+  std::fprintf(stderr, "rank %u/%u: serving %s on 127.0.0.1:%d\n", rank, tp, version.c_str(), bound);
+  while (!g_stop.load()) {
+    if (poll) {
+      // The scheduler loop: a "step", then the sync hook between steps.
+      std::unique_lock<std::shared_mutex> step(g_serving);
+      int32_t committed = 0;
+      if (deltakv_engine_poll(engine, &committed) != DELTAKV_OK) {
+        std::fprintf(stderr, "rank %u: poll: %s\n", rank, deltakv_engine_last_error(engine));
+      }
+      step.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  server.stop();
+  http.join();
+  deltakv_engine_free(engine);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"deltakv reference engine (cpu backend, tensor parallel rank processes)"};
+  std::string dir, shm = "deltakv", port_dir, version;
+  uint32_t tp = 1;
+  int rank = -1, port = 0;
+  bool poll = false;
+  app.add_option("--checkpoint", dir, "Checkpoint directory")->required();
+  app.add_option("--tp", tp, "Tensor-parallel degree (rank processes)")->check(CLI::Range(1u, 64u));
+  app.add_option("--shm", shm, "The sidecar's shared-memory name");
+  app.add_option("--port", port, "HTTP port of rank 0 (rank r uses port + r); 0 = any");
+  app.add_option("--port-dir", port_dir, "Write rank<r>.port files here");
+  app.add_option("--version", version, "Version id of the loaded checkpoint");
+  app.add_flag("--poll", poll, "Apply commits from the scheduler loop (deltakv_engine_poll)");
+  app.add_option("--rank", rank, "Internal: run one rank");
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  if (rank >= 0) return RunRank(dir, static_cast<uint32_t>(rank), tp, shm, port, port_dir, poll, version);
+
+  // Parent: one process per rank, as real engines run tensor parallelism.
+  std::vector<pid_t> children;
+  for (uint32_t r = 0; r < tp; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<std::string> args(argv, argv + argc);
+      args.push_back("--rank");
+      args.push_back(std::to_string(r));
+      std::vector<char*> cargs;
+      for (auto& a : args) cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      execv("/proc/self/exe", cargs.data());
+      _exit(127);
+    }
+    children.push_back(pid);
+  }
+  int rc = 0;
+  size_t alive = children.size();
+  while (alive > 0) {
+    int status = 0;
+    pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done > 0) {
+      --alive;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+      continue;
+    }
+    if (g_stop.load()) {
+      for (pid_t c : children) kill(c, SIGTERM);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return rc;
+}

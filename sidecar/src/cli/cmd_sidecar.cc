@@ -1,0 +1,180 @@
+// deltakv sidecar: the long-running process next to an inference server.
+#include <hwloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "base/file_util.h"
+#include "cli/cli_common.h"
+#include "server/http_api.h"
+#include "sync/shm_executor.h"
+#include "sync/sync_manager.h"
+
+namespace deltakv::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+// "0-3,8" -> {0,1,2,3,8}. InvalidArgument on garbage.
+StatusOr<std::vector<unsigned>> ParseCpuList(const std::string& text) {
+  std::vector<unsigned> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) continue;
+    size_t dash = item.find('-');
+    try {
+      unsigned a = static_cast<unsigned>(std::stoul(item.substr(0, dash)));
+      unsigned b = dash == std::string::npos ? a : static_cast<unsigned>(std::stoul(item.substr(dash + 1)));
+      if (b < a || b > 4095) return InvalidArgument("bad cpu range '" + item + "'");
+      for (unsigned c = a; c <= b; ++c) out.push_back(c);
+    } catch (...) {
+      return InvalidArgument("bad cpu list '" + text + "'");
+    }
+  }
+  return out;
+}
+
+// Runs on the sync worker thread: lowest priority, and off the cores kept for serving.
+void LowerPriorityAndPin(const std::vector<unsigned>& serving) {
+  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+  sched_param sp{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+  if (serving.empty()) return;
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0) return;
+  if (hwloc_topology_load(topo) == 0) {
+    hwloc_bitmap_t set = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
+    for (unsigned c : serving) hwloc_bitmap_clr(set, c);
+    if (!hwloc_bitmap_iszero(set)) {
+      if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD) != 0) {
+        std::fprintf(stderr, "deltakv sidecar: warning: could not pin the sync worker\n");
+      }
+    }
+    hwloc_bitmap_free(set);
+  }
+  hwloc_topology_destroy(topo);
+}
+
+struct SidecarOpts {
+  std::string config;
+  std::string listen = "127.0.0.1:8470";
+  std::string token;
+  std::string token_file;
+  std::string shm_name = "deltakv";
+  std::string serving_cores;
+  std::string decoder;
+  std::string state_dir;
+  uint64_t max_body_bytes = 64 << 10;
+  size_t history = 64;
+  std::string port_file;
+};
+
+// Fills unset options from a JSON config file (flags given on the command line win).
+Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
+  if (o.config.empty()) return Status::Ok();
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(o.config, 1 << 20));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("config '" + o.config + "' is not a JSON object");
+  auto str = [&](const char* key, std::string& dst, const char* flag) -> Status {
+    if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
+    if (!j[key].is_string()) return InvalidArgument("config: '" + std::string(key) + "' must be a string");
+    dst = j[key].get<std::string>();
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(str("listen", o.listen, "--listen"));
+  RETURN_IF_ERROR(str("token_file", o.token_file, "--token-file"));
+  RETURN_IF_ERROR(str("shm_name", o.shm_name, "--shm-name"));
+  RETURN_IF_ERROR(str("serving_cores", o.serving_cores, "--serving-cores"));
+  RETURN_IF_ERROR(str("decoder", o.decoder, "--decoder"));
+  RETURN_IF_ERROR(str("state_dir", o.state_dir, "--state-dir"));
+  if (j.contains("max_body_bytes") && cmd.count("--max-body-bytes") == 0) {
+    if (!j["max_body_bytes"].is_number_unsigned()) return InvalidArgument("config: 'max_body_bytes' must be an integer");
+    o.max_body_bytes = j["max_body_bytes"].get<uint64_t>();
+  }
+  return Status::Ok();
+}
+
+int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
+  Status s = LoadConfig(o, cmd);
+  if (!s.ok()) return ReportError("sidecar", s, false);
+  if (!o.token_file.empty()) {
+    auto t = ReadFileToString(o.token_file, 4096);
+    if (!t.ok()) return ReportError("sidecar", t.status(), false);
+    o.token = *t;
+    while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r')) o.token.pop_back();
+  }
+  if (o.token.empty()) {
+    if (const char* env = std::getenv("DELTAKV_TOKEN")) o.token = env;
+  }
+  if (o.token.empty()) {
+    return ReportError("sidecar", InvalidArgument("a bearer token is required (--token-file, "
+                                                  "--token or DELTAKV_TOKEN)"), false);
+  }
+  auto cores = ParseCpuList(o.serving_cores);
+  if (!cores.ok()) return ReportError("sidecar", cores.status(), false);
+  size_t colon = o.listen.rfind(':');
+  if (colon == std::string::npos) return ReportError("sidecar", InvalidArgument("--listen must be HOST:PORT"), false);
+  sidecar::HttpApiOptions http;
+  http.host = o.listen.substr(0, colon);
+  try {
+    http.port = std::stoi(o.listen.substr(colon + 1));
+  } catch (...) {
+    return ReportError("sidecar", InvalidArgument("--listen must be HOST:PORT"), false);
+  }
+  http.token = o.token;
+  http.max_body_bytes = o.max_body_bytes;
+
+  sidecar::ShmExecutorOptions eo;
+  eo.shm_name = o.shm_name;
+  eo.decoder = o.decoder;
+  eo.state_dir = o.state_dir;
+  auto executor = sidecar::ShmSyncExecutor::Create(eo);
+  if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
+  std::vector<unsigned> serving = *cores;
+  sidecar::SyncManager manager(std::move(executor).value(), o.history,
+                               [serving] { LowerPriorityAndPin(serving); });
+  sidecar::HttpApi api(http, &manager);
+  s = api.Bind();
+  if (!s.ok()) return ReportError("sidecar", s, false);
+  if (!o.port_file.empty()) (void)WriteFileAtomic(o.port_file, std::to_string(api.port()) + "\n");
+  std::fprintf(stderr, "deltakv sidecar: listening on %s:%d, shared memory '%s'\n", http.host.c_str(),
+               api.port(), o.shm_name.c_str());
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  std::thread server([&] { api.Serve(); });
+  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  api.Stop();
+  server.join();
+  std::fprintf(stderr, "deltakv sidecar: stopped\n");
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddSidecarCommand(CLI::App& app, int* rc) {
+  CLI::App* cmd = app.add_subcommand("sidecar", "Run the sidecar: HTTP API + delta sync to engine ranks");
+  auto o = std::make_shared<SidecarOpts>();
+  cmd->add_option("--config", o->config, "JSON config file (keys as the long flags, '_' for '-')");
+  cmd->add_option("--listen", o->listen, "HOST:PORT for the HTTP API (port 0: any)")->capture_default_str();
+  cmd->add_option("--token", o->token, "Bearer token for mutating calls (prefer --token-file)");
+  cmd->add_option("--token-file", o->token_file, "File holding the bearer token");
+  cmd->add_option("--shm-name", o->shm_name, "Shared-memory control segment name")->capture_default_str();
+  cmd->add_option("--serving-cores", o->serving_cores, "CPUs kept for serving, e.g. 0-3 (the sync worker avoids them)");
+  cmd->add_option("--decoder", o->decoder, "XOR frame decoder (walker, the default, or libzstd)");
+  cmd->add_option("--state-dir", o->state_dir, "Directory that persists the live version id");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest accepted request body")->capture_default_str();
+  cmd->add_option("--port-file", o->port_file, "Write the bound port here (with --listen HOST:0)");
+  cmd->callback([o, cmd, rc] { *rc = RunSidecar(*o, *cmd); });
+}
+
+}  // namespace deltakv::cli

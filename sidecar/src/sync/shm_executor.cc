@@ -1,0 +1,309 @@
+#include "sync/shm_executor.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <map>
+
+#include "base/file_util.h"
+#include "deltasync/delta_manifest.h"
+#include "deltasync/engine_tensors.h"
+#include "deltasync/plan_verify.h"
+#include "deltasync/sync_planner.h"
+#include "deltasync/write_plan.h"
+#include "shm/messages.h"
+#include "shm/plan_arena.h"
+
+namespace deltakv::sidecar {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+
+// Root block of a plan arena (mirrors the shim's reader): {u64 plan_bytes, u32 version_len,
+// u32 reserved}, the version id padded to 8, then the plan.
+struct ArenaRoot {
+  uint64_t plan_bytes;
+  uint32_t version_len;
+  uint32_t reserved;
+};
+
+// Fault injection for tests: DELTAKV_FAULT_STALL="<point>:<ms>" sleeps at that point of a
+// sync ("planned": plans built, not yet sent; "staged": verified, not yet decided).
+void MaybeStall(const char* point) {
+  const char* env = std::getenv("DELTAKV_FAULT_STALL");
+  if (env == nullptr) return;
+  std::string spec(env);
+  size_t colon = spec.find(':');
+  if (colon == std::string::npos || spec.substr(0, colon) != point) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(spec.c_str() + colon + 1)));
+}
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::string ArenaPrefix(const std::string& shm) { return shm + ".plan"; }
+
+StatusOr<deltasync::EngineTensorTable> ReadTensorTable(const std::string& shm, uint32_t rank) {
+  const std::string name = deltasync::EngineTensorTableSegmentName(shm, rank);
+  ASSIGN_OR_RETURN(shm::Segment seg, shm::Segment::Open(name, shm::SegmentKind::kScratch));
+  const uint64_t body = sizeof(shm::SegmentHeader);
+  uint8_t* len_ptr = seg.At(body, 8);
+  if (len_ptr == nullptr) return DataLoss("tensor table segment '" + name + "' is too small");
+  uint64_t len;
+  std::memcpy(&len, len_ptr, 8);
+  uint8_t* text = seg.At(body + 8, len);
+  if (text == nullptr) return DataLoss("tensor table segment '" + name + "' is truncated");
+  return deltasync::ParseEngineTensorTable(
+      std::string_view(reinterpret_cast<const char*>(text), len));
+}
+
+bool PidAlive(uint32_t pid) { return pid != 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+// One rank's view during a sync.
+struct RankRun {
+  shm::RankChannel channel;
+  shm::PlanArenaWriter arena;
+  std::vector<deltasync::PlanTensor> tensors;
+  uint64_t plan_offset = 0;
+  uint64_t plan_capacity = 0;
+  bool staged = false;
+  uint32_t staged_parts = 0;
+  bool committed = false;
+  uint64_t pause_us = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(const ShmExecutorOptions& options) {
+  std::unique_ptr<ShmSyncExecutor> e(new ShmSyncExecutor(options));
+  ASSIGN_OR_RETURN(e->control_, shm::ControlBlock::Create(options.shm_name));
+  (void)shm::RemoveStaleArenas(ArenaPrefix(options.shm_name));
+  if (!options.state_dir.empty()) {
+    auto v = ReadFileToString(options.state_dir + "/live_version", 4096);
+    if (v.ok()) e->live_version_ = *v;
+  }
+  return e;
+}
+
+std::string ShmSyncExecutor::LiveVersion() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_version_;
+}
+
+void ShmSyncExecutor::SetLiveVersion(const std::string& v) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_version_ = v;
+  }
+  if (!options_.state_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.state_dir, ec);
+    (void)WriteFileAtomic(options_.state_dir + "/live_version", v);
+  }
+}
+
+nlohmann::json ShmSyncExecutor::RanksJson() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const shm::RankInfo& r : control_->ActiveRanks()) {
+    out.push_back({{"rank", r.rank}, {"world_size", r.world_size}, {"pid", r.pid},
+                   {"policy_version", r.live_policy_version > 0 ? r.live_policy_version - 1 : 0},
+                   {"staged_sync_id", r.staged_sync_id}});
+  }
+  return out;
+}
+
+Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
+  auto set_state = [&](SyncState s) { update([&](SyncRecord& r) { r.state = s; }); };
+  auto phase = [&](const char* name, double ms) { update([&](SyncRecord& r) { r.phase_ms[name] = ms; }); };
+  set_state(SyncState::kFetching);
+
+  // ---- fetching: manifest, ranks, tensor tables
+  auto t_fetch = Clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<deltasync::ObjectStore> store, OpenStore(request.delta, options_.http));
+  ASSIGN_OR_RETURN(std::string manifest_text, store->ReadObject(deltasync::kManifestFileName, 1ull << 30));
+  ASSIGN_OR_RETURN(deltasync::DeltaManifest m, deltasync::ParseDeltaManifest(manifest_text));
+  if (!m.version.empty() && m.version != request.version) {
+    return InvalidArgument("the request names version '" + request.version +
+                           "' but the delta produces '" + m.version + "'");
+  }
+  update([&](SyncRecord& r) {
+    r.parent_version = m.parent_version;
+    r.tensors_changed = m.tensors.size();
+  });
+  control_->ReclaimDead();
+  std::vector<shm::RankInfo> infos = control_->ActiveRanks();
+  if (infos.empty()) return FailedPrecondition("no engine ranks are attached to '" + options_.shm_name + "'");
+  std::vector<deltasync::EngineTensorTable> tables;
+  for (const shm::RankInfo& info : infos) {
+    auto t = ReadTensorTable(options_.shm_name, info.rank);
+    if (!t.ok()) return t.status().WithPrefix("engine rank " + std::to_string(info.rank));
+    tables.push_back(std::move(t).value());
+  }
+  const std::string live = LiveVersion().empty() ? tables[0].version : LiveVersion();
+  if (!live.empty() && !m.parent_version.empty() && live != m.parent_version) {
+    return FailedPrecondition("the engine serves version '" + live + "' but the delta is '" +
+                              m.parent_version + "' -> '" + m.version + "'");
+  }
+  ASSIGN_OR_RETURN(deltasync::RankTensorTables rank_tables, deltasync::ToRankTensorTables(tables));
+  ASSIGN_OR_RETURN(auto plan_tables, deltasync::PlanTensorTables(m, rank_tables));
+  const uint32_t world = static_cast<uint32_t>(rank_tables.size());
+  std::vector<const shm::RankInfo*> by_rank(world, nullptr);
+  for (const shm::RankInfo& info : infos) by_rank[info.rank] = &info;
+
+  // ---- decoding: one plan arena per rank
+  set_state(SyncState::kDecoding);
+  const uint64_t sync_id = control_->AllocateSyncId();
+  uint64_t dense = 0;
+  for (const auto& t : m.tensors) {
+    for (const auto& f : t.frames) dense += f.length;
+  }
+  // Worst case a record per changed byte (40 bytes); the segment is sparse until written.
+  const uint64_t plan_capacity = std::min<uint64_t>(40 * dense + (1 << 20), 1ull << 40);
+  std::vector<RankRun> runs(world);
+  std::vector<deltasync::WritePlanWriter> writers;
+  for (uint32_t r = 0; r < world; ++r) {
+    RankRun& rr = runs[r];
+    ASSIGN_OR_RETURN(rr.channel, control_->OpenChannel(*by_rank[r]));
+    shm::PlanArenaOptions ao;
+    ao.capacity = plan_capacity + 4096 + Align8(request.version.size()) + sizeof(ArenaRoot);
+    ao.generation = sync_id;
+    ao.sync_id = sync_id;
+    ao.rank = r;
+    ASSIGN_OR_RETURN(rr.arena, shm::PlanArenaWriter::Create(
+                                   shm::PlanArenaName(ArenaPrefix(options_.shm_name), sync_id, r), ao));
+    ASSIGN_OR_RETURN(uint64_t root, rr.arena.Allocate(sizeof(ArenaRoot) + Align8(request.version.size()), 8));
+    RETURN_IF_ERROR(rr.arena.SetRoot(root));
+    std::span<uint8_t> rb = rr.arena.Bytes(root, sizeof(ArenaRoot) + Align8(request.version.size()));
+    std::memcpy(rb.data() + sizeof(ArenaRoot), request.version.data(), request.version.size());
+    rr.plan_offset = root + sizeof(ArenaRoot) + Align8(request.version.size());
+    ASSIGN_OR_RETURN(uint64_t plan_at, rr.arena.Allocate(plan_capacity, 8));
+    if (plan_at != rr.plan_offset) return Internal("plan arena blocks are not contiguous");
+    rr.plan_capacity = plan_capacity;
+    writers.emplace_back(rr.arena.Bytes(plan_at, plan_capacity), plan_tables[r]);
+  }
+  deltasync::PlannerOptions po;
+  po.decoder = options_.decoder;
+  po.max_window_log = options_.max_window_log;
+  ASSIGN_OR_RETURN(deltasync::PlanStats stats, deltasync::BuildSyncPlans(m, *store, rank_tables, writers, po));
+  phase("fetch", MsSince(t_fetch) - stats.decode_ms);
+  phase("decode", stats.decode_ms);
+  update([&](SyncRecord& r) {
+    r.bytes_fetched = stats.bytes_fetched;
+    r.nonzero_bytes = stats.nonzero_bytes;
+  });
+
+  // From here on, every failure must decide ABORT so no rank keeps a staged plan.
+  auto abort_all = [&](const Status& why) -> Status {
+    (void)control_->DecideAbort(sync_id);
+    for (RankRun& rr : runs) {
+      auto msg = shm::MakeText(shm::MessageType::kAbort, sync_id, why.message());
+      if (msg.ok()) {
+        auto bytes = shm::EncodeMessage(*msg);
+        if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
+      }
+    }
+    return why;
+  };
+
+  // ---- staged: send PLAN, collect partial sums, verify
+  MaybeStall("planned");
+  auto t_stage = Clock::now();
+  for (uint32_t r = 0; r < world; ++r) {
+    RankRun& rr = runs[r];
+    ASSIGN_OR_RETURN(uint64_t used, writers[r].Finish());
+    ArenaRoot root{used, static_cast<uint32_t>(request.version.size()), 0};
+    std::memcpy(rr.arena.Bytes(rr.plan_offset - sizeof(ArenaRoot) - Align8(request.version.size()),
+                               sizeof(ArenaRoot)).data(), &root, sizeof(root));
+    RETURN_IF_ERROR(rr.arena.Publish());
+    ASSIGN_OR_RETURN(shm::Message msg, shm::MakePlan(sync_id, rr.arena.Ref()));
+    ASSIGN_OR_RETURN(auto bytes, shm::EncodeMessage(msg));
+    Status s = rr.channel.commands.Push(bytes, 5s);
+    if (!s.ok()) return abort_all(s.WithPrefix("sending the plan to rank " + std::to_string(r)));
+  }
+  std::vector<deltasync::AdlerDelta> inc(m.tensors.size()), full(m.tensors.size());
+  // Waits for every rank's messages of `want` type; fails on errors, deaths, timeout.
+  auto collect = [&](shm::MessageType want, std::chrono::milliseconds timeout,
+                     const std::function<Status(uint32_t, const shm::Message&)>& on) -> Status {
+    auto deadline = Clock::now() + timeout;
+    std::vector<uint8_t> buf;
+    for (;;) {
+      bool all = true;
+      for (uint32_t r = 0; r < world; ++r) {
+        RankRun& rr = runs[r];
+        bool done = want == shm::MessageType::kStaged ? rr.staged : rr.committed;
+        if (done) continue;
+        all = false;
+        auto popped = rr.channel.responses.Pop(&buf, 20ms);
+        if (!popped.ok()) return popped.status().WithPrefix("rank " + std::to_string(r));
+        if (*popped) {
+          auto msg = shm::DecodeMessage(buf);
+          if (!msg.ok()) return msg.status().WithPrefix("rank " + std::to_string(r));
+          if (msg->sync_id != sync_id) continue;
+          if (msg->type == shm::MessageType::kError) {
+            auto text = shm::ParseText(*msg);
+            return DataLoss(text.ok() ? *text : "rank " + std::to_string(r) + " failed");
+          }
+          if (msg->type == want) RETURN_IF_ERROR(on(r, *msg));
+        } else if (!control_->IsCurrent(rr.channel.info) || !PidAlive(rr.channel.info.pid)) {
+          return FailedPrecondition("engine rank " + std::to_string(r) + " (pid " +
+                                    std::to_string(rr.channel.info.pid) + ") died during the sync");
+        }
+      }
+      if (all) return Status::Ok();
+      if (Clock::now() > deadline) return FailedPrecondition("engine ranks did not answer in time");
+    }
+  };
+  Status staged = collect(shm::MessageType::kStaged, options_.stage_timeout,
+                          [&](uint32_t r, const shm::Message& msg) -> Status {
+    ASSIGN_OR_RETURN(shm::StagedReport rep, shm::ParseStaged(msg));
+    for (const shm::StagedEntry& e : rep.entries) {
+      if (e.tensor_index >= m.tensors.size()) return DataLoss("rank reported an unknown tensor");
+      auto d = deltasync::AdlerDelta::FromSums(e.s1, e.s2);
+      (e.flags & shm::StagedEntry::kFullChecksum ? full : inc)[e.tensor_index].Merge(d);
+    }
+    if (++runs[r].staged_parts == rep.part_count) runs[r].staged = true;
+    return Status::Ok();
+  });
+  if (!staged.ok()) return abort_all(staged);
+  for (size_t t = 0; t < m.tensors.size(); ++t) {
+    Status v = deltasync::VerifyStagedTensor(m.tensors[t].name, plan_tables[0][t], inc[t], full[t]);
+    if (!v.ok()) return abort_all(v);
+  }
+  phase("stage", MsSince(t_stage));
+  set_state(SyncState::kStaged);
+  MaybeStall("staged");
+
+  // ---- committing
+  auto t_commit = Clock::now();
+  RETURN_IF_ERROR(control_->DecideCommit(sync_id));
+  set_state(SyncState::kCommitting);
+  for (RankRun& rr : runs) {
+    auto bytes = shm::EncodeMessage(shm::MakeCommit(sync_id));
+    if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
+  }
+  uint64_t pause_us = 0;
+  Status committed = collect(shm::MessageType::kCommitted, options_.commit_timeout,
+                             [&](uint32_t r, const shm::Message& msg) -> Status {
+    ASSIGN_OR_RETURN(shm::CommittedReport rep, shm::ParseCommitted(msg));
+    runs[r].committed = true;
+    pause_us = std::max(pause_us, rep.pause_us);
+    return Status::Ok();
+  });
+  if (!committed.ok()) {
+    return Internal("COMMIT was decided but not every rank confirmed: " + committed.message());
+  }
+  phase("commit", MsSince(t_commit));
+  phase("pause", static_cast<double>(pause_us) / 1000.0);
+  SetLiveVersion(request.version);
+  return Status::Ok();
+}
+
+}  // namespace deltakv::sidecar

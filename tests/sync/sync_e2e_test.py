@@ -1,0 +1,362 @@
+"""End-to-end tests of live delta sync: the real `deltakv sidecar` process, real engine rank
+processes (deltakv-demo-engine, linking libdeltakv through its C ABI), real shared memory and
+real HTTP on loopback.
+
+Run: python3 tests/sync/sync_e2e_test.py --deltakv build/sidecar/deltakv \
+        --engine build/shim/deltakv-demo-engine
+"""
+import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time, unittest
+import urllib.error, urllib.request
+import numpy as np
+
+DELTAKV = ENGINE = None
+TOKEN = "test-token-123"
+
+
+def read(path, mode="rb"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def write(path, data):
+    with open(path, "wb" if isinstance(data, (bytes, bytearray)) else "w") as f:
+        f.write(data)
+
+
+def http(method, url, body=None, token=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read()
+            try:
+                return r.status, json.loads(text or b"null")
+            except ValueError:
+                return r.status, text
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        try:
+            return e.code, json.loads(text)
+        except ValueError:
+            return e.code, text
+
+
+def load_safetensors(path):
+    raw = read(path)
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    return {k: (v, raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+
+
+def checkpoint_tensors(d):
+    out = {}
+    for f in sorted(x for x in os.listdir(d) if x.endswith(".safetensors")):
+        out.update(load_safetensors(os.path.join(d, f)))
+    return out
+
+
+def expected_local(name, info, data, rank, tp):
+    """The demo engine's sharding rule, written plainly with numpy."""
+    shape = info["shape"]
+    esize = len(data) // max(1, int(np.prod(shape))) if np.prod(shape) else 1
+    arr = np.frombuffer(data, np.uint8).reshape(*shape, esize) if shape else np.frombuffer(data, np.uint8)
+    rows = any(p in name for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "embed_tokens"))
+    cols = any(p in name for p in ("o_proj", "down_proj"))
+    if rows and shape and shape[0] % tp == 0:
+        k = shape[0] // tp
+        return arr[rank * k:(rank + 1) * k].tobytes()
+    if cols and len(shape) == 2 and shape[1] % tp == 0:
+        k = shape[1] // tp
+        return np.ascontiguousarray(arr[:, rank * k:(rank + 1) * k]).tobytes()
+    return data
+
+
+class Cluster:
+    """A sidecar and an engine with `tp` rank processes."""
+
+    def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None):
+        self.tmp, self.tp, self.poll = tmp, tp, poll
+        self.shm = f"dkv-e2e-{os.getpid()}-{int(time.time() * 1000) % 100000}"
+        self.token_file = os.path.join(tmp, "token")
+        write(self.token_file, TOKEN + "\n")
+        self.sidecar = None
+        self.start_sidecar(env)
+        self.ports = os.path.join(tmp, "ports-" + self.shm)
+        os.makedirs(self.ports)
+        args = [ENGINE, "--checkpoint", checkpoint, "--tp", str(tp), "--shm", self.shm,
+                "--port-dir", self.ports]
+        if poll:
+            args.append("--poll")
+        self.engine = subprocess.Popen(args, stderr=open(os.path.join(tmp, "engine.log"), "ab"))
+        self.rank_ports = []
+        deadline = time.time() + 30
+        while len(self.rank_ports) < tp:
+            if time.time() > deadline:
+                raise AssertionError("engine did not start: " + read(os.path.join(tmp, "engine.log"), "r"))
+            self.rank_ports = [p for p in os.listdir(self.ports) if p.endswith(".port")]
+            time.sleep(0.05)
+        self.rank_ports = [int(read(os.path.join(self.ports, f"rank{r}.port"), "r")) for r in range(tp)]
+        while len(self.status()["ranks"]) < tp:
+            time.sleep(0.05)
+
+    def start_sidecar(self, env=None):
+        port_file = os.path.join(self.tmp, "sidecar.port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        e = dict(os.environ)
+        e.pop("DELTAKV_FAULT_STALL", None)
+        e.update(env or {})
+        self.sidecar = subprocess.Popen(
+            [DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--port-file", port_file,
+             "--token-file", self.token_file, "--shm-name", self.shm, "--max-body-bytes", "4096"],
+            env=e, stderr=open(os.path.join(self.tmp, "sidecar.log"), "ab"))
+        deadline = time.time() + 20
+        while not os.path.exists(port_file):
+            if self.sidecar.poll() is not None or time.time() > deadline:
+                raise AssertionError("sidecar did not start: " + read(os.path.join(self.tmp, "sidecar.log"), "r"))
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{int(read(port_file, 'r'))}"
+
+    def status(self):
+        return http("GET", self.url + "/v1/status")[1]
+
+    def sync(self, version, delta, expect=202):
+        code, body = http("POST", self.url + "/v1/sync", {"version": version, "delta": delta}, TOKEN)
+        assert code == expect, (code, body)
+        return body.get("id") if isinstance(body, dict) else None
+
+    def wait(self, sync_id, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            code, rec = http("GET", f"{self.url}/v1/syncs/{sync_id}")
+            if rec["state"] in ("live", "aborted"):
+                return rec
+            time.sleep(0.02)
+        raise AssertionError("sync did not finish")
+
+    def rank_state(self, r):
+        return http("GET", f"http://127.0.0.1:{self.rank_ports[r]}/v1/state")[1]
+
+    def dump(self, r):
+        path = os.path.join(self.tmp, f"dump-{self.shm}-{r}.safetensors")
+        code, _ = http("POST", f"http://127.0.0.1:{self.rank_ports[r]}/v1/dump", {"path": path})
+        assert code == 200
+        return {k: v[1] for k, v in load_safetensors(path).items()}
+
+    def answers(self):
+        return [self.rank_state(r)["answer"] for r in range(self.tp)]
+
+    def assert_serves(self, test, checkpoint):
+        tensors = checkpoint_tensors(checkpoint)
+        for r in range(self.tp):
+            local = self.dump(r)
+            test.assertEqual(set(local), set(tensors))
+            for name, (info, data) in tensors.items():
+                test.assertEqual(local[name], expected_local(name, info, data, r, self.tp),
+                                 f"rank {r} tensor {name}")
+
+    def stop(self):
+        for p in (self.engine, self.sidecar):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (self.engine, self.sidecar):
+            if p:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        for f in os.listdir("/dev/shm"):
+            if f.startswith(self.shm):
+                os.remove(os.path.join("/dev/shm", f))
+
+
+class SyncE2ETest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="deltakv-e2e-")
+        t = lambda *p: os.path.join(cls.tmp, *p)
+        cls.t = staticmethod(t)
+        def k(*args):
+            subprocess.run([DELTAKV, *args], check=True, capture_output=True)
+        k("checkpoint", "generate", "--out", t("v1"), "--size-mib", "8", "--files", "2")
+        k("checkpoint", "mutate", "--parent", t("v1"), "--out", t("v2"), "--density", "0.01", "--seed", "2")
+        k("checkpoint", "mutate", "--parent", t("v2"), "--out", t("v3"), "--density", "0.01", "--seed", "3")
+        k("publish", "--parent", t("v1"), "--new", t("v2"), "--out", t("d12"), "--frame-mib", "1")
+        k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23"))
+        # Bytes from v2 -> v3, but labelled as a delta from v1: only the checksums can tell.
+        k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23-as-v1"),
+          "--parent-version", "v1", "--version", "v2")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def setUp(self):
+        self.clusters = []
+
+    def tearDown(self):
+        for c in self.clusters:
+            c.stop()
+
+    def cluster(self, **kw):
+        c = Cluster(self.tmp, self.t("v1"), **kw)
+        self.clusters.append(c)
+        return c
+
+    def copy_delta(self, name):
+        dst = self.t(name + "-" + str(time.time_ns()))
+        shutil.copytree(self.t(name), dst)
+        return dst
+
+    def expect_aborted(self, c, version, delta, text):
+        before = c.answers()
+        rec = c.wait(c.sync(version, delta))
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn(text, rec["error"])
+        self.assertEqual(c.answers(), before)  # device bytes unchanged
+        for r in range(c.tp):
+            self.assertEqual(c.rank_state(r)["policy_version"], 0)
+        return rec
+
+    def test_sync_twice_tp2(self):
+        c = self.cluster(tp=2)
+        c.assert_serves(self, self.t("v1"))
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "live", rec)
+        for phase in ("fetch", "decode", "stage", "commit", "pause"):
+            self.assertIn(phase, rec["phase_ms"])
+        rec = c.wait(c.sync("v3", "file://" + self.t("d23")))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v3"))
+        for r in range(2):
+            st = c.rank_state(r)
+            self.assertEqual((st["policy_version"], st["version"]), (2, "v3"))
+        status = c.status()
+        self.assertEqual(status["live_version"], "v3")
+        self.assertEqual([h["state"] for h in status["history"]], ["live", "live"])
+        metrics = urllib.request.urlopen(c.url + "/metrics").read().decode()
+        self.assertIn('deltakv_syncs_total{result="live"} 2', metrics)
+        self.assertIn("deltakv_engine_ranks 2", metrics)
+
+    def test_poll_mode_engine(self):
+        c = self.cluster(tp=1, poll=True)
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v2"))
+
+    def test_rejections_change_nothing(self):
+        c = self.cluster(tp=2)
+        d = self.copy_delta("d12")
+        shard = os.path.join(d, "shard-00000.zst")
+        data = bytearray(read(shard))
+        data[len(data) // 2] ^= 0x55
+        write(shard, data)
+        self.expect_aborted(c, "v2", d, "tensor '")
+
+        d = self.copy_delta("d12")
+        shard = os.path.join(d, "shard-00000.zst")
+        write(shard, read(shard)[:-50])
+        self.expect_aborted(c, "v2", d, "truncated")
+
+        self.expect_aborted(c, "v3", self.t("d23"), "serves version 'v1'")        # wrong parent (ids)
+        self.expect_aborted(c, "v2", self.t("d23-as-v1"), "checksum mismatch")    # wrong parent (bytes)
+
+        d = self.copy_delta("d12")
+        m = json.loads(read(os.path.join(d, "manifest.json")))
+        m["tensors"][0]["adler32"] = "00000001"
+        write(os.path.join(d, "manifest.json"), json.dumps(m))
+        self.expect_aborted(c, "v2", d, "checksum mismatch")
+
+        d = self.copy_delta("d12")
+        write(os.path.join(d, "manifest.json"), '{"format": "deltakv.delta/1", "metadata": ')
+        self.expect_aborted(c, "v2", d, "invalid JSON")
+
+        d = self.copy_delta("d12")
+        m = json.loads(read(os.path.join(d, "manifest.json")))
+        m["tensors"][0]["name"] = "model.no_such.weight"
+        write(os.path.join(d, "manifest.json"), json.dumps(m))
+        self.expect_aborted(c, "v2", d, "did not register")
+
+        # The engine still takes a good delta afterwards.
+        self.assertEqual(c.wait(c.sync("v2", self.t("d12")))["state"], "live")
+        c.assert_serves(self, self.t("v2"))
+
+    def test_http_refusals(self):
+        c = self.cluster(tp=1)
+        body = {"version": "v2", "delta": self.t("d12")}
+        self.assertEqual(http("POST", c.url + "/v1/sync", body)[0], 401)
+        self.assertEqual(http("POST", c.url + "/v1/sync", body, "wrong-token")[0], 401)
+        code, err = http("POST", c.url + "/v1/sync", raw=b"x" * 10000, token=TOKEN)
+        self.assertEqual(code, 413)
+        self.assertEqual(http("POST", c.url + "/v1/sync", raw=b"{not json", token=TOKEN)[0], 400)
+        self.assertEqual(http("POST", c.url + "/v1/sync", {"version": 3}, TOKEN)[0], 400)
+        self.assertEqual(http("GET", c.url + "/v1/syncs/nope")[0], 404)
+        self.assertEqual(http("GET", c.url + "/healthz")[0], 200)
+        self.assertEqual(c.rank_state(0)["policy_version"], 0)
+
+    def test_two_syncs_at_once_are_serialized(self):
+        c = self.cluster(tp=1)
+        c.sidecar.send_signal(signal.SIGTERM)
+        c.sidecar.wait()
+        c.start_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
+        first = c.sync("v2", self.t("d12"))
+        code, err = http("POST", c.url + "/v1/sync", {"version": "v3", "delta": self.t("d23")}, TOKEN)
+        self.assertEqual(code, 409)
+        self.assertIn(first, err["error"]["message"])
+        self.assertEqual(c.wait(first)["state"], "live")
+
+    def test_sidecar_killed_mid_sync(self):
+        c = self.cluster(tp=2)
+        c.sidecar.send_signal(signal.SIGTERM)
+        c.sidecar.wait()
+        c.start_sidecar({"DELTAKV_FAULT_STALL": "staged:5000"})
+        before = c.answers()
+        sid = c.sync("v2", self.t("d12"))
+        deadline = time.time() + 20
+        while http("GET", f"{c.url}/v1/syncs/{sid}")[1]["state"] != "staged":
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        c.sidecar.send_signal(signal.SIGKILL)
+        c.sidecar.wait()
+        time.sleep(2.5)  # ranks notice the dead sidecar and drop the staged plan
+        self.assertEqual(c.answers(), before)
+        for r in range(2):
+            self.assertEqual(c.rank_state(r)["policy_version"], 0)
+        c.start_sidecar()
+        deadline = time.time() + 10
+        while len(c.status()["ranks"]) < 2:
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.05)
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v2"))
+
+    def test_rank_killed_mid_sync(self):
+        c = self.cluster(tp=2)
+        c.sidecar.send_signal(signal.SIGTERM)
+        c.sidecar.wait()
+        c.start_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
+        before = c.answers()
+        ranks = c.status()["ranks"]
+        sid = c.sync("v2", self.t("d12"))
+        time.sleep(0.5)
+        victim = [r for r in ranks if r["rank"] == 1][0]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        rec = c.wait(sid)
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("rank 1", rec["error"])
+        self.assertIn("died", rec["error"])
+        self.assertEqual(c.rank_state(0)["answer"], before[0])
+        self.assertEqual(c.rank_state(0)["policy_version"], 0)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deltakv", required=True)
+    ap.add_argument("--engine", required=True)
+    args, rest = ap.parse_known_args()
+    DELTAKV, ENGINE = os.path.abspath(args.deltakv), os.path.abspath(args.engine)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
