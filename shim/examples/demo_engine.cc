@@ -7,6 +7,7 @@
 //   GET  /v1/generate  {"answer": sha256 of the rank's live weights, "version", "policy_version"}
 //   GET  /v1/state     the same plus tensor count and bytes
 //   POST /v1/dump      {"path": P}: writes the rank's local tensors to a safetensors file
+//   POST /v1/reload    {"checkpoint": DIR}: full reload of another checkpoint, paused (baseline)
 // so the served policy is observable. Requests are held while a commit pauses the engine.
 //
 //   deltakv-demo-engine --checkpoint DIR --tp N [--shm NAME] [--port P] [--port-dir D] [--poll]
@@ -68,6 +69,33 @@ int Resume(void*) {
   return 0;
 }
 
+// Copies this rank's slice of every tensor of `ckpt` into `w` (allocating when !existing).
+Status LoadShards(const Checkpoint& ckpt, uint32_t rank, uint32_t tp, Weights* w, bool existing) {
+  size_t i = 0;
+  for (const auto& f : ckpt.files()) {
+    for (const TensorInfo& t : f.header().tensors) {
+      ASSIGN_OR_RETURN(TensorLayout layout, LayoutFor(t, tp));
+      if (!existing) {
+        w->names.push_back(t.name);
+        w->bytes.emplace_back(layout.LocalBytes(rank).total);
+      } else if (i >= w->names.size() || w->names[i] != t.name ||
+                 w->bytes[i].size() != layout.LocalBytes(rank).total) {
+        return InvalidArgument("checkpoint layout differs from the loaded one at '" + t.name + "'");
+      }
+      uint8_t* local = w->bytes[i].data();
+      auto canonical = f.TensorBytes(t);
+      RETURN_IF_ERROR(layout.ForEachPiece(0, canonical.size(), [&](const LayoutPiece& piece) {
+        if (piece.rank == rank) {
+          std::memcpy(local + piece.local_offset, canonical.data() + piece.canonical_offset,
+                      piece.length);
+        }
+      }));
+      ++i;
+    }
+  }
+  return Status::Ok();
+}
+
 std::string Sha256Hex(const Weights& w) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
@@ -102,24 +130,10 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
   deltakv_engine* engine = nullptr;
   if (deltakv_engine_create(&p, &engine) != DELTAKV_OK) return 3;
   Weights w;
-  for (const auto& f : ckpt->files()) {
-    for (const TensorInfo& t : f.header().tensors) {
-      auto layout = LayoutFor(t, tp);
-      if (!layout.ok()) {
-        std::fprintf(stderr, "rank %u: %s\n", rank, layout.status().ToString().c_str());
-        return 2;
-      }
-      std::vector<uint8_t> local(layout->LocalBytes(rank).total);
-      auto canonical = f.TensorBytes(t);
-      (void)layout->ForEachPiece(0, canonical.size(), [&](const LayoutPiece& piece) {
-        if (piece.rank == rank) {
-          std::memcpy(local.data() + piece.local_offset, canonical.data() + piece.canonical_offset,
-                      piece.length);
-        }
-      });
-      w.names.push_back(t.name);
-      w.bytes.push_back(std::move(local));
-    }
+  Status loaded = LoadShards(*ckpt, rank, tp, &w, /*existing=*/false);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, loaded.ToString().c_str());
+    return 2;
   }
   for (size_t i = 0; i < w.names.size(); ++i) {
     const TensorInfo& t = *ckpt->Find(w.names[i])->info;
@@ -178,6 +192,33 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     Status s = WriteSafetensors(j["path"].get<std::string>(), out, {});
     res.status = s.ok() ? 200 : 500;
     res.set_content(s.ok() ? "{}" : s.ToString(), "application/json");
+  });
+  // A full reload of another checkpoint (the baseline a delta sync is compared with): the
+  // engine is paused while every byte of its shards is copied in.
+  server.Post("/v1/reload", [&](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.contains("checkpoint") || !j["checkpoint"].is_string()) {
+      res.status = 400;
+      return;
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto other = Checkpoint::Open(j["checkpoint"].get<std::string>());
+    if (!other.ok()) {
+      res.status = 400;
+      res.set_content(other.status().ToString(), "text/plain");
+      return;
+    }
+    std::unique_lock<std::shared_mutex> pause(g_serving);
+    auto paused = std::chrono::steady_clock::now();
+    Status s = LoadShards(*other, rank, tp, &w, /*existing=*/true);
+    auto end = std::chrono::steady_clock::now();
+    pause.unlock();
+    res.status = s.ok() ? 200 : 500;
+    res.set_content(nlohmann::json{{"ok", s.ok()}, {"error", s.message()},
+                                   {"total_ms", std::chrono::duration<double, std::milli>(end - start).count()},
+                                   {"pause_ms", std::chrono::duration<double, std::milli>(end - paused).count()}}
+                        .dump(),
+                    "application/json");
   });
   int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
                         : (server.bind_to_port("127.0.0.1", port + static_cast<int>(rank)) ? port + static_cast<int>(rank) : -1);

@@ -187,6 +187,7 @@ Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
   std::span<uint8_t> span(reinterpret_cast<uint8_t*>(pc->plan_words.data()), pc->plan_bytes);
   ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
   ASSIGN_OR_RETURN(*staged, StagePlan(reader, locals_, *backend_));
+  ASSIGN_OR_RETURN(pc->scatter, ScatterList(reader, locals_));
   tensors->assign(reader.tensors().begin(), reader.tensors().end());
   return Status::Ok();
 }
@@ -263,7 +264,7 @@ StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
   if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
     return Internal("the engine's pause callback failed; weights unchanged");
   }
-  Status s = CommitPlan(reader, locals_, *backend_);
+  Status s = CommitPlan(pc.scatter, *backend_);
   if (s.ok() && callbacks_.derived != nullptr) {
     std::map<uint32_t, std::vector<deltakv_region>> regions;
     (void)reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {

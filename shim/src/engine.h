@@ -65,6 +65,7 @@ class Engine {
     std::string version;
     std::vector<uint64_t> plan_words;  // the plan, staged (8-byte aligned copy)
     uint64_t plan_bytes = 0;
+    std::vector<CopyOp> scatter;       // prepared before the pause; points into plan_words
   };
 
   Status PublishTensorTable();

@@ -52,16 +52,21 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
   return staged;
 }
 
-Status CommitPlan(const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
-                  DeviceBackend& backend) {
+StatusOr<std::vector<CopyOp>> ScatterList(const deltasync::WritePlanReader& plan,
+                                          const std::vector<LocalTensor>& tensors) {
   std::vector<CopyOp> ops;
+  ops.reserve(plan.record_count());
   RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) -> Status {
     RETURN_IF_ERROR(CheckRecord(rec, plan.tensors(), tensors));
     const LocalTensor& lt = tensors[plan.tensors()[rec.tensor].rank_tensor];
     ops.push_back({static_cast<uint8_t*>(lt.device) + rec.local_offset, bytes.data(), rec.length});
     return Status::Ok();
   }));
-  Status s = backend.Scatter(ops);
+  return ops;
+}
+
+Status CommitPlan(std::span<const CopyOp> scatter, DeviceBackend& backend) {
+  Status s = backend.Scatter(scatter);
   if (!s.ok()) return Internal("scatter failed after commit was decided: " + s.message());
   return Status::Ok();
 }

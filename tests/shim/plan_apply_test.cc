@@ -125,7 +125,10 @@ Status SyncOnce(Fixture& f, const std::string& delta,
   for (size_t t = 0; t < m->tensors.size(); ++t) {
     RETURN_IF_ERROR(VerifyStagedTensor(m->tensors[t].name, plan_tables[0][t], inc[t], full[t]));
   }
-  for (uint32_t r = 0; r < kWorld; ++r) RETURN_IF_ERROR(CommitPlan(readers[r], locals[r], **backend));
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSIGN_OR_RETURN(std::vector<CopyOp> scatter, ScatterList(readers[r], locals[r]));
+    RETURN_IF_ERROR(CommitPlan(scatter, **backend));
+  }
   return Status::Ok();
 }
 

@@ -43,8 +43,14 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
                                               const std::vector<LocalTensor>& tensors,
                                               DeviceBackend& backend);
 
-// Writes the staged bytes. REQUIRES: StagePlan succeeded on this plan.
-Status CommitPlan(const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
-                  DeviceBackend& backend);
+// The scatter list of a staged plan: one CopyOp per record (device range <- the record's new
+// bytes inside the plan buffer), validated against the registered tensors. Built once before
+// the pause so that the pause itself is only the copy. REQUIRES: StagePlan succeeded on this
+// plan, and the plan buffer outlives the list.
+StatusOr<std::vector<CopyOp>> ScatterList(const deltasync::WritePlanReader& plan,
+                                          const std::vector<LocalTensor>& tensors);
+
+// Writes the staged bytes (backend.Scatter over the list). Internal on a backend failure.
+Status CommitPlan(std::span<const CopyOp> scatter, DeviceBackend& backend);
 
 }  // namespace deltakv::shim
