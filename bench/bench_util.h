@@ -6,10 +6,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 namespace deltakv::bench {
 
@@ -25,12 +24,9 @@ inline const char* BuildType() {
 inline void PrintEnvironment(const std::string& bench) {
   utsname u{};
   uname(&u);
-  nlohmann::json j = {{"bench", bench},
-                      {"kind", "environment"},
-                      {"build", BuildType()},
-                      {"cpus", std::thread::hardware_concurrency()},
-                      {"kernel", u.release},
-                      {"machine", u.machine}};
+  nlohmann::json j = {{"bench", bench},       {"kind", "environment"},
+                      {"build", BuildType()}, {"cpus", std::thread::hardware_concurrency()},
+                      {"kernel", u.release},  {"machine", u.machine}};
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 #ifndef NDEBUG

@@ -3,13 +3,12 @@
 // measured in the same run. One JSON line per result.
 //
 //   delta_bench [--size-mib 2048] [--densities 0.001,0.01,0.05] [--threads 0] [--level 3]
-//               [--dir $TMPDIR] [--decoders libzstd,walker]
+//               [--dir $TMPDIR] [--decoders walker,libzstd]
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "base/mapped_file.h"
 #include "base/parallel.h"
@@ -62,7 +61,7 @@ int main(int argc, char** argv) {
   CLI::App app{"deltakv publish/apply benchmark"};
   uint64_t size_mib = 2048;
   std::string densities = "0.001,0.01,0.05";
-  std::string decoders = "libzstd";
+  std::string decoders = "walker,libzstd";
   unsigned threads = 0;
   int level = 3;
   const char* tmp = std::getenv("TMPDIR");
@@ -87,8 +86,11 @@ int main(int argc, char** argv) {
 
   double copy_s = CopyCheckpoint(root + "/v1", root + "/copy", threads);
   fs::remove_all(root + "/copy");
-  bench::PrintResult({{"bench", "delta_bench"}, {"op", "copy_baseline"}, {"bytes", bytes},
-                      {"seconds", copy_s}, {"GBps", gb / copy_s}});
+  bench::PrintResult({{"bench", "delta_bench"},
+                      {"op", "copy_baseline"},
+                      {"bytes", bytes},
+                      {"seconds", copy_s},
+                      {"GBps", gb / copy_s}});
 
   for (const std::string& dstr : Split(densities)) {
     double density = std::stod(dstr);
@@ -108,12 +110,18 @@ int main(int argc, char** argv) {
     // The baseline again, right next to each measurement, so drift shows.
     double copy_again = CopyCheckpoint(root + "/v2", root + "/copy", threads);
     fs::remove_all(root + "/copy");
-    bench::PrintResult({{"bench", "delta_bench"}, {"op", "publish"}, {"element_density", density},
-                        {"byte_density", pub->density()}, {"level", level},
-                        {"bytes", bytes}, {"compressed_bytes", pub->compressed_bytes},
+    bench::PrintResult({{"bench", "delta_bench"},
+                        {"op", "publish"},
+                        {"element_density", density},
+                        {"byte_density", pub->density()},
+                        {"level", level},
+                        {"bytes", bytes},
+                        {"compressed_bytes", pub->compressed_bytes},
                         {"compression_ratio", bytes / static_cast<double>(pub->compressed_bytes)},
-                        {"seconds", pub->seconds}, {"GBps", gb / pub->seconds},
-                        {"copy_seconds", copy_again}, {"copy_GBps", gb / copy_again},
+                        {"seconds", pub->seconds},
+                        {"GBps", gb / pub->seconds},
+                        {"copy_seconds", copy_again},
+                        {"copy_GBps", gb / copy_again},
                         {"vs_copy", copy_again / pub->seconds}});
     for (const std::string& dec : Split(decoders)) {
       ApplyOptions ao;
@@ -125,11 +133,17 @@ int main(int argc, char** argv) {
       auto app_r = ApplyDelta(ao);
       if (!app_r.ok()) Die(app_r.status(), "apply");
       fs::remove_all(root + "/out");
-      bench::PrintResult({{"bench", "delta_bench"}, {"op", "apply"}, {"decoder", dec},
-                          {"element_density", density}, {"byte_density", pub->density()},
-                          {"bytes", bytes}, {"seconds", app_r->seconds},
-                          {"GBps", gb / app_r->seconds}, {"copy_seconds", copy_again},
-                          {"copy_GBps", gb / copy_again}, {"vs_copy", copy_again / app_r->seconds}});
+      bench::PrintResult({{"bench", "delta_bench"},
+                          {"op", "apply"},
+                          {"decoder", dec},
+                          {"element_density", density},
+                          {"byte_density", pub->density()},
+                          {"bytes", bytes},
+                          {"seconds", app_r->seconds},
+                          {"GBps", gb / app_r->seconds},
+                          {"copy_seconds", copy_again},
+                          {"copy_GBps", gb / copy_again},
+                          {"vs_copy", copy_again / app_r->seconds}});
     }
     fs::remove_all(root + "/v2");
     fs::remove_all(root + "/delta");

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # The deltakv demo, from a fresh machine: installs dependencies, builds, then runs the real
 # system on the CPU: generates a checkpoint and two training steps, publishes the deltas,
-# applies them offline with verification, and checks the result byte for byte.
+# applies them offline with verification and checks the result byte for byte, then makes them
+# live in a running engine (the reference engine, 2 tensor-parallel rank processes) through
+# the sidecar's HTTP API and shared memory.
 #   DEMO_SIZE_MIB (default 256)   size of the generated checkpoint
 #   DEMO_DIR      (default a temporary directory, removed at the end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
-bash scripts/build.sh deltakv
+bash scripts/build.sh deltakv deltakv-demo-engine
 K=$PWD/build/sidecar/deltakv
+ENGINE=$PWD/build/shim/deltakv-demo-engine
 SIZE=${DEMO_SIZE_MIB:-256}
 DIR=${DEMO_DIR:-$(mktemp -d -t deltakv-demo-XXXXXX)}
-[ -z "${DEMO_DIR:-}" ] && trap 'rm -rf "$DIR"' EXIT
+SHM=deltakv-demo-$$
+cleanup() {
+  [ -n "${ENGINE_PID:-}" ] && kill "$ENGINE_PID" 2>/dev/null && wait "$ENGINE_PID" 2>/dev/null
+  [ -n "${SIDECAR_PID:-}" ] && kill "$SIDECAR_PID" 2>/dev/null && wait "$SIDECAR_PID" 2>/dev/null
+  rm -f /dev/shm/"$SHM"*
+  [ -z "${DEMO_DIR:-}" ] && rm -rf "$DIR"
+}
+trap cleanup EXIT
 mkdir -p "$DIR"
 cd "$DIR"
 rm -rf v1 v2 v3 d12 d23 v2-applied v3-applied
@@ -37,4 +47,33 @@ echo "sizes: checkpoint $(du -sh v1 | cut -f1), delta v1->v2 $(du -sh d12 | cut 
 echo; echo "== a wrong parent is refused and leaves nothing behind"
 if "$K" apply --parent v1 --delta d23 --out wrong; then echo "unexpected success"; exit 1; fi
 [ ! -e wrong ] && echo "no output written (exit code 2 as documented)"
+echo; echo "== live sync: sidecar + reference engine (TP=2) serving v1"
+echo "demo-token" > token
+"$K" sidecar --listen 127.0.0.1:0 --port-file sidecar.port --token-file token --shm-name "$SHM" 2>sidecar.log &
+SIDECAR_PID=$!
+while [ ! -s sidecar.port ]; do sleep 0.1; done
+URL=http://127.0.0.1:$(cat sidecar.port)
+mkdir -p ports
+"$ENGINE" --checkpoint v1 --tp 2 --shm "$SHM" --port-dir ports 2>engine.log &
+ENGINE_PID=$!
+while [ ! -s ports/rank1.port ]; do sleep 0.1; done
+sleep 0.5
+answer() { curl -s "http://127.0.0.1:$(cat ports/rank$1.port)/v1/generate"; echo; }
+echo "rank 0 answers: $(answer 0)"
+for step in "v2 d12" "v3 d23"; do
+  set -- $step
+  id=$(curl -s -X POST -H "Authorization: Bearer demo-token" \
+       -d "{\"version\":\"$1\",\"delta\":\"$DIR/$2\"}" "$URL/v1/sync" |
+       python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  while :; do
+    rec=$(curl -s "$URL/v1/syncs/$id")
+    state=$(echo "$rec" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    [ "$state" = live ] || [ "$state" = aborted ] && break
+    sleep 0.05
+  done
+  echo "sync $id to $1: $state; $(echo "$rec" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("request to live %.0f ms, pause %.1f ms" % (r["total_ms"], r["phase_ms"].get("pause", 0)))')"
+  [ "$state" = live ] || { echo "$rec"; exit 1; }
+done
+echo "rank 0 answers: $(answer 0)"
+echo "rank 1 answers: $(answer 1)"
 echo; echo "demo OK"

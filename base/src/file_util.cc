@@ -131,7 +131,8 @@ StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string
   std::vector<std::string> out;
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
-    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
       continue;
     }
     struct stat st {};

@@ -27,8 +27,8 @@ void Progress::Add(uint64_t amount) {
   int64_t now = NowNs();
   int64_t due = next_print_ns_.load(std::memory_order_relaxed);
   if (now < due) return;
-  if (!next_print_ns_.compare_exchange_strong(
-          due, now + std::chrono::nanoseconds(interval_).count())) {
+  if (!next_print_ns_.compare_exchange_strong(due,
+                                              now + std::chrono::nanoseconds(interval_).count())) {
     return;
   }
   Print(done, false);
@@ -47,10 +47,10 @@ void Progress::Finish() {
 void Progress::Print(uint64_t done, bool /*final*/) {
   std::lock_guard<std::mutex> lock(print_mu_);
   printed_ = true;
-  double pct = total_ == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total_);
+  double pct =
+      total_ == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total_);
   std::fprintf(stderr, "%s: %.1f/%.1f MiB (%.0f%%)\n", label_.c_str(),
-               static_cast<double>(done) / (1 << 20), static_cast<double>(total_) / (1 << 20),
-               pct);
+               static_cast<double>(done) / (1 << 20), static_cast<double>(total_) / (1 << 20), pct);
 }
 
 }  // namespace deltakv

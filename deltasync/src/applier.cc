@@ -27,8 +27,9 @@ std::string Hex(uint32_t v) { return "0x" + FormatChecksum(v); }
 
 // Maps every shard object and checks its size (and sha256 when recorded).
 StatusOr<std::map<std::string, MappedFile, std::less<>>> OpenObjects(const DeltaManifest& m,
-                                                                      const std::string& dir,
-                                                                      bool verify, unsigned threads) {
+                                                                     const std::string& dir,
+                                                                     bool verify,
+                                                                     unsigned threads) {
   std::map<std::string, MappedFile, std::less<>> out;
   for (const DeltaObject& o : m.objects) {
     auto f = MappedFile::OpenReadOnly(dir + "/" + o.name);
@@ -58,8 +59,8 @@ struct TensorJob {
   size_t file = 0;
   const TensorInfo* info = nullptr;
   std::span<const uint8_t> parent;
-  const DeltaTensor* delta = nullptr;          // nullptr if unchanged
-  const ManifestTensor* expected = nullptr;    // from the checkpoint section, if any
+  const DeltaTensor* delta = nullptr;        // nullptr if unchanged
+  const ManifestTensor* expected = nullptr;  // from the checkpoint section, if any
   uint32_t new_adler = 0;
 };
 
@@ -91,9 +92,9 @@ class TensorApplier {
     }
     const DeltaTensor& dt = *job.delta;
     if (parent_adler != dt.parent_adler32) {
-      return DataLoss("parent checksum mismatch: expected " + Hex(dt.parent_adler32) +
-                      ", actual " + Hex(parent_adler) + " (is the parent checkpoint version '" +
-                      parent_version + "'?)");
+      return DataLoss("parent checksum mismatch: expected " + Hex(dt.parent_adler32) + ", actual " +
+                      Hex(parent_adler) + " (is the parent checkpoint version '" + parent_version +
+                      "'?)");
     }
     AdlerDelta delta;
     for (size_t k = 0; k < dt.frames.size(); ++k) {
@@ -101,30 +102,18 @@ class TensorApplier {
       std::span<const uint8_t> obj = objects_.find(f.object)->second.bytes();
       std::span<const uint8_t> input = obj.subspan(f.object_offset, f.compressed_length);
       XorApplySink sink(dst.subspan(f.offset, f.length), f.offset, &delta);
-      DecodeLimits limits;
-      limits.max_output = f.length;
-      limits.max_window_log = max_window_log_;
-      auto r = decoder_->Decode(input, limits, sink);
       std::string where = "frame " + std::to_string(k) + " (object '" + f.object + "' at " +
                           std::to_string(f.object_offset) + ")";
-      if (!r.ok()) {
-        if (IsOutputLimitError(r.status())) {
-          return DataLoss(where + ": decodes to more than its declared " +
-                          std::to_string(f.length) + " bytes");
-        }
-        return r.status().WithPrefix(where);
-      }
-      if (r->decoded_length != f.length) {
-        return DataLoss(where + ": decoded " + std::to_string(r->decoded_length) +
-                        " bytes, expected " + std::to_string(f.length));
-      }
-      *nonzero += r->nonzero_bytes;
+      ASSIGN_OR_RETURN(DecodeResult r, DecodeDeltaFrame(*decoder_, input, f.length,
+                                                        max_window_log_, sink, where));
+      *nonzero += r.nonzero_bytes;
     }
     uint32_t derived = delta.Apply(parent_adler, dt.length);
     if (dt.length < kFullVerifyBelowBytes) {
       uint32_t full = Adler32(dst.first(dt.length));
       if (full != derived) {
-        return Internal("incremental checksum " + Hex(derived) + " disagrees with full " + Hex(full));
+        return Internal("incremental checksum " + Hex(derived) + " disagrees with full " +
+                        Hex(full));
       }
     }
     if (derived != dt.adler32) {
@@ -234,26 +223,14 @@ StatusOr<FrameApplySummary> ApplyFramesToFile(const std::string& base_path,
   if (base.size() > 0) std::memcpy(out.bytes().data(), base.bytes().data(), base.size());
   AdlerDelta unused;
   XorApplySink sink(out.bytes(), 0, &unused);
-  DecodeLimits limits;
-  limits.max_output = base.size();
-  limits.max_window_log = max_window_log;
-  auto r = decoder->Decode(frames.bytes(), limits, sink);
-  if (!r.ok()) {
-    if (IsOutputLimitError(r.status())) {
-      return DataLoss("frames decode to more than the base file's " + std::to_string(base.size()) +
-                      " bytes");
-    }
-    return r.status();
-  }
-  if (r->decoded_length != base.size()) {
-    return DataLoss("frames decode to " + std::to_string(r->decoded_length) +
-                    " bytes but the base file has " + std::to_string(base.size()));
-  }
+  ASSIGN_OR_RETURN(DecodeResult r,
+                   DecodeDeltaFrame(*decoder, frames.bytes(), base.size(), max_window_log, sink,
+                                    "frames of '" + frame_path + "' against the base file"));
   RETURN_IF_ERROR(out.Commit());
   FrameApplySummary s;
   s.length = base.size();
-  s.frames = r->frames;
-  s.nonzero_bytes = r->nonzero_bytes;
+  s.frames = r.frames;
+  s.nonzero_bytes = r.nonzero_bytes;
   s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return s;
 }

@@ -53,8 +53,8 @@ uint64_t Checkpoint::total_tensor_bytes() const {
 }
 
 StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
-                                                       const std::string& version,
-                                                       unsigned threads, bool progress) {
+                                                       const std::string& version, unsigned threads,
+                                                       bool progress) {
   CheckpointManifest m;
   m.version = version;
   std::vector<std::pair<size_t, const TensorInfo*>> order;
@@ -134,7 +134,8 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
   if (format != kCheckpointFormat) {
     return InvalidArgument(where + ": format '" + format + "' is not '" + kCheckpointFormat + "'");
   }
-  ASSIGN_OR_RETURN(std::string checksum, jf::OptionalString(j, "checksum_format", where, "adler32"));
+  ASSIGN_OR_RETURN(std::string checksum,
+                   jf::OptionalString(j, "checksum_format", where, "adler32"));
   if (checksum != "adler32") {
     return InvalidArgument(where + ": checksum_format '" + checksum + "' is not 'adler32'");
   }
@@ -146,7 +147,8 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
     std::string fw = where + ": files[" + std::to_string(i) + "]";
     ManifestFile mf;
     ASSIGN_OR_RETURN(mf.name, jf::String(f, "name", fw));
-    if (!IsSafeObjectName(mf.name)) return InvalidArgument(fw + ": unsafe file name '" + mf.name + "'");
+    if (!IsSafeObjectName(mf.name))
+      return InvalidArgument(fw + ": unsafe file name '" + mf.name + "'");
     ASSIGN_OR_RETURN(mf.size, jf::Uint(f, "size", fw));
     ASSIGN_OR_RETURN(mf.header_size, jf::Uint(f, "header_size", fw));
     m.files.push_back(std::move(mf));
@@ -166,7 +168,8 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
       }
     }
     if (!found) {
-      return InvalidArgument(where + ": tensor '" + t.name + "' names unknown file '" + t.file + "'");
+      return InvalidArgument(where + ": tensor '" + t.name + "' names unknown file '" + t.file +
+                             "'");
     }
   }
   return m;
@@ -190,7 +193,8 @@ StatusOr<std::vector<ManifestTensor>> ParseManifestTensors(const Json& arr,
     mt.dtype = *dt;
     ASSIGN_OR_RETURN(const Json* shape, jf::Array(t, "shape", tw));
     for (const Json& d : *shape) {
-      if (!d.is_number_unsigned()) return InvalidArgument(tw + ": shape entries must be integers >= 0");
+      if (!d.is_number_unsigned())
+        return InvalidArgument(tw + ": shape entries must be integers >= 0");
       mt.shape.push_back(d.get<uint64_t>());
     }
     ASSIGN_OR_RETURN(mt.file, jf::String(t, "file", tw));

@@ -46,11 +46,15 @@ StatusOr<uint32_t> ParseChecksum(std::string_view text, std::string_view what) {
   uint32_t v = 0;
   for (char c : text) {
     uint32_t d;
-    if (c >= '0' && c <= '9') d = static_cast<uint32_t>(c - '0');
-    else if (c >= 'a' && c <= 'f') d = static_cast<uint32_t>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') d = static_cast<uint32_t>(c - 'A' + 10);
-    else return InvalidArgument(std::string(what) + ": checksum '" + std::string(text) +
-                                "' must be 8 hex digits");
+    if (c >= '0' && c <= '9')
+      d = static_cast<uint32_t>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      d = static_cast<uint32_t>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      d = static_cast<uint32_t>(c - 'A' + 10);
+    else
+      return InvalidArgument(std::string(what) + ": checksum '" + std::string(text) +
+                             "' must be 8 hex digits");
     v = (v << 4) | d;
   }
   return v;
@@ -125,8 +129,10 @@ Status ParseObjects(const Json& j, DeltaManifest* m) {
     std::string w = "delta manifest: objects[" + std::to_string(i) + "]";
     DeltaObject o;
     ASSIGN_OR_RETURN(o.name, jf::String((*objects)[i], "name", w));
-    if (!IsSafeObjectName(o.name)) return InvalidArgument(w + ": unsafe object name '" + o.name + "'");
-    if (!names.insert(o.name).second) return InvalidArgument(w + ": duplicate object '" + o.name + "'");
+    if (!IsSafeObjectName(o.name))
+      return InvalidArgument(w + ": unsafe object name '" + o.name + "'");
+    if (!names.insert(o.name).second)
+      return InvalidArgument(w + ": duplicate object '" + o.name + "'");
     ASSIGN_OR_RETURN(o.size, jf::Uint((*objects)[i], "size", w));
     ASSIGN_OR_RETURN(o.sha256, jf::OptionalString((*objects)[i], "sha256", w, ""));
     if (!o.sha256.empty()) {
@@ -139,8 +145,8 @@ Status ParseObjects(const Json& j, DeltaManifest* m) {
   return Status::Ok();
 }
 
-Status ParseFrame(const Json& f, const std::string& w, const DeltaManifest& m,
-                  const DeltaTensor& t, DeltaFrame* out) {
+Status ParseFrame(const Json& f, const std::string& w, const DeltaManifest& m, const DeltaTensor& t,
+                  DeltaFrame* out) {
   ASSIGN_OR_RETURN(out->offset, jf::Uint(f, "offset", w));
   ASSIGN_OR_RETURN(out->length, jf::Uint(f, "length", w));
   ASSIGN_OR_RETURN(out->object, jf::String(f, "object", w));
@@ -207,8 +213,10 @@ Status ParseCheckpointSection(const Json& j, DeltaManifest* m) {
     std::string w = where + ": files[" + std::to_string(i) + "]";
     DeltaCheckpointFile f;
     ASSIGN_OR_RETURN(f.name, jf::String((*files)[i], "name", w));
-    if (!IsSafeObjectName(f.name)) return InvalidArgument(w + ": unsafe file name '" + f.name + "'");
-    if (!names.insert(f.name).second) return InvalidArgument(w + ": duplicate file '" + f.name + "'");
+    if (!IsSafeObjectName(f.name))
+      return InvalidArgument(w + ": unsafe file name '" + f.name + "'");
+    if (!names.insert(f.name).second)
+      return InvalidArgument(w + ": duplicate file '" + f.name + "'");
     ASSIGN_OR_RETURN(f.header, jf::String((*files)[i], "header", w));
     m->checkpoint_files.push_back(std::move(f));
   }
@@ -216,7 +224,8 @@ Status ParseCheckpointSection(const Json& j, DeltaManifest* m) {
   ASSIGN_OR_RETURN(m->checkpoint_tensors, ParseManifestTensors(*tensors, where));
   for (const ManifestTensor& t : m->checkpoint_tensors) {
     if (!names.contains(t.file)) {
-      return InvalidArgument(where + ": tensor '" + t.name + "' names unknown file '" + t.file + "'");
+      return InvalidArgument(where + ": tensor '" + t.name + "' names unknown file '" + t.file +
+                             "'");
     }
   }
   return Status::Ok();

@@ -21,8 +21,11 @@ std::string EngineTensorTableToJson(const EngineTensorTable& t) {
                        {"local_bytes", e.local_bytes},
                        {"layout", Json::parse(e.layout.ToJson())}});
   }
-  return Json{{"format", kEngineTensorsFormat}, {"rank", t.rank}, {"world_size", t.world_size},
-              {"version", t.version}, {"tensors", std::move(tensors)}}
+  return Json{{"format", kEngineTensorsFormat},
+              {"rank", t.rank},
+              {"world_size", t.world_size},
+              {"version", t.version},
+              {"tensors", std::move(tensors)}}
       .dump();
 }
 
@@ -30,7 +33,8 @@ StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text) {
   const std::string where = "engine tensor table";
   ASSIGN_OR_RETURN(Json j, jf::Parse(text, where));
   ASSIGN_OR_RETURN(std::string format, jf::String(j, "format", where));
-  if (format != kEngineTensorsFormat) return InvalidArgument(where + ": unknown format '" + format + "'");
+  if (format != kEngineTensorsFormat)
+    return InvalidArgument(where + ": unknown format '" + format + "'");
   EngineTensorTable t;
   ASSIGN_OR_RETURN(uint64_t rank, jf::Uint(j, "rank", where));
   ASSIGN_OR_RETURN(uint64_t world, jf::Uint(j, "world_size", where));
@@ -55,8 +59,9 @@ StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text) {
     if (!layout.ok()) return layout.status().WithPrefix(w + " '" + name + "'");
     EngineTensor et{std::move(name), *dt, local_bytes, std::move(layout).value()};
     if (et.layout.LocalBytes(t.rank).total != et.local_bytes) {
-      return InvalidArgument(w + " '" + et.name + "': local_bytes " + std::to_string(et.local_bytes) +
-                             " but the layout gives rank " + std::to_string(t.rank) + " " +
+      return InvalidArgument(w + " '" + et.name + "': local_bytes " +
+                             std::to_string(et.local_bytes) + " but the layout gives rank " +
+                             std::to_string(t.rank) + " " +
                              std::to_string(et.layout.LocalBytes(t.rank).total));
     }
     t.tensors.push_back(std::move(et));
@@ -75,10 +80,12 @@ StatusOr<RankTensorTables> ToRankTensorTables(const std::vector<EngineTensorTabl
   std::vector<bool> seen(world, false);
   for (const EngineTensorTable& t : tables) {
     if (t.world_size != world) return InvalidArgument("engine ranks disagree on the world size");
-    if (seen[t.rank]) return InvalidArgument("engine rank " + std::to_string(t.rank) + " registered twice");
+    if (seen[t.rank])
+      return InvalidArgument("engine rank " + std::to_string(t.rank) + " registered twice");
     seen[t.rank] = true;
     for (uint32_t i = 0; i < t.tensors.size(); ++i) {
-      auto [it, inserted] = out[t.rank].emplace(t.tensors[i].name, RankTensorEntry{i, t.tensors[i].layout});
+      auto [it, inserted] =
+          out[t.rank].emplace(t.tensors[i].name, RankTensorEntry{i, t.tensors[i].layout});
       if (!inserted) {
         return InvalidArgument("engine rank " + std::to_string(t.rank) + " registered tensor '" +
                                t.tensors[i].name + "' twice");

@@ -39,10 +39,11 @@ class LibzstdXorDecoder final : public XorDecoder {
     DecodeResult result;
     ZSTD_inBuffer in{input.data(), input.size(), 0};
     size_t last_ret = 0;
-    while (in.pos < in.size) {
+    // One loop both consumes the input and drains output still buffered in the context.
+    for (;;) {
       ZSTD_outBuffer out{buffer_.data(), buffer_.size(), 0};
-      size_t before = in.pos;
-      size_t ret = ZSTD_decompressStream(dctx_.get(), &out, &in);
+      const size_t before = in.pos;
+      const size_t ret = ZSTD_decompressStream(dctx_.get(), &out, &in);
       if (ZSTD_isError(ret)) {
         ZSTD_ErrorCode code = ZSTD_getErrorCode(ret);
         std::string msg = "zstd frame data at input offset " + std::to_string(before) + ": " +
@@ -62,26 +63,8 @@ class LibzstdXorDecoder final : public XorDecoder {
       result.decoded_length += out.pos;
       if (ret == 0) ++result.frames;
       last_ret = ret;
-      if (in.pos == before && out.pos == 0 && ret != 0) {
-        // No progress is possible with the input we have.
-        break;
-      }
-    }
-    // Flush output still buffered inside the context.
-    while (last_ret != 0) {
-      ZSTD_outBuffer out{buffer_.data(), buffer_.size(), 0};
-      size_t ret = ZSTD_decompressStream(dctx_.get(), &out, &in);
-      if (ZSTD_isError(ret)) return DataLoss(std::string("zstd: ") + ZSTD_getErrorName(ret));
-      if (out.pos == 0) break;
-      if (out.pos > limits.max_output - result.decoded_length) {
-        return ResourceExhausted(std::string(kOutputLimitMessage) + ": more than " +
-                                 std::to_string(limits.max_output) + " bytes decoded");
-      }
-      RETURN_IF_ERROR(ScanNonzeroRuns(std::span<const uint8_t>(buffer_.data(), out.pos),
-                                      result.decoded_length, sink, &result.nonzero_bytes));
-      result.decoded_length += out.pos;
-      if (ret == 0) ++result.frames;
-      last_ret = ret;
+      if (in.pos == in.size && (ret == 0 || out.pos == 0)) break;  // input used, output drained
+      if (in.pos == before && out.pos == 0) break;                 // no progress possible
     }
     if (last_ret != 0) {
       return DataLoss("zstd frame truncated: input ended " + std::to_string(input.size()) +

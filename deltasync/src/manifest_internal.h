@@ -1,10 +1,9 @@
 // Private: pieces shared by the checkpoint and delta manifest parsers.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "deltasync/checkpoint.h"

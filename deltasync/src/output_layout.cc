@@ -15,9 +15,9 @@ namespace {
 
 // Rebuilds a header from the delta's checkpoint section and checks it against the section's
 // tensor list.
-StatusOr<OutputFile> FileFromSection(const DeltaCheckpointFile& f,
-                                     const std::map<std::string_view, const ManifestTensor*>& by_name,
-                                     size_t* matched) {
+StatusOr<OutputFile> FileFromSection(
+    const DeltaCheckpointFile& f, const std::map<std::string_view, const ManifestTensor*>& by_name,
+    size_t* matched) {
   const std::string where = "delta manifest: checkpoint file '" + f.name + "'";
   // The section's tensors give the data size, so the header can be validated as a whole file.
   uint64_t header_end = 8 + static_cast<uint64_t>(f.header.size());
@@ -115,8 +115,7 @@ StatusOr<OutputLayout> BuildOutputLayout(const DeltaManifest& m, const Checkpoin
       bool found = false;
       for (const OutputFile& of : layout.files) found = found || of.header.Find(t.name) != nullptr;
       if (!found) {
-        return InvalidArgument("delta changes tensor '" + t.name +
-                               "', which the " +
+        return InvalidArgument("delta changes tensor '" + t.name + "', which the " +
                                (m.checkpoint_files.empty() ? "parent" : "new") +
                                " checkpoint does not have");
       }

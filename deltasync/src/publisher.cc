@@ -20,9 +20,9 @@
 namespace deltakv::deltasync {
 
 double PublishSummary::density() const {
-  return checkpoint_bytes == 0 ? 0.0
-                               : static_cast<double>(nonzero_bytes) /
-                                     static_cast<double>(checkpoint_bytes);
+  return checkpoint_bytes == 0
+             ? 0.0
+             : static_cast<double>(nonzero_bytes) / static_cast<double>(checkpoint_bytes);
 }
 
 namespace {
@@ -62,8 +62,7 @@ StatusOr<std::vector<TensorPair>> PairTensors(const Checkpoint& parent, const Ch
       if (p->info->dtype != t.dtype || p->info->shape != t.shape) {
         return InvalidArgument("tensor '" + t.name + "' changed dtype or shape between parent (" +
                                std::string(DTypeName(p->info->dtype)) + ") and new (" +
-                               std::string(DTypeName(t.dtype)) +
-                               "); a delta cannot express it");
+                               std::string(DTypeName(t.dtype)) + "); a delta cannot express it");
       }
       out.push_back({&t, parent.Bytes(*p), f.TensorBytes(t)});
     }
@@ -223,7 +222,8 @@ StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
 
   unsigned threads = opt.threads == 0 ? DefaultThreads() : opt.threads;
   std::vector<std::unique_ptr<FrameCompressor>> compressors;
-  for (unsigned t = 0; t < threads; ++t) compressors.push_back(std::make_unique<FrameCompressor>(opt.level));
+  for (unsigned t = 0; t < threads; ++t)
+    compressors.push_back(std::make_unique<FrameCompressor>(opt.level));
 
   DeltaManifest manifest;
   manifest.version = sum.version;
@@ -288,8 +288,12 @@ StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
       const SafetensorsFile& f = next.files()[fi];
       manifest.checkpoint_files.push_back({next.file_names()[fi], f.header().raw});
       for (const TensorInfo& t : f.header().tensors) {
-        ManifestTensor mt{t.name, t.dtype, t.shape, next.file_names()[fi],
-                          f.header().data_offset() + t.begin, f.header().data_offset() + t.end,
+        ManifestTensor mt{t.name,
+                          t.dtype,
+                          t.shape,
+                          next.file_names()[fi],
+                          f.header().data_offset() + t.begin,
+                          f.header().data_offset() + t.end,
                           per_tensor[k].adler32};
         manifest.checkpoint_tensors.push_back(std::move(mt));
         ++k;

@@ -21,7 +21,11 @@ class PlanSink final : public NonzeroSink {
  public:
   PlanSink(const TensorLayout& layout, uint32_t plan_tensor, uint64_t frame_offset,
            std::vector<WritePlanWriter>& writers, std::vector<uint8_t>* dense)
-      : layout_(layout), tensor_(plan_tensor), base_(frame_offset), writers_(writers), dense_(dense) {}
+      : layout_(layout),
+        tensor_(plan_tensor),
+        base_(frame_offset),
+        writers_(writers),
+        dense_(dense) {}
 
   Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
     const uint64_t canonical = base_ + pos;
@@ -129,25 +133,13 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
       auto it = dense.find(fr.tensor);
       PlanSink sink(*layouts[fr.tensor], fr.tensor, f.offset, writers,
                     it == dense.end() ? nullptr : &it->second);
-      DecodeLimits limits;
-      limits.max_output = f.length;
-      limits.max_window_log = opt.max_window_log;
-      std::span<const uint8_t> input(reinterpret_cast<const uint8_t*>(bytes.data()) + f.object_offset,
-                                     f.compressed_length);
-      auto r = decoder->Decode(input, limits, sink);
-      const std::string where = "tensor '" + t.name + "' frame at offset " + std::to_string(f.offset);
-      if (!r.ok()) {
-        if (IsOutputLimitError(r.status())) {
-          return DataLoss(where + ": decodes to more than its declared " + std::to_string(f.length) +
-                          " bytes");
-        }
-        return r.status().WithPrefix(where);
-      }
-      if (r->decoded_length != f.length) {
-        return DataLoss(where + ": decoded " + std::to_string(r->decoded_length) +
-                        " bytes, expected " + std::to_string(f.length));
-      }
-      stats.nonzero_bytes += r->nonzero_bytes;
+      std::span<const uint8_t> input(
+          reinterpret_cast<const uint8_t*>(bytes.data()) + f.object_offset, f.compressed_length);
+      ASSIGN_OR_RETURN(DecodeResult r,
+                       DecodeDeltaFrame(*decoder, input, f.length, opt.max_window_log, sink,
+                                        "tensor '" + t.name + "' frame at offset " +
+                                            std::to_string(f.offset)));
+      stats.nonzero_bytes += r.nonzero_bytes;
       ++stats.frames;
     }
     stats.decode_ms += MsSince(t1);

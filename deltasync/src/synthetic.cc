@@ -67,7 +67,8 @@ void FillWeights(DType dtype, std::span<uint8_t> out, Rng& rng) {
 
 Status WriteFile(const std::string& path, const std::string& header, uint64_t data_size,
                  const std::function<void(std::span<uint8_t>)>& fill) {
-  ASSIGN_OR_RETURN(MappedOutputFile f, MappedOutputFile::Create(path, 8 + header.size() + data_size));
+  ASSIGN_OR_RETURN(MappedOutputFile f,
+                   MappedOutputFile::Create(path, 8 + header.size() + data_size));
   WriteSafetensorsPrefix(header, f.bytes());
   fill(f.bytes().subspan(8 + header.size()));
   return f.Commit();
@@ -79,11 +80,15 @@ std::vector<SyntheticFile> ModelLikeLayout(uint64_t total_bytes, unsigned files)
   if (files == 0) files = 1;
   // hidden h, intermediate 4h (gate, up, down), attention q,k,v,o: 4h^2 + 12h^2 = 16h^2 per layer
   // in bf16 = 32h^2 bytes; pick h and layer count so that the total lands near total_bytes.
+  // Pick the hidden size so there are at least 8 layers, then round the layer count to the
+  // nearest whole number, so the total lands near total_bytes.
   uint64_t hidden = 256;
-  while (32 * (hidden * 2) * (hidden * 2) * 4 <= total_bytes && hidden < 8192) hidden *= 2;
+  while (32 * (hidden * 2) * (hidden * 2) * 8 <= total_bytes && hidden < 8192) hidden *= 2;
   uint64_t per_layer = 32 * hidden * hidden;
   uint64_t embed = hidden * 1024 * 2;
-  uint64_t layers = total_bytes > embed ? std::max<uint64_t>(1, (total_bytes - embed) / per_layer) : 1;
+  uint64_t layers =
+      total_bytes > embed ? std::max<uint64_t>(1, (total_bytes - embed + per_layer / 2) / per_layer)
+                          : 1;
   std::vector<SyntheticTensor> all;
   all.push_back({"model.embed_tokens.weight", DType::kBF16, {1024, hidden}});
   for (uint64_t l = 0; l < layers; ++l) {
@@ -167,29 +172,31 @@ StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const st
     }
     RETURN_IF_ERROR(WriteFile(out_dir + "/" + parent.file_names()[fi], header,
                               pf.header().data_size, [&](std::span<uint8_t> d) {
-      uint64_t off = 0;
-      for (const TensorInfo& t : pf.header().tensors) {
-        std::span<const uint8_t> src = pf.TensorBytes(t);
-        std::memcpy(d.data() + off, src.data(), src.size());
-        const size_t esz = DTypeSize(t.dtype);
-        const uint64_t n = src.size() / esz;
-        for (uint64_t i = next_gap(); i < n;) {
-          // +-1 or +-2 in the lowest byte's bits, carried into the element (little endian).
-          int step = static_cast<int>(rng.Next() & 1) + 1;
-          bool up = (rng.Next() & 2) != 0;
-          uint8_t* e = d.data() + off + i * esz;
-          uint64_t v = 0;
-          std::memcpy(&v, e, esz);
-          v = up ? v + static_cast<uint64_t>(step) : v - static_cast<uint64_t>(step);
-          std::memcpy(e, &v, esz);
-          ++stats.elements_changed;
-          uint64_t gap = next_gap();
-          if (gap >= n - i - 1) break;
-          i += 1 + gap;
-        }
-        off += src.size();
-      }
-    }));
+                                uint64_t off = 0;
+                                for (const TensorInfo& t : pf.header().tensors) {
+                                  std::span<const uint8_t> src = pf.TensorBytes(t);
+                                  std::memcpy(d.data() + off, src.data(), src.size());
+                                  const size_t esz = DTypeSize(t.dtype);
+                                  const uint64_t n = src.size() / esz;
+                                  for (uint64_t i = next_gap(); i < n;) {
+                                    // +-1 or +-2 in the lowest byte's bits, carried into the
+                                    // element (little endian).
+                                    int step = static_cast<int>(rng.Next() & 1) + 1;
+                                    bool up = (rng.Next() & 2) != 0;
+                                    uint8_t* e = d.data() + off + i * esz;
+                                    uint64_t v = 0;
+                                    std::memcpy(&v, e, esz);
+                                    v = up ? v + static_cast<uint64_t>(step)
+                                           : v - static_cast<uint64_t>(step);
+                                    std::memcpy(e, &v, esz);
+                                    ++stats.elements_changed;
+                                    uint64_t gap = next_gap();
+                                    if (gap >= n - i - 1) break;
+                                    i += 1 + gap;
+                                  }
+                                  off += src.size();
+                                }
+                              }));
     stats.bytes += pf.header().data_size;
   }
   return stats;

@@ -24,12 +24,14 @@ WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTens
 Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                             std::span<const uint8_t> bytes, bool owner) {
   RETURN_IF_ERROR(status_);
-  if (tensor >= tensors_.size()) return InvalidArgument("plan record names tensor " + std::to_string(tensor));
+  if (tensor >= tensors_.size())
+    return InvalidArgument("plan record names tensor " + std::to_string(tensor));
   while (!bytes.empty()) {
     uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(bytes.size(), kMaxRecordLength));
     uint64_t need = sizeof(PlanRecord) + Align8(n);
     if (need > buf_.size() - pos_) {
-      status_ = ResourceExhausted("plan buffer of " + std::to_string(buf_.size()) + " bytes is full");
+      status_ =
+          ResourceExhausted("plan buffer of " + std::to_string(buf_.size()) + " bytes is full");
       return status_;
     }
     PlanRecord r{tensor, n, local_offset, canonical_offset, owner ? kPlanRecordOwner : 0u, 0};
@@ -71,7 +73,8 @@ StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
                            std::to_string(buffer.size()));
   }
   uint64_t table = uint64_t{h.tensor_count} * sizeof(PlanTensor);
-  if (table > h.bytes_used - sizeof(PlanHeader)) return InvalidArgument("plan: tensor table too long");
+  if (table > h.bytes_used - sizeof(PlanHeader))
+    return InvalidArgument("plan: tensor table too long");
   r.tensors_ = std::span<const PlanTensor>(
       reinterpret_cast<const PlanTensor*>(buffer.data() + sizeof(PlanHeader)), h.tensor_count);
   r.records_begin_ = sizeof(PlanHeader) + table;
@@ -97,7 +100,8 @@ Status WritePlanReader::ForEach(
     PlanRecord rec;
     std::memcpy(&rec, buf_.data() + pos, sizeof(rec));
     std::string where = "plan record " + std::to_string(index);
-    if (rec.tensor >= tensors_.size()) return InvalidArgument(where + ": tensor index out of range");
+    if (rec.tensor >= tensors_.size())
+      return InvalidArgument(where + ": tensor index out of range");
     const PlanTensor& t = tensors_[rec.tensor];
     if (rec.canonical_offset > t.canonical_length ||
         rec.length > t.canonical_length - rec.canonical_offset) {
@@ -105,7 +109,8 @@ Status WritePlanReader::ForEach(
     }
     uint64_t need = sizeof(PlanRecord) + Align8(rec.length);
     if (need > end - pos) return InvalidArgument(where + ": data runs past the plan");
-    RETURN_IF_ERROR(fn(rec, std::span<uint8_t>(buf_.data() + pos + sizeof(PlanRecord), rec.length)));
+    RETURN_IF_ERROR(
+        fn(rec, std::span<uint8_t>(buf_.data() + pos + sizeof(PlanRecord), rec.length)));
     pos += need;
     ++index;
   }

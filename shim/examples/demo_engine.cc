@@ -48,8 +48,10 @@ StatusOr<TensorLayout> LayoutFor(const TensorInfo& t, uint32_t tp) {
                     Contains(t.name, "v_proj") || Contains(t.name, "gate_proj") ||
                     Contains(t.name, "up_proj") || Contains(t.name, "embed_tokens");
   const bool cols = Contains(t.name, "o_proj") || Contains(t.name, "down_proj");
-  if (rows && !t.shape.empty() && t.shape[0] % tp == 0) return TensorLayout::ShardDim0(t.shape, t.dtype, tp);
-  if (cols && t.shape.size() == 2 && t.shape[1] % tp == 0) return TensorLayout::ShardDim1(t.shape, t.dtype, tp);
+  if (rows && !t.shape.empty() && t.shape[0] % tp == 0)
+    return TensorLayout::ShardDim0(t.shape, t.dtype, tp);
+  if (cols && t.shape.size() == 2 && t.shape[1] % tp == 0)
+    return TensorLayout::ShardDim1(t.shape, t.dtype, tp);
   return TensorLayout::Replicated(t.shape, t.dtype, tp);
 }
 
@@ -214,20 +216,27 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     auto end = std::chrono::steady_clock::now();
     pause.unlock();
     res.status = s.ok() ? 200 : 500;
-    res.set_content(nlohmann::json{{"ok", s.ok()}, {"error", s.message()},
-                                   {"total_ms", std::chrono::duration<double, std::milli>(end - start).count()},
-                                   {"pause_ms", std::chrono::duration<double, std::milli>(end - paused).count()}}
-                        .dump(),
-                    "application/json");
+    res.set_content(
+        nlohmann::json{
+            {"ok", s.ok()},
+            {"error", s.message()},
+            {"total_ms", std::chrono::duration<double, std::milli>(end - start).count()},
+            {"pause_ms", std::chrono::duration<double, std::milli>(end - paused).count()}}
+            .dump(),
+        "application/json");
   });
   int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
-                        : (server.bind_to_port("127.0.0.1", port + static_cast<int>(rank)) ? port + static_cast<int>(rank) : -1);
+                        : (server.bind_to_port("127.0.0.1", port + static_cast<int>(rank))
+                               ? port + static_cast<int>(rank)
+                               : -1);
   if (bound <= 0) return 3;
   if (!port_dir.empty()) {
-    (void)WriteFileAtomic(port_dir + "/rank" + std::to_string(rank) + ".port", std::to_string(bound) + "\n");
+    (void)WriteFileAtomic(port_dir + "/rank" + std::to_string(rank) + ".port",
+                          std::to_string(bound) + "\n");
   }
   std::thread http([&] { server.listen_after_bind(); });
-  std::fprintf(stderr, "rank %u/%u: serving %s on 127.0.0.1:%d\n", rank, tp, version.c_str(), bound);
+  std::fprintf(stderr, "rank %u/%u: serving %s on 127.0.0.1:%d\n", rank, tp, version.c_str(),
+               bound);
   while (!g_stop.load()) {
     if (poll) {
       // The scheduler loop: a "step", then the sync hook between steps.
@@ -267,7 +276,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  if (rank >= 0) return RunRank(dir, static_cast<uint32_t>(rank), tp, shm, port, port_dir, poll, version);
+  if (rank >= 0)
+    return RunRank(dir, static_cast<uint32_t>(rank), tp, shm, port, port_dir, poll, version);
 
   // Parent: one process per rank, as real engines run tensor parallelism.
   std::vector<pid_t> children;

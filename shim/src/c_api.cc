@@ -34,7 +34,8 @@ deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltak
   if (out == nullptr) return DELTAKV_ERR_INVALID_ARGUMENT;
   *out = nullptr;
   deltakv_engine_params p = params != nullptr ? *params : deltakv_engine_default_params();
-  if (p.world_size <= 0 || p.rank < 0 || p.rank >= p.world_size) return DELTAKV_ERR_INVALID_ARGUMENT;
+  if (p.world_size <= 0 || p.rank < 0 || p.rank >= p.world_size)
+    return DELTAKV_ERR_INVALID_ARGUMENT;
   *out = new deltakv_engine(p);
   return DELTAKV_OK;
 }
@@ -42,8 +43,8 @@ deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltak
 void deltakv_engine_free(deltakv_engine* engine) { delete engine; }
 
 deltakv_status deltakv_engine_register_tensor(deltakv_engine* e, const char* name, void* device_ptr,
-                                              const char* dtype, const int64_t* shape,
-                                              int32_t ndim, const char* layout_json) {
+                                              const char* dtype, const int64_t* shape, int32_t ndim,
+                                              const char* layout_json) {
   if (e == nullptr) return DELTAKV_ERR_INVALID_ARGUMENT;
   return ToC(e, e->impl.RegisterTensor(name, device_ptr, dtype, shape, ndim, layout_json));
 }

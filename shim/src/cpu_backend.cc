@@ -13,11 +13,20 @@ namespace {
 
 inline void CopySmall(uint8_t* dst, const uint8_t* src, size_t n) {
   switch (n) {
-    case 1: *dst = *src; return;
-    case 2: std::memcpy(dst, src, 2); return;
-    case 4: std::memcpy(dst, src, 4); return;
-    case 8: std::memcpy(dst, src, 8); return;
-    default: std::memcpy(dst, src, n);
+    case 1:
+      *dst = *src;
+      return;
+    case 2:
+      std::memcpy(dst, src, 2);
+      return;
+    case 4:
+      std::memcpy(dst, src, 4);
+      return;
+    case 8:
+      std::memcpy(dst, src, 8);
+      return;
+    default:
+      std::memcpy(dst, src, n);
   }
 }
 
@@ -42,7 +51,8 @@ void CopyAll(std::span<const CopyOp> ops, unsigned threads) {
   for (unsigned t = 1; t < n; ++t) {
     size_t begin = t * chunk;
     size_t end = std::min(ops.size(), begin + chunk);
-    if (begin < end) pool.emplace_back([=] { CopyRange<kToDevice>(ops.subspan(begin, end - begin)); });
+    if (begin < end)
+      pool.emplace_back([=] { CopyRange<kToDevice>(ops.subspan(begin, end - begin)); });
   }
   CopyRange<kToDevice>(ops.first(std::min(chunk, ops.size())));
   for (auto& th : pool) th.join();

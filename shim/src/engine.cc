@@ -43,7 +43,8 @@ Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
   if (name == nullptr || *name == '\0') return InvalidArgument("tensor name is empty");
   if (dtype == nullptr) return InvalidArgument("tensor '" + std::string(name) + "': dtype is NULL");
   auto dt = deltasync::ParseDType(dtype);
-  if (!dt) return InvalidArgument("tensor '" + std::string(name) + "': unknown dtype '" + dtype + "'");
+  if (!dt)
+    return InvalidArgument("tensor '" + std::string(name) + "': unknown dtype '" + dtype + "'");
   if (ndim < 0 || ndim > 8 || (ndim > 0 && shape == nullptr)) {
     return InvalidArgument("tensor '" + std::string(name) + "': bad shape");
   }
@@ -74,7 +75,8 @@ Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
                            std::to_string(layout->LocalBytes(rank_).total));
   }
   for (const auto& t : table_) {
-    if (t.name == name) return InvalidArgument("tensor '" + std::string(name) + "' registered twice");
+    if (t.name == name)
+      return InvalidArgument("tensor '" + std::string(name) + "' registered twice");
   }
   locals_.push_back({name, device, bytes});
   table_.push_back({name, *dt, bytes, std::move(layout).value()});
@@ -109,9 +111,8 @@ Status Engine::Start() {
       break;
     }
     if (Clock::now() >= deadline) {
-      return cb.status().WithPrefix("cannot attach to the sidecar's control segment '" +
-                                    shm_name_ + "' within " + std::to_string(attach_timeout_ms_) +
-                                    " ms");
+      return cb.status().WithPrefix("cannot attach to the sidecar's control segment '" + shm_name_ +
+                                    "' within " + std::to_string(attach_timeout_ms_) + " ms");
     }
     std::this_thread::sleep_for(100ms);
   }
@@ -170,7 +171,8 @@ Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
                               std::vector<StagedTensor>* staged,
                               std::vector<deltasync::PlanTensor>* tensors) {
   ASSIGN_OR_RETURN(shm::PlanRef ref, shm::ParsePlan(msg));
-  ASSIGN_OR_RETURN(shm::PlanArenaReader arena, shm::PlanArenaReader::Open(ref.arena_name, ref.generation));
+  ASSIGN_OR_RETURN(shm::PlanArenaReader arena,
+                   shm::PlanArenaReader::Open(ref.arena_name, ref.generation));
   ASSIGN_OR_RETURN(auto root_bytes, arena.Block(arena.root_offset(), sizeof(PlanArenaRoot)));
   PlanArenaRoot root;
   std::memcpy(&root, root_bytes.data(), sizeof(root));
@@ -208,12 +210,13 @@ void Engine::HandlePlan(const shm::Message& msg) {
   for (uint32_t t = 0; t < staged.size(); ++t) {
     entries.push_back({t, staged[t].delta.s1(), staged[t].delta.s2(), 0});
     if (tensors[t].flags & deltasync::kPlanTensorFullVerify) {
-      entries.push_back({t, staged[t].full.s1(), staged[t].full.s2(), shm::StagedEntry::kFullChecksum});
+      entries.push_back(
+          {t, staged[t].full.s1(), staged[t].full.s2(), shm::StagedEntry::kFullChecksum});
     }
     changed += staged[t].bytes_changed;
   }
-  const uint32_t parts =
-      static_cast<uint32_t>(std::max<size_t>(1, (entries.size() + kEntriesPerStagedPart - 1) / kEntriesPerStagedPart));
+  const uint32_t parts = static_cast<uint32_t>(
+      std::max<size_t>(1, (entries.size() + kEntriesPerStagedPart - 1) / kEntriesPerStagedPart));
   for (uint32_t p = 0; p < parts; ++p) {
     shm::StagedReport rep;
     rep.part_index = p;
@@ -248,8 +251,8 @@ void Engine::HandlePlan(const shm::Message& msg) {
       Send(shm::MakeCommitted(sync_id, {policy_version() + 1, *pause_us}));
     } else {
       set_error(pause_us.status());
-      Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) + ": commit failed: " +
-                                       pause_us.status().message()));
+      Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) +
+                                       ": commit failed: " + pause_us.status().message()));
     }
   } else if (outcome != shm::AwaitOutcome::kSidecarDead) {
     Send(shm::MakeText(shm::MessageType::kAborted, sync_id, "staged data dropped"));

@@ -65,14 +65,15 @@ class Engine {
     std::string version;
     std::vector<uint64_t> plan_words;  // the plan, staged (8-byte aligned copy)
     uint64_t plan_bytes = 0;
-    std::vector<CopyOp> scatter;       // prepared before the pause; points into plan_words
+    std::vector<CopyOp> scatter;  // prepared before the pause; points into plan_words
   };
 
   Status PublishTensorTable();
   void WorkerLoop();
   void HandlePlan(const shm::Message& msg);
   Status StageFromArena(const shm::Message& msg, PendingCommit* out,
-                        std::vector<StagedTensor>* staged, std::vector<deltasync::PlanTensor>* tensors);
+                        std::vector<StagedTensor>* staged,
+                        std::vector<deltasync::PlanTensor>* tensors);
   // Writes the staged plan; returns the pause in microseconds.
   StatusOr<uint64_t> ApplyCommit(PendingCommit& pc);
   void Send(const StatusOr<shm::Message>& msg);
@@ -98,13 +99,13 @@ class Engine {
   std::atomic<uint64_t> policy_version_{0};
 
   mutable std::mutex version_mu_;
-  std::string version_id_;                 // GUARDED_BY(version_mu_)
-  mutable std::mutex mu_;                  // the poll-mode hand-off
+  std::string version_id_;  // GUARDED_BY(version_mu_)
+  mutable std::mutex mu_;   // the poll-mode hand-off
   std::condition_variable cv_;
-  std::optional<PendingCommit> pending_;   // GUARDED_BY(mu_) (poll mode)
-  bool pending_done_ = false;              // GUARDED_BY(mu_)
-  Status pending_status_;                  // GUARDED_BY(mu_)
-  uint64_t pending_pause_us_ = 0;          // GUARDED_BY(mu_)
+  std::optional<PendingCommit> pending_;  // GUARDED_BY(mu_) (poll mode)
+  bool pending_done_ = false;             // GUARDED_BY(mu_)
+  Status pending_status_;                 // GUARDED_BY(mu_)
+  uint64_t pending_pause_us_ = 0;         // GUARDED_BY(mu_)
 
   std::string last_error_;
   std::string version_scratch_;

@@ -39,7 +39,8 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
     CopyOp op{static_cast<uint8_t*>(lt.device) + rec.local_offset, old.data(), rec.length};
     RETURN_IF_ERROR(backend.Gather({&op, 1}));
     StagedTensor& st = staged[rec.tensor];
-    if (rec.flags & deltasync::kPlanRecordOwner) st.delta.AddXorRun(rec.canonical_offset, old, bytes);
+    if (rec.flags & deltasync::kPlanRecordOwner)
+      st.delta.AddXorRun(rec.canonical_offset, old, bytes);
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] ^= old[i];
     st.bytes_changed += rec.length;
     if ((rec.flags & deltasync::kPlanRecordOwner) &&

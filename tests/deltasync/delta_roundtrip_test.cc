@@ -104,10 +104,11 @@ TEST(DeltaRoundTrip, Fp32AndOneByteDtypes) {
 
 TEST(DeltaRoundTrip, ZeroSizeAndScalarTensors) {
   TempDir tmp;
-  RoundTripCase c{"zero", OneFile({{"empty", DType::kBF16, {0, 8}},
-                                   {"scalar", DType::kF32, {}},
-                                   {"w", DType::kBF16, {64, 64}},
-                                   {"empty2", DType::kU8, {0}}}),
+  RoundTripCase c{"zero",
+                  OneFile({{"empty", DType::kBF16, {0, 8}},
+                           {"scalar", DType::kF32, {}},
+                           {"w", DType::kBF16, {64, 64}},
+                           {"empty2", DType::kU8, {0}}}),
                   0.2};
   RoundTrip(c, tmp);
 }
@@ -131,8 +132,9 @@ TEST(DeltaRoundTrip, HundredsOfTensorsOverSeveralFiles) {
 
 TEST(DeltaRoundTrip, TensorsSpanningSeveralFrames) {
   TempDir tmp;
-  RoundTripCase c{"frames", OneFile({{"big", DType::kBF16, {1024, 700}}, {"b", DType::kBF16, {999}}}),
-                  0.001, /*frame_bytes=*/64 << 10};
+  RoundTripCase c{"frames",
+                  OneFile({{"big", DType::kBF16, {1024, 700}}, {"b", DType::kBF16, {999}}}), 0.001,
+                  /*frame_bytes=*/64 << 10};
   PublishSummary s = RoundTrip(c, tmp);
   EXPECT_GT(s.frames, 20u);
 }

@@ -17,7 +17,10 @@ DeltaManifest Sample() {
   m.version = "v2";
   m.parent_version = "v1";
   m.objects = {{"shard-00000.zst", 1000, std::string(64, 'a')}, {"s1", 50, ""}};
-  m.tensors = {{"a.weight", 4096, 0x01020304, 0xa0b0c0d0,
+  m.tensors = {{"a.weight",
+                4096,
+                0x01020304,
+                0xa0b0c0d0,
                 {{0, 1024, "shard-00000.zst", 0, 100}, {2048, 2048, "s1", 10, 40}}},
                {"b", 10, 1, 2, {{0, 10, "shard-00000.zst", 100, 900}}}};
   return m;
@@ -68,9 +71,7 @@ TEST(DeltaManifest, RejectsEachKindOfMalformedInput) {
       {"frame overlap", [](Json& j) { j["tensors"][0]["frames"][1]["offset"] = 1000; },
        "must not overlap"},
       {"frame unsorted",
-       [](Json& j) {
-         std::swap(j["tensors"][0]["frames"][0], j["tensors"][0]["frames"][1]);
-       },
+       [](Json& j) { std::swap(j["tensors"][0]["frames"][0], j["tensors"][0]["frames"][1]); },
        "must be sorted"},
       {"unknown object", [](Json& j) { j["tensors"][0]["frames"][0]["object"] = "nope"; },
        "unknown object 'nope'"},
@@ -82,14 +83,16 @@ TEST(DeltaManifest, RejectsEachKindOfMalformedInput) {
       {"empty frame", [](Json& j) { j["tensors"][1]["frames"][0]["compressed_length"] = 0; },
        "compressed_length is 0"},
       {"frames type", [](Json& j) { j["tensors"][0]["frames"] = "x"; }, "must be an array"},
-      {"length type", [](Json& j) { j["tensors"][0]["length"] = "4096"; },
-       "non-negative integer"},
+      {"length type", [](Json& j) { j["tensors"][0]["length"] = "4096"; }, "non-negative integer"},
       {"section unknown file",
        [](Json& j) {
          j["checkpoint"] = {{"files", {{{"name", "a.safetensors"}, {"header", "{}"}}}},
                             {"tensors",
-                             {{{"name", "t"}, {"dtype", "U8"}, {"shape", {1}},
-                               {"file", "b.safetensors"}, {"byte_range", {8, 9}},
+                             {{{"name", "t"},
+                               {"dtype", "U8"},
+                               {"shape", {1}},
+                               {"file", "b.safetensors"},
+                               {"byte_range", {8, 9}},
                                {"adler32", "00020002"}}}}};
        },
        "names unknown file 'b.safetensors'"},
@@ -97,8 +100,11 @@ TEST(DeltaManifest, RejectsEachKindOfMalformedInput) {
        [](Json& j) {
          j["checkpoint"] = {{"files", {{{"name", "a.safetensors"}, {"header", "{}"}}}},
                             {"tensors",
-                             {{{"name", "t"}, {"dtype", "Q7"}, {"shape", {1}},
-                               {"file", "a.safetensors"}, {"byte_range", {8, 9}},
+                             {{{"name", "t"},
+                               {"dtype", "Q7"},
+                               {"shape", {1}},
+                               {"file", "a.safetensors"},
+                               {"byte_range", {8, 9}},
                                {"adler32", "00020002"}}}}};
        },
        "unknown dtype 'Q7'"},

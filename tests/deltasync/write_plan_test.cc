@@ -1,10 +1,10 @@
 // Write plans: round trip, splitting, capacity, and every kind of malformed buffer.
+#include "deltasync/write_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
-
-#include "deltasync/write_plan.h"
 
 namespace deltakv::deltasync {
 namespace {
@@ -50,7 +50,8 @@ TEST(WritePlan, RoundTrip) {
                  EXPECT_EQ(rec.local_offset, x.local);
                  EXPECT_EQ(rec.canonical_offset, x.canon);
                  EXPECT_EQ((rec.flags & kPlanRecordOwner) != 0, x.owner);
-                 EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), x.bytes.begin(), x.bytes.end()));
+                 EXPECT_TRUE(
+                     std::equal(bytes.begin(), bytes.end(), x.bytes.begin(), x.bytes.end()));
                  return Status::Ok();
                }).ok());
   EXPECT_EQ(k, want.size());
@@ -78,8 +79,12 @@ TEST(WritePlan, RejectsMalformedBuffers) {
     edit(copy.span());
     return WritePlanReader::Open(copy.span().first(used)).status();
   };
-  auto put32 = [](std::span<uint8_t> b, size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); };
-  auto put64 = [](std::span<uint8_t> b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); };
+  auto put32 = [](std::span<uint8_t> b, size_t at, uint32_t v) {
+    std::memcpy(b.data() + at, &v, 4);
+  };
+  auto put64 = [](std::span<uint8_t> b, size_t at, uint64_t v) {
+    std::memcpy(b.data() + at, &v, 8);
+  };
   const size_t rec = sizeof(PlanHeader) + sizeof(PlanTensor);
   struct Case {
     const char* label;

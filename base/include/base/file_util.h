@@ -14,8 +14,7 @@
 namespace deltakv {
 
 // Reads a whole file. IoError if it cannot be read; ResourceExhausted if larger than max_bytes.
-StatusOr<std::string> ReadFileToString(const std::string& path,
-                                       uint64_t max_bytes = 1ull << 30);
+StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes = 1ull << 30);
 
 // Writes `data` to `path` via "<path>.tmp.<pid>", fsync, rename. On failure nothing is left
 // under `path` (an old file there stays as it was) and the temporary is removed.
@@ -42,7 +41,8 @@ class StagingDir {
   Status Commit();
 
  private:
-  StagingDir(std::string target, std::string temp) : target_(std::move(target)), temp_(std::move(temp)) {}
+  StagingDir(std::string target, std::string temp)
+      : target_(std::move(target)), temp_(std::move(temp)) {}
   std::string target_;
   std::string temp_;
   bool done_ = false;

@@ -17,14 +17,14 @@ namespace deltakv {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument = 1,   // bad input: malformed file, frame, manifest, request
-  kNotFound = 2,          // a named object, tensor or file does not exist
-  kDataLoss = 3,          // verification failed: checksum mismatch, truncated data
-  kFailedPrecondition = 4,// state does not allow the call (wrong parent, busy)
-  kResourceExhausted = 5, // a configured cap was hit (window, output, work)
-  kIoError = 6,           // the operating system refused (open, write, mmap, rename)
-  kUnimplemented = 7,     // valid input that this build does not support (dictionaries)
-  kInternal = 8,          // a bug
+  kInvalidArgument = 1,     // bad input: malformed file, frame, manifest, request
+  kNotFound = 2,            // a named object, tensor or file does not exist
+  kDataLoss = 3,            // verification failed: checksum mismatch, truncated data
+  kFailedPrecondition = 4,  // state does not allow the call (wrong parent, busy)
+  kResourceExhausted = 5,   // a configured cap was hit (window, output, work)
+  kIoError = 6,             // the operating system refused (open, write, mmap, rename)
+  kUnimplemented = 7,       // valid input that this build does not support (dictionaries)
+  kInternal = 8,            // a bug
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -50,7 +50,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
@@ -77,9 +79,18 @@ class [[nodiscard]] StatusOr {
   const Status& status() const { return status_; }
 
   // REQUIRES: ok().
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }

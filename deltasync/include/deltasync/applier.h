@@ -31,10 +31,10 @@ struct ApplyOptions {
   std::string parent_dir;
   std::string delta_dir;
   std::string out_dir;
-  unsigned threads = 0;           // 0 => all CPUs
-  std::string decoder = "";       // "" => default; see MakeXorDecoder
-  uint32_t max_window_log = 31;   // refuse frames with larger windows
-  bool verify_objects = true;     // check shard sizes and sha256 before decoding
+  unsigned threads = 0;          // 0 => all CPUs
+  std::string decoder = "";      // "" => default; see MakeXorDecoder
+  uint32_t max_window_log = 31;  // refuse frames with larger windows
+  bool verify_objects = true;    // check shard sizes and sha256 before decoding
   bool progress = false;
 };
 
@@ -66,7 +66,6 @@ struct FrameApplySummary {
 StatusOr<FrameApplySummary> ApplyFramesToFile(const std::string& base_path,
                                               const std::string& frame_path,
                                               const std::string& out_path,
-                                              const std::string& decoder,
-                                              uint32_t max_window_log);
+                                              const std::string& decoder, uint32_t max_window_log);
 
 }  // namespace deltakv::deltasync

@@ -22,7 +22,7 @@ inline constexpr const char* kCheckpointFormat = "deltakv.checkpoint/1";
 inline constexpr const char* kManifestFileName = "manifest.json";
 
 struct TensorRef {
-  size_t file = 0;           // index into Checkpoint::files()
+  size_t file = 0;  // index into Checkpoint::files()
   const TensorInfo* info = nullptr;
 };
 
@@ -77,8 +77,8 @@ struct CheckpointManifest {
 // Computes the manifest of an opened checkpoint: reads every tensor once (in parallel on
 // `threads` threads; 0 = all CPUs). Progress goes to stderr when `progress` is set.
 StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
-                                                       const std::string& version,
-                                                       unsigned threads, bool progress);
+                                                       const std::string& version, unsigned threads,
+                                                       bool progress);
 
 // Deterministic JSON text (two-space indent, trailing newline) for a manifest.
 std::string CheckpointManifestToJson(const CheckpointManifest& m);

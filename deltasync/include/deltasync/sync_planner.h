@@ -55,7 +55,7 @@ StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManif
                                                                 const RankTensorTables& ranks);
 
 struct PlannerOptions {
-  std::string decoder;                 // "" = default XorDecoder
+  std::string decoder;  // "" = default XorDecoder
   uint32_t max_window_log = 27;
   uint64_t max_object_bytes = 4ull << 30;
   // Called after each object with (objects done, objects total).

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "base/status.h"
@@ -72,6 +73,14 @@ class XorDecoder {
 };
 
 std::unique_ptr<XorDecoder> MakeLibzstdXorDecoder();
+
+// Decodes the compressed bytes of one delta frame entry, which must decode to exactly
+// `expected_length` bytes. DataLoss "<where>: decodes to more than its declared N bytes" or
+// "<where>: decoded M bytes, expected N" on a length mismatch; other decoder errors prefixed
+// with `where`.
+StatusOr<DecodeResult> DecodeDeltaFrame(XorDecoder& decoder, std::span<const uint8_t> input,
+                                        uint64_t expected_length, uint32_t max_window_log,
+                                        NonzeroSink& sink, const std::string& where);
 
 // Returns the decoder registered under `name`: "walker" (the sparse walker, the default for "")
 // or "libzstd".

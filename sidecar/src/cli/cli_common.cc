@@ -7,10 +7,13 @@ namespace deltakv::cli {
 
 int ExitCodeFor(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kOk:
+      return kExitOk;
     case StatusCode::kIoError:
-    case StatusCode::kInternal: return kExitEnvironment;
-    default: return kExitBadInput;
+    case StatusCode::kInternal:
+      return kExitEnvironment;
+    default:
+      return kExitBadInput;
   }
 }
 
@@ -18,8 +21,9 @@ int ReportError(std::string_view command, const Status& s, bool json) {
   std::fprintf(stderr, "deltakv %.*s: error: %s\n", static_cast<int>(command.size()),
                command.data(), s.message().c_str());
   if (json) {
-    PrintJson({{"ok", false},
-               {"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}});
+    PrintJson(
+        {{"ok", false},
+         {"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}});
   }
   return ExitCodeFor(s);
 }
@@ -29,10 +33,14 @@ void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
 std::string HumanBytes(uint64_t bytes) {
   char buf[64];
   double b = static_cast<double>(bytes);
-  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1ull << 30));
-  else if (bytes >= (1ull << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1ull << 20));
-  else if (bytes >= (1ull << 10)) std::snprintf(buf, sizeof(buf), "%.2f KiB", b / (1ull << 10));
-  else std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+  if (bytes >= (1ull << 30))
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1ull << 30));
+  else if (bytes >= (1ull << 20))
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1ull << 20));
+  else if (bytes >= (1ull << 10))
+    std::snprintf(buf, sizeof(buf), "%.2f KiB", b / (1ull << 10));
+  else
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
   return buf;
 }
 

@@ -8,11 +8,10 @@
 //   3  environment failure (I/O error, internal error)
 #pragma once
 
-#include <string>
-#include <string_view>
-
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
 
 #include "base/status.h"
 

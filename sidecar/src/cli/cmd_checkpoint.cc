@@ -12,7 +12,8 @@ void AddCheckpointCommands(CLI::App& app, int* rc) {
   group->require_subcommand(1);
   AddSyntheticCommands(*group, rc);
   CLI::App* man = group->add_subcommand(
-      "manifest", "Write DIR/manifest.json: every tensor's dtype, shape, file, byte range, Adler-32");
+      "manifest",
+      "Write DIR/manifest.json: every tensor's dtype, shape, file, byte range, Adler-32");
   struct Opts {
     std::string dir;
     std::string version;
@@ -52,8 +53,11 @@ void AddCheckpointCommands(CLI::App& app, int* rc) {
       return;
     }
     if (o->json) {
-      PrintJson({{"ok", true}, {"manifest", path}, {"version", version},
-                 {"files", m->files.size()}, {"tensors", m->tensors.size()},
+      PrintJson({{"ok", true},
+                 {"manifest", path},
+                 {"version", version},
+                 {"files", m->files.size()},
+                 {"tensors", m->tensors.size()},
                  {"bytes", ckpt->total_tensor_bytes()}});
     } else {
       std::printf("wrote %s: %zu tensors in %zu files, %s\n", path.c_str(), m->tensors.size(),
@@ -94,8 +98,10 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
       *rc = ReportError("checkpoint generate", s, o->json);
       return;
     }
-    if (o->json) PrintJson({{"ok", true}, {"out", o->out}});
-    else std::printf("generated checkpoint in %s\n", o->out.c_str());
+    if (o->json)
+      PrintJson({{"ok", true}, {"out", o->out}});
+    else
+      std::printf("generated checkpoint in %s\n", o->out.c_str());
   });
   CLI::App* mut = group.add_subcommand(
       "mutate", "Write a copy of a checkpoint with a fraction of elements changed by 1-2 ulp");
@@ -119,7 +125,9 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
       return;
     }
     if (o->json) {
-      PrintJson({{"ok", true}, {"out", o->out}, {"elements_changed", r->elements_changed},
+      PrintJson({{"ok", true},
+                 {"out", o->out},
+                 {"elements_changed", r->elements_changed},
                  {"bytes", r->bytes}});
     } else {
       std::printf("wrote %s: %llu elements changed in %s\n", o->out.c_str(),

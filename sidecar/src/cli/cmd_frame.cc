@@ -30,15 +30,18 @@ void AddFrameCommands(CLI::App& app, int* rc) {
       ->check(CLI::Range(10u, 31u));
   apply->add_flag("--json", o->json, "Print a JSON summary");
   apply->callback([o, rc] {
-    auto r = deltasync::ApplyFramesToFile(o->base, o->frames, o->out, o->decoder,
-                                          o->max_window_log);
+    auto r =
+        deltasync::ApplyFramesToFile(o->base, o->frames, o->out, o->decoder, o->max_window_log);
     if (!r.ok()) {
       *rc = ReportError("frame apply", r.status(), o->json);
       return;
     }
     if (o->json) {
-      PrintJson({{"ok", true}, {"length", r->length}, {"frames", r->frames},
-                 {"nonzero_bytes", r->nonzero_bytes}, {"seconds", r->seconds}});
+      PrintJson({{"ok", true},
+                 {"length", r->length},
+                 {"frames", r->frames},
+                 {"nonzero_bytes", r->nonzero_bytes},
+                 {"seconds", r->seconds}});
     } else {
       std::printf("wrote %s: %llu bytes, %llu frames, %llu nonzero XOR bytes, %.3f s\n",
                   o->out.c_str(), (unsigned long long)r->length, (unsigned long long)r->frames,
@@ -79,8 +82,8 @@ class ScanSink final : public deltasync::NonzeroSink {
 };
 
 // Streams a file through the walker in 1 MiB chunks, as a download would arrive.
-StatusOr<deltasync::WalkStats> ScanFile(const std::string& path, const deltasync::WalkerOptions& opt,
-                                        bool dump) {
+StatusOr<deltasync::WalkStats> ScanFile(const std::string& path,
+                                        const deltasync::WalkerOptions& opt, bool dump) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("open '" + path + "': " + std::strerror(errno));
   ScanSink sink(dump);
@@ -110,7 +113,8 @@ StatusOr<deltasync::WalkStats> ScanFile(const std::string& path, const deltasync
 
 void AddFrameScanCommand(CLI::App& frame, int* rc) {
   CLI::App* scan = frame.add_subcommand(
-      "scan", "Walk zstd frames without a base file: decoded length, nonzero bytes, runs, checksum");
+      "scan",
+      "Walk zstd frames without a base file: decoded length, nonzero bytes, runs, checksum");
   struct Opts {
     std::vector<std::string> files;
     bool json = false, dump = false, no_checksum = false;
@@ -136,21 +140,27 @@ void AddFrameScanCommand(CLI::App& frame, int* rc) {
         *rc = ReportError("frame scan", r.status(), o->json);
         return;
       }
-      const char* checksum = r->checksums_skipped > 0   ? "skipped"
+      const char* checksum = r->checksums_skipped > 0    ? "skipped"
                              : r->checksums_verified > 0 ? "verified"
                                                          : "absent";
       if (o->json) {
-        PrintJson({{"ok", true}, {"file", f}, {"decoded_length", r->decoded_length},
-                   {"frames", r->frames}, {"skippable_frames", r->skippable_frames},
-                   {"nonzero_bytes", r->nonzero_bytes}, {"runs", r->runs},
-                   {"sequences", r->sequences}, {"checksum", checksum},
-                   {"checksums_verified", r->checksums_verified}, {"seconds", secs}});
+        PrintJson({{"ok", true},
+                   {"file", f},
+                   {"decoded_length", r->decoded_length},
+                   {"frames", r->frames},
+                   {"skippable_frames", r->skippable_frames},
+                   {"nonzero_bytes", r->nonzero_bytes},
+                   {"runs", r->runs},
+                   {"sequences", r->sequences},
+                   {"checksum", checksum},
+                   {"checksums_verified", r->checksums_verified},
+                   {"seconds", secs}});
       } else if (!o->dump) {
-        std::printf("%s: %llu bytes decoded in %llu frames, %llu nonzero in %llu runs, "
-                    "checksum %s, %.3f s\n",
-                    f.c_str(), (unsigned long long)r->decoded_length, (unsigned long long)r->frames,
-                    (unsigned long long)r->nonzero_bytes, (unsigned long long)r->runs, checksum,
-                    secs);
+        std::printf(
+            "%s: %llu bytes decoded in %llu frames, %llu nonzero in %llu runs, "
+            "checksum %s, %.3f s\n",
+            f.c_str(), (unsigned long long)r->decoded_length, (unsigned long long)r->frames,
+            (unsigned long long)r->nonzero_bytes, (unsigned long long)r->runs, checksum, secs);
       }
     }
   });

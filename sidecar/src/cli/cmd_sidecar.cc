@@ -34,7 +34,8 @@ StatusOr<std::vector<unsigned>> ParseCpuList(const std::string& text) {
     size_t dash = item.find('-');
     try {
       unsigned a = static_cast<unsigned>(std::stoul(item.substr(0, dash)));
-      unsigned b = dash == std::string::npos ? a : static_cast<unsigned>(std::stoul(item.substr(dash + 1)));
+      unsigned b =
+          dash == std::string::npos ? a : static_cast<unsigned>(std::stoul(item.substr(dash + 1)));
       if (b < a || b > 4095) return InvalidArgument("bad cpu range '" + item + "'");
       for (unsigned c = a; c <= b; ++c) out.push_back(c);
     } catch (...) {
@@ -84,10 +85,12 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   if (o.config.empty()) return Status::Ok();
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(o.config, 1 << 20));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("config '" + o.config + "' is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return InvalidArgument("config '" + o.config + "' is not a JSON object");
   auto str = [&](const char* key, std::string& dst, const char* flag) -> Status {
     if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
-    if (!j[key].is_string()) return InvalidArgument("config: '" + std::string(key) + "' must be a string");
+    if (!j[key].is_string())
+      return InvalidArgument("config: '" + std::string(key) + "' must be a string");
     dst = j[key].get<std::string>();
     return Status::Ok();
   };
@@ -98,7 +101,8 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(str("decoder", o.decoder, "--decoder"));
   RETURN_IF_ERROR(str("state_dir", o.state_dir, "--state-dir"));
   if (j.contains("max_body_bytes") && cmd.count("--max-body-bytes") == 0) {
-    if (!j["max_body_bytes"].is_number_unsigned()) return InvalidArgument("config: 'max_body_bytes' must be an integer");
+    if (!j["max_body_bytes"].is_number_unsigned())
+      return InvalidArgument("config: 'max_body_bytes' must be an integer");
     o.max_body_bytes = j["max_body_bytes"].get<uint64_t>();
   }
   return Status::Ok();
@@ -111,19 +115,23 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
     auto t = ReadFileToString(o.token_file, 4096);
     if (!t.ok()) return ReportError("sidecar", t.status(), false);
     o.token = *t;
-    while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r')) o.token.pop_back();
+    while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r'))
+      o.token.pop_back();
   }
   if (o.token.empty()) {
     if (const char* env = std::getenv("DELTAKV_TOKEN")) o.token = env;
   }
   if (o.token.empty()) {
-    return ReportError("sidecar", InvalidArgument("a bearer token is required (--token-file, "
-                                                  "--token or DELTAKV_TOKEN)"), false);
+    return ReportError("sidecar",
+                       InvalidArgument("a bearer token is required (--token-file, "
+                                       "--token or DELTAKV_TOKEN)"),
+                       false);
   }
   auto cores = ParseCpuList(o.serving_cores);
   if (!cores.ok()) return ReportError("sidecar", cores.status(), false);
   size_t colon = o.listen.rfind(':');
-  if (colon == std::string::npos) return ReportError("sidecar", InvalidArgument("--listen must be HOST:PORT"), false);
+  if (colon == std::string::npos)
+    return ReportError("sidecar", InvalidArgument("--listen must be HOST:PORT"), false);
   sidecar::HttpApiOptions http;
   http.host = o.listen.substr(0, colon);
   try {
@@ -147,8 +155,8 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   s = api.Bind();
   if (!s.ok()) return ReportError("sidecar", s, false);
   if (!o.port_file.empty()) (void)WriteFileAtomic(o.port_file, std::to_string(api.port()) + "\n");
-  std::fprintf(stderr, "deltakv sidecar: listening on %s:%d, shared memory '%s'\n", http.host.c_str(),
-               api.port(), o.shm_name.c_str());
+  std::fprintf(stderr, "deltakv sidecar: listening on %s:%d, shared memory '%s'\n",
+               http.host.c_str(), api.port(), o.shm_name.c_str());
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   std::thread server([&] { api.Serve(); });
@@ -162,17 +170,22 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
 }  // namespace
 
 void AddSidecarCommand(CLI::App& app, int* rc) {
-  CLI::App* cmd = app.add_subcommand("sidecar", "Run the sidecar: HTTP API + delta sync to engine ranks");
+  CLI::App* cmd =
+      app.add_subcommand("sidecar", "Run the sidecar: HTTP API + delta sync to engine ranks");
   auto o = std::make_shared<SidecarOpts>();
   cmd->add_option("--config", o->config, "JSON config file (keys as the long flags, '_' for '-')");
-  cmd->add_option("--listen", o->listen, "HOST:PORT for the HTTP API (port 0: any)")->capture_default_str();
+  cmd->add_option("--listen", o->listen, "HOST:PORT for the HTTP API (port 0: any)")
+      ->capture_default_str();
   cmd->add_option("--token", o->token, "Bearer token for mutating calls (prefer --token-file)");
   cmd->add_option("--token-file", o->token_file, "File holding the bearer token");
-  cmd->add_option("--shm-name", o->shm_name, "Shared-memory control segment name")->capture_default_str();
-  cmd->add_option("--serving-cores", o->serving_cores, "CPUs kept for serving, e.g. 0-3 (the sync worker avoids them)");
+  cmd->add_option("--shm-name", o->shm_name, "Shared-memory control segment name")
+      ->capture_default_str();
+  cmd->add_option("--serving-cores", o->serving_cores,
+                  "CPUs kept for serving, e.g. 0-3 (the sync worker avoids them)");
   cmd->add_option("--decoder", o->decoder, "XOR frame decoder (walker, the default, or libzstd)");
   cmd->add_option("--state-dir", o->state_dir, "Directory that persists the live version id");
-  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest accepted request body")->capture_default_str();
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest accepted request body")
+      ->capture_default_str();
   cmd->add_option("--port-file", o->port_file, "Write the bound port here (with --listen HOST:0)");
   cmd->callback([o, cmd, rc] { *rc = RunSidecar(*o, *cmd); });
 }

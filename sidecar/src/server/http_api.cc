@@ -22,11 +22,16 @@ void SendError(httplib::Response& res, int status, const std::string& code,
 
 int HttpStatusFor(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kFailedPrecondition: return 409;
-    case StatusCode::kResourceExhausted: return 413;
-    default: return 500;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 413;
+    default:
+      return 500;
   }
 }
 
@@ -41,7 +46,9 @@ bool TokenMatches(const std::string& given, const std::string& want) {
 }  // namespace
 
 HttpApi::HttpApi(HttpApiOptions options, SyncManager* manager)
-    : options_(std::move(options)), manager_(manager), server_(std::make_unique<httplib::Server>()) {
+    : options_(std::move(options)),
+      manager_(manager),
+      server_(std::make_unique<httplib::Server>()) {
   Routes();
 }
 
@@ -70,7 +77,8 @@ void HttpApi::Routes() {
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     requests_.fetch_add(1, std::memory_order_relaxed);
-    if (req.method == "GET" || req.method == "HEAD") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.method == "GET" || req.method == "HEAD")
+      return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (options_.token.empty() || auth.rfind(prefix, 0) != 0 ||
@@ -107,18 +115,21 @@ void HttpApi::Routes() {
     SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
   });
 
-  s.Get(R"(/v1/syncs/([A-Za-z0-9_-]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    auto rec = manager_->Get(req.matches[1]);
-    if (!rec) return SendError(res, 404, "NOT_FOUND", "no sync '" + std::string(req.matches[1]) + "'");
-    SendJson(res, 200, rec->ToJson());
-  });
+  s.Get(
+      R"(/v1/syncs/([A-Za-z0-9_-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+        auto rec = manager_->Get(req.matches[1]);
+        if (!rec)
+          return SendError(res, 404, "NOT_FOUND", "no sync '" + std::string(req.matches[1]) + "'");
+        SendJson(res, 200, rec->ToJson());
+      });
 
   s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {
     Json history = Json::array();
     for (const SyncRecord& r : manager_->History()) history.push_back(r.ToJson());
-    SendJson(res, 200, {{"live_version", manager_->LiveVersion()},
-                        {"ranks", manager_->RanksJson()},
-                        {"history", history}});
+    SendJson(res, 200,
+             {{"live_version", manager_->LiveVersion()},
+              {"ranks", manager_->RanksJson()},
+              {"history", history}});
   });
 
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
@@ -144,7 +155,8 @@ std::string HttpApi::Metrics() const {
   o << "# HELP deltakv_http_requests_total HTTP requests received.\n"
     << "# TYPE deltakv_http_requests_total counter\n"
     << "deltakv_http_requests_total " << requests_.load() << "\n"
-    << "# HELP deltakv_http_unauthorized_total Mutating requests refused for a missing or bad token.\n"
+    << "# HELP deltakv_http_unauthorized_total Mutating requests refused for a missing or bad "
+       "token.\n"
     << "# TYPE deltakv_http_unauthorized_total counter\n"
     << "deltakv_http_unauthorized_total " << unauthorized_.load() << "\n"
     << "# HELP deltakv_syncs_total Syncs finished, by result.\n"
@@ -152,7 +164,8 @@ std::string HttpApi::Metrics() const {
     << "deltakv_syncs_total{result=\"live\"} " << manager_->succeeded() << "\n"
     << "deltakv_syncs_total{result=\"aborted\"} " << manager_->failed() << "\n";
   auto history = manager_->History();
-  o << "# HELP deltakv_last_sync_phase_seconds Duration of each phase of the most recent finished sync.\n"
+  o << "# HELP deltakv_last_sync_phase_seconds Duration of each phase of the most recent finished "
+       "sync.\n"
     << "# TYPE deltakv_last_sync_phase_seconds gauge\n";
   for (const SyncRecord& r : history) {
     if (!r.finished()) continue;

@@ -26,7 +26,8 @@ class HttpStore final : public deltasync::ObjectStore {
   StatusOr<std::string> ReadRange(const std::string& name, uint64_t offset,
                                   uint64_t length) override {
     if (length == 0) return std::string();
-    std::string range = "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1);
+    std::string range =
+        "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1);
     ASSIGN_OR_RETURN(auto res, Get(name, range, false));
     if (res.status == 200) {  // server ignored the range
       if (res.body.size() < offset + length) return Short(name, offset, length);
@@ -39,7 +40,8 @@ class HttpStore final : public deltasync::ObjectStore {
   StatusOr<std::string> ReadObject(const std::string& name, uint64_t max_bytes) override {
     ASSIGN_OR_RETURN(auto res, Get(name, "", false));
     if (res.body.size() > max_bytes) {
-      return ResourceExhausted(Url(name) + " is larger than " + std::to_string(max_bytes) + " bytes");
+      return ResourceExhausted(Url(name) + " is larger than " + std::to_string(max_bytes) +
+                               " bytes");
     }
     return std::move(res.body);
   }
@@ -55,7 +57,8 @@ class HttpStore final : public deltasync::ObjectStore {
   }
 
   StatusOr<httplib::Response> Get(const std::string& name, const std::string& range, bool head) {
-    if (!deltasync::IsSafeObjectName(name)) return InvalidArgument("unsafe object name '" + name + "'");
+    if (!deltasync::IsSafeObjectName(name))
+      return InvalidArgument("unsafe object name '" + name + "'");
     httplib::Client client(origin_);
     client.set_connection_timeout(opt_.timeout_seconds, 0);
     client.set_read_timeout(opt_.timeout_seconds, 0);
@@ -101,8 +104,9 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
     return std::unique_ptr<deltasync::ObjectStore>(new HttpStore(origin, prefix, http));
   }
   if (location.rfind("https://", 0) == 0) {
-    return InvalidArgument("https:// delta locations are not supported by this build; use http:// "
-                           "behind a TLS terminator or file://");
+    return InvalidArgument(
+        "https:// delta locations are not supported by this build; use http:// "
+        "behind a TLS terminator or file://");
   }
   return InvalidArgument("delta location '" + location +
                          "' must be an absolute path, file://..., or http://...");

@@ -14,8 +14,8 @@
 namespace deltakv::sidecar {
 
 struct HttpStoreOptions {
-  int attempts = 4;                 // tries per request
-  int initial_backoff_ms = 100;     // doubled after each failed try
+  int attempts = 4;              // tries per request
+  int initial_backoff_ms = 100;  // doubled after each failed try
   int timeout_seconds = 30;
 };
 

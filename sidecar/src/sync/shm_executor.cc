@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <map>
+#include <thread>
 
 #include "base/file_util.h"
 #include "deltasync/delta_manifest.h"
@@ -49,7 +49,7 @@ double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-std::string ArenaPrefix(const std::string& shm) { return shm + ".plan"; }
+std::string ArenaPrefix(const std::string& shm) { return shm; }
 
 StatusOr<deltasync::EngineTensorTable> ReadTensorTable(const std::string& shm, uint32_t rank) {
   const std::string name = deltasync::EngineTensorTableSegmentName(shm, rank);
@@ -65,7 +65,9 @@ StatusOr<deltasync::EngineTensorTable> ReadTensorTable(const std::string& shm, u
       std::string_view(reinterpret_cast<const char*>(text), len));
 }
 
-bool PidAlive(uint32_t pid) { return pid != 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+bool PidAlive(uint32_t pid) {
+  return pid != 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
 
 // One rank's view during a sync.
 struct RankRun {
@@ -82,7 +84,8 @@ struct RankRun {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(const ShmExecutorOptions& options) {
+StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(
+    const ShmExecutorOptions& options) {
   std::unique_ptr<ShmSyncExecutor> e(new ShmSyncExecutor(options));
   ASSIGN_OR_RETURN(e->control_, shm::ControlBlock::Create(options.shm_name));
   (void)shm::RemoveStaleArenas(ArenaPrefix(options.shm_name));
@@ -113,7 +116,9 @@ void ShmSyncExecutor::SetLiveVersion(const std::string& v) {
 nlohmann::json ShmSyncExecutor::RanksJson() const {
   nlohmann::json out = nlohmann::json::array();
   for (const shm::RankInfo& r : control_->ActiveRanks()) {
-    out.push_back({{"rank", r.rank}, {"world_size", r.world_size}, {"pid", r.pid},
+    out.push_back({{"rank", r.rank},
+                   {"world_size", r.world_size},
+                   {"pid", r.pid},
                    {"policy_version", r.live_policy_version > 0 ? r.live_policy_version - 1 : 0},
                    {"staged_sync_id", r.staged_sync_id}});
   }
@@ -122,13 +127,17 @@ nlohmann::json ShmSyncExecutor::RanksJson() const {
 
 Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   auto set_state = [&](SyncState s) { update([&](SyncRecord& r) { r.state = s; }); };
-  auto phase = [&](const char* name, double ms) { update([&](SyncRecord& r) { r.phase_ms[name] = ms; }); };
+  auto phase = [&](const char* name, double ms) {
+    update([&](SyncRecord& r) { r.phase_ms[name] = ms; });
+  };
   set_state(SyncState::kFetching);
 
   // ---- fetching: manifest, ranks, tensor tables
   auto t_fetch = Clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<deltasync::ObjectStore> store, OpenStore(request.delta, options_.http));
-  ASSIGN_OR_RETURN(std::string manifest_text, store->ReadObject(deltasync::kManifestFileName, 1ull << 30));
+  ASSIGN_OR_RETURN(std::unique_ptr<deltasync::ObjectStore> store,
+                   OpenStore(request.delta, options_.http));
+  ASSIGN_OR_RETURN(std::string manifest_text,
+                   store->ReadObject(deltasync::kManifestFileName, 1ull << 30));
   ASSIGN_OR_RETURN(deltasync::DeltaManifest m, deltasync::ParseDeltaManifest(manifest_text));
   if (!m.version.empty() && m.version != request.version) {
     return InvalidArgument("the request names version '" + request.version +
@@ -140,7 +149,8 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   });
   control_->ReclaimDead();
   std::vector<shm::RankInfo> infos = control_->ActiveRanks();
-  if (infos.empty()) return FailedPrecondition("no engine ranks are attached to '" + options_.shm_name + "'");
+  if (infos.empty())
+    return FailedPrecondition("no engine ranks are attached to '" + options_.shm_name + "'");
   std::vector<deltasync::EngineTensorTable> tables;
   for (const shm::RankInfo& info : infos) {
     auto t = ReadTensorTable(options_.shm_name, info.rank);
@@ -177,11 +187,14 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
     ao.generation = sync_id;
     ao.sync_id = sync_id;
     ao.rank = r;
-    ASSIGN_OR_RETURN(rr.arena, shm::PlanArenaWriter::Create(
-                                   shm::PlanArenaName(ArenaPrefix(options_.shm_name), sync_id, r), ao));
-    ASSIGN_OR_RETURN(uint64_t root, rr.arena.Allocate(sizeof(ArenaRoot) + Align8(request.version.size()), 8));
+    ASSIGN_OR_RETURN(rr.arena,
+                     shm::PlanArenaWriter::Create(
+                         shm::PlanArenaName(ArenaPrefix(options_.shm_name), sync_id, r), ao));
+    ASSIGN_OR_RETURN(uint64_t root,
+                     rr.arena.Allocate(sizeof(ArenaRoot) + Align8(request.version.size()), 8));
     RETURN_IF_ERROR(rr.arena.SetRoot(root));
-    std::span<uint8_t> rb = rr.arena.Bytes(root, sizeof(ArenaRoot) + Align8(request.version.size()));
+    std::span<uint8_t> rb =
+        rr.arena.Bytes(root, sizeof(ArenaRoot) + Align8(request.version.size()));
     std::memcpy(rb.data() + sizeof(ArenaRoot), request.version.data(), request.version.size());
     rr.plan_offset = root + sizeof(ArenaRoot) + Align8(request.version.size());
     ASSIGN_OR_RETURN(uint64_t plan_at, rr.arena.Allocate(plan_capacity, 8));
@@ -192,7 +205,8 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   deltasync::PlannerOptions po;
   po.decoder = options_.decoder;
   po.max_window_log = options_.max_window_log;
-  ASSIGN_OR_RETURN(deltasync::PlanStats stats, deltasync::BuildSyncPlans(m, *store, rank_tables, writers, po));
+  ASSIGN_OR_RETURN(deltasync::PlanStats stats,
+                   deltasync::BuildSyncPlans(m, *store, rank_tables, writers, po));
   phase("fetch", MsSince(t_fetch) - stats.decode_ms);
   phase("decode", stats.decode_ms);
   update([&](SyncRecord& r) {
@@ -220,8 +234,11 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
     RankRun& rr = runs[r];
     ASSIGN_OR_RETURN(uint64_t used, writers[r].Finish());
     ArenaRoot root{used, static_cast<uint32_t>(request.version.size()), 0};
-    std::memcpy(rr.arena.Bytes(rr.plan_offset - sizeof(ArenaRoot) - Align8(request.version.size()),
-                               sizeof(ArenaRoot)).data(), &root, sizeof(root));
+    std::memcpy(rr.arena
+                    .Bytes(rr.plan_offset - sizeof(ArenaRoot) - Align8(request.version.size()),
+                           sizeof(ArenaRoot))
+                    .data(),
+                &root, sizeof(root));
     RETURN_IF_ERROR(rr.arena.Publish());
     ASSIGN_OR_RETURN(shm::Message msg, shm::MakePlan(sync_id, rr.arena.Ref()));
     ASSIGN_OR_RETURN(auto bytes, shm::EncodeMessage(msg));
@@ -261,17 +278,19 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
       if (Clock::now() > deadline) return FailedPrecondition("engine ranks did not answer in time");
     }
   };
-  Status staged = collect(shm::MessageType::kStaged, options_.stage_timeout,
-                          [&](uint32_t r, const shm::Message& msg) -> Status {
-    ASSIGN_OR_RETURN(shm::StagedReport rep, shm::ParseStaged(msg));
-    for (const shm::StagedEntry& e : rep.entries) {
-      if (e.tensor_index >= m.tensors.size()) return DataLoss("rank reported an unknown tensor");
-      auto d = deltasync::AdlerDelta::FromSums(e.s1, e.s2);
-      (e.flags & shm::StagedEntry::kFullChecksum ? full : inc)[e.tensor_index].Merge(d);
-    }
-    if (++runs[r].staged_parts == rep.part_count) runs[r].staged = true;
-    return Status::Ok();
-  });
+  Status staged =
+      collect(shm::MessageType::kStaged, options_.stage_timeout,
+              [&](uint32_t r, const shm::Message& msg) -> Status {
+                ASSIGN_OR_RETURN(shm::StagedReport rep, shm::ParseStaged(msg));
+                for (const shm::StagedEntry& e : rep.entries) {
+                  if (e.tensor_index >= m.tensors.size())
+                    return DataLoss("rank reported an unknown tensor");
+                  auto d = deltasync::AdlerDelta::FromSums(e.s1, e.s2);
+                  (e.flags & shm::StagedEntry::kFullChecksum ? full : inc)[e.tensor_index].Merge(d);
+                }
+                if (++runs[r].staged_parts == rep.part_count) runs[r].staged = true;
+                return Status::Ok();
+              });
   if (!staged.ok()) return abort_all(staged);
   for (size_t t = 0; t < m.tensors.size(); ++t) {
     Status v = deltasync::VerifyStagedTensor(m.tensors[t].name, plan_tables[0][t], inc[t], full[t]);
@@ -292,11 +311,11 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   uint64_t pause_us = 0;
   Status committed = collect(shm::MessageType::kCommitted, options_.commit_timeout,
                              [&](uint32_t r, const shm::Message& msg) -> Status {
-    ASSIGN_OR_RETURN(shm::CommittedReport rep, shm::ParseCommitted(msg));
-    runs[r].committed = true;
-    pause_us = std::max(pause_us, rep.pause_us);
-    return Status::Ok();
-  });
+                               ASSIGN_OR_RETURN(shm::CommittedReport rep, shm::ParseCommitted(msg));
+                               runs[r].committed = true;
+                               pause_us = std::max(pause_us, rep.pause_us);
+                               return Status::Ok();
+                             });
   if (!committed.ok()) {
     return Internal("COMMIT was decided but not every rank confirmed: " + committed.message());
   }

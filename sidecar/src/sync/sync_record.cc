@@ -4,20 +4,26 @@ namespace deltakv::sidecar {
 
 const char* SyncStateName(SyncState s) {
   switch (s) {
-    case SyncState::kQueued: return "queued";
-    case SyncState::kFetching: return "fetching";
-    case SyncState::kDecoding: return "decoding";
-    case SyncState::kStaged: return "staged";
-    case SyncState::kCommitting: return "committing";
-    case SyncState::kLive: return "live";
-    case SyncState::kAborted: return "aborted";
+    case SyncState::kQueued:
+      return "queued";
+    case SyncState::kFetching:
+      return "fetching";
+    case SyncState::kDecoding:
+      return "decoding";
+    case SyncState::kStaged:
+      return "staged";
+    case SyncState::kCommitting:
+      return "committing";
+    case SyncState::kLive:
+      return "live";
+    case SyncState::kAborted:
+      return "aborted";
   }
   return "unknown";
 }
 
 double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 nlohmann::json SyncRecord::ToJson() const {

@@ -9,9 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace deltakv::sidecar {
 
@@ -28,9 +27,9 @@ struct SyncRecord {
   std::string id;
   SyncRequest request;
   SyncState state = SyncState::kQueued;
-  std::string error;                            // set when aborted
-  std::string parent_version;                   // from the delta manifest
-  std::map<std::string, double> phase_ms;       // "fetch", "decode", "stage", "pause", ...
+  std::string error;                       // set when aborted
+  std::string parent_version;              // from the delta manifest
+  std::map<std::string, double> phase_ms;  // "fetch", "decode", "stage", "pause", ...
   uint64_t bytes_fetched = 0;
   uint64_t nonzero_bytes = 0;
   uint64_t tensors_changed = 0;
