@@ -234,12 +234,31 @@ class SyncE2ETest(unittest.TestCase):
         for r in range(2):
             st = c.rank_state(r)
             self.assertEqual((st["policy_version"], st["version"]), (2, "v3"))
+            self.assertGreater(st["derived_calls"], 0)  # the hook saw the touched regions
+            self.assertGreater(st["derived_bytes"], 0)
         status = c.status()
         self.assertEqual(status["live_version"], "v3")
         self.assertEqual([h["state"] for h in status["history"]], ["live", "live"])
         metrics = urllib.request.urlopen(c.url + "/metrics").read().decode()
         self.assertIn('deltakv_syncs_total{result="live"} 2', metrics)
         self.assertIn("deltakv_engine_ranks 2", metrics)
+
+    def test_sync_over_http(self):
+        server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1",
+                                   "--directory", self.tmp], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        try:
+            port = int(server.stdout.readline().split("port ")[1].split()[0])
+            c = self.cluster(tp=2)
+            rec = c.wait(c.sync("v2", f"http://127.0.0.1:{port}/d12"))
+            self.assertEqual(rec["state"], "live", rec)
+            c.assert_serves(self, self.t("v2"))
+            rec = c.wait(c.sync("v3", f"http://127.0.0.1:{port}/no-such-delta"))
+            self.assertEqual(rec["state"], "aborted")
+            self.assertIn("404", rec["error"])
+        finally:
+            server.terminate()
+            server.wait()
 
     def test_poll_mode_engine(self):
         c = self.cluster(tp=1, poll=True)
