@@ -8,6 +8,7 @@ find_package(Boost 1.74 REQUIRED)  # headers only: Boost.Interprocess (shm/)
 find_package(CLI11 CONFIG REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 if(DELTAKV_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(ZLIB REQUIRED)  # independent Adler-32 reference for differential tests

@@ -28,9 +28,9 @@ fi
 # Python packages used by the interoperability tests (trainer-side delta script,
 # plain numpy apply script) and the fixture generators.
 PY=${PYTHON:-python3}
-if ! "$PY" -c 'import numpy, zstandard' 2>/dev/null; then
+if ! "$PY" -c 'import numpy, zstandard, xxhash' 2>/dev/null; then
   echo "setup-deps: installing Python packages numpy zstandard" >&2
-  "$PY" -m pip install --quiet numpy zstandard 2>/dev/null ||
-    "$PY" -m pip install --quiet --break-system-packages numpy zstandard
+  "$PY" -m pip install --quiet numpy zstandard xxhash 2>/dev/null ||
+    "$PY" -m pip install --quiet --break-system-packages numpy zstandard xxhash
 fi
 echo "setup-deps: ok" >&2

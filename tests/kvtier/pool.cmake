@@ -1,0 +1,1 @@
+# (sources of the slot pool and index land here)
