@@ -1,0 +1,262 @@
+// SlotPool: the host-RAM KV block pool shared by the sidecar and every engine process on a node.
+//
+// The pool is one shared-memory segment (SegmentKind::kKvPool, layout in kvtier/pool_layout.h)
+// holding a fixed number of fixed-size slots, per-slot metadata, and the key -> slot index
+// (kvtier/block_index.h). The sidecar creates it (Create) and keeps it across engine restarts;
+// engines attach (Open). Each slot moves through
+//
+//   FREE --PrepareStore--> WRITING(pid, gen+1) --CommitStore--> READY(gen) --evict/Remove-->
+//        EVICTING(pid) --(no pins)--> FREEING(pid) --> FREE, or straight to WRITING(gen+1)
+//   WRITING --AbortStore / ReclaimDead--> FREE;  EVICTING --(pinned) or ReclaimDead--> READY
+//
+// and every transition is one CAS of the slot's 64-bit state word (pid | state | generation).
+// Publishing a block is that CAS with release order after its bytes were written; a reader uses
+// a slot only while it holds a pin taken on READY with the generation it looked up.
+// kvtier/ORDERING.md is the happens-before contract for stores and loads.
+//
+// Pins: each slot has kMaxPinHolders holder words {pid, count}; a process pins by raising its
+// own holder word (one CAS), so pins are attributed to processes and ReclaimDead can drop the
+// pins of dead ones without a separate per-process table. At most kMaxPinHolders distinct
+// processes can pin one slot at once (Pin then fails with ResourceExhausted). Pin and eviction
+// exclude each other Dekker-style: Pin raises its holder then checks the state; an evictor
+// moves READY -> EVICTING then checks the holders; both seq_cst, so one sees the other.
+//
+// Crash safety: a process killed mid-store leaves its slots WRITING(pid): never readable;
+// ReclaimDead (run by the sidecar, e.g. when an engine's death is noticed) frees them, drops
+// index entries and pins of dead processes, and puts interrupted evictions back. Blocks
+// committed before a crash stay READY and readable by any process that opens the pool.
+//
+// Ownership: a SlotPool owns its mapping of the segment; the creating SlotPool unlinks the name
+// on destruction unless told not to. PinnedBlocks unpin on destruction.
+// Thread-safety: every method may be called concurrently from any threads; all processes share
+// the state. A SlotPool object identifies its process by the pid at Create/Open: REQUIRES that
+// it is not used in a child after fork() (the child opens its own).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kvtier/block_index.h"
+#include "kvtier/eviction_policy.h"
+#include "kvtier/pool_key.h"
+#include "kvtier/pool_layout.h"
+#include "shm/segment.h"
+
+namespace deltakv::kvtier {
+
+struct SlotPoolOptions {
+  uint64_t block_bytes = 0;     // bytes of one KV block; 1..kMaxBlockBytes
+  uint64_t capacity_slots = 0;  // number of slots; see SlotsForHostMemory (host_memory.h)
+  // Slots are handed out in address order the first time and their pages are advised or
+  // prefaulted a chunk at a time, so an empty pool costs no memory.
+  uint64_t chunk_bytes = 256ull << 20;
+  bool hugepages = false;     // madvise(MADV_HUGEPAGE) each chunk (needs shmem THP = advise)
+  bool prefault = false;      // MADV_POPULATE_WRITE each chunk when first used
+  bool poison_freed = false;  // debug: fill a slot with kPoisonByte whenever it leaves use
+  shm::IfExists if_exists = shm::IfExists::kFail;
+  bool unlink_on_destroy = true;
+};
+
+// Per-process settings (not stored in the segment).
+struct SlotPoolClientOptions {
+  TickSource* clock = nullptr;       // recency stamps; nullptr = DefaultTickSource()
+  EvictionPolicy* policy = nullptr;  // nullptr = a LruEvictionPolicy owned by the pool
+  uint32_t evict_rounds = 4;         // policy calls per PrepareStore before refusing
+  shm::OpenOptions open;             // Open only
+};
+
+enum class StoreOutcome : uint8_t {
+  kAllocated,      // a slot in WRITING owned by the caller: fill it, then Commit or Abort
+  kAlreadyStored,  // the key is READY: nothing to do
+  kInFlight,       // another store of the key is in progress: nothing to do
+  kRefused,        // no slot could be had without evicting pinned/in-flight blocks
+};
+
+struct StoreSlot {
+  StoreOutcome outcome = StoreOutcome::kRefused;
+  SlotRef ref;              // valid for kAllocated
+  uint8_t* data = nullptr;  // kAllocated: block_bytes writable bytes
+};
+
+struct PrepareStoreResult {
+  std::vector<StoreSlot> slots;  // one per key, in order
+  size_t allocated = 0;
+  size_t refused = 0;
+  size_t evicted = 0;  // READY blocks evicted to make room
+};
+
+struct PoolStats {
+  uint64_t capacity_slots = 0;
+  uint64_t block_bytes = 0;
+  // Occupancy, from a scan (a snapshot; concurrent changes may be half-seen).
+  uint64_t untouched_slots = 0;  // never allocated
+  uint64_t free_slots = 0;
+  uint64_t writing_slots = 0;
+  uint64_t ready_slots = 0;
+  uint64_t evicting_slots = 0;  // EVICTING or FREEING
+  uint64_t pinned_slots = 0;
+  uint64_t ready_bytes = 0;
+  uint64_t index_entries = 0;
+  // Counters since creation, all processes.
+  uint64_t lookups = 0;  // Lookup/PinPrefix calls
+  uint64_t hits = 0;     // blocks found by them
+  uint64_t misses = 0;   // calls that stopped before the last key
+  uint64_t stores_prepared = 0;
+  uint64_t stores_committed = 0;
+  uint64_t stores_aborted = 0;
+  uint64_t stores_refused = 0;
+  uint64_t evictions = 0;
+  uint64_t removals = 0;
+  uint64_t pins = 0;
+  uint64_t reclaimed_writes = 0;
+  uint64_t reclaimed_evictions = 0;
+  uint64_t reclaimed_pins = 0;
+  uint64_t chunks_touched = 0;
+};
+
+struct ReclaimReport {
+  size_t writes = 0;         // WRITING slots of dead owners freed
+  size_t evictions = 0;      // interrupted evictions finished or rolled back
+  size_t pins = 0;           // pin counts of dead processes dropped
+  size_t index_entries = 0;  // stale index entries dropped
+};
+
+class SlotPool;
+
+// Pins on a run of blocks (prepare_load). Unpins on destruction. Movable.
+class PinnedBlocks {
+ public:
+  PinnedBlocks() = default;
+  PinnedBlocks(PinnedBlocks&& other) noexcept;
+  PinnedBlocks& operator=(PinnedBlocks&& other) noexcept;
+  PinnedBlocks(const PinnedBlocks&) = delete;
+  PinnedBlocks& operator=(const PinnedBlocks&) = delete;
+  ~PinnedBlocks() { Release(); }
+
+  size_t size() const { return refs_.size(); }
+  const std::vector<SlotRef>& refs() const { return refs_; }
+  // The bytes of block i, readable until Release. REQUIRES: i < size().
+  const uint8_t* data(size_t i) const;
+  // Unpins everything now (idempotent).
+  void Release();
+
+ private:
+  friend class SlotPool;
+  PinnedBlocks(SlotPool* pool, std::vector<SlotRef> refs) : pool_(pool), refs_(std::move(refs)) {}
+  SlotPool* pool_ = nullptr;
+  std::vector<SlotRef> refs_;
+};
+
+class SlotPool {
+ public:
+  SlotPool();
+  SlotPool(SlotPool&&) noexcept;
+  SlotPool& operator=(SlotPool&&) noexcept;
+  ~SlotPool();
+
+  // Creates and publishes the pool segment `name` (the sidecar). InvalidArgument for a bad
+  // size or name; FailedPrecondition if it exists and options.if_exists is kFail; IoError if the
+  // system refuses. Nothing is left behind on failure.
+  static StatusOr<SlotPool> Create(const std::string& name, const SlotPoolOptions& options,
+                                   const SlotPoolClientOptions& client = {});
+  // Attaches to an existing pool (an engine). NotFound, FailedPrecondition (other layout
+  // version, never published) or DataLoss (a header that disagrees with itself or the size).
+  static StatusOr<SlotPool> Open(const std::string& name, const SlotPoolClientOptions& client = {});
+
+  // lookup: the number of leading keys that are READY (stops at the first miss). Lock-free.
+  size_t Lookup(std::span<const PoolKey> keys);
+
+  // prepare_load: pins the longest READY prefix of `keys` and stamps it recent. The result may
+  // be shorter than Lookup said a moment ago (a block can be evicted in between) or empty.
+  PinnedBlocks PinPrefix(std::span<const PoolKey> keys);
+
+  // Pins the block `ref` names. OK; NotFound if the slot no longer holds generation `ref` in
+  // READY; ResourceExhausted if kMaxPinHolders other processes pin it; InvalidArgument for a
+  // slot out of range. On failure nothing is pinned.
+  Status Pin(SlotRef ref);
+  // Drops one pin of this process on `ref`. FailedPrecondition if this process holds none.
+  Status Unpin(SlotRef ref);
+
+  // prepare_store: one StoreSlot per key (see StoreOutcome). Keys already READY are pinned for
+  // the duration of the call so the batch never evicts its own prefix. Slots are allocated in
+  // key order from never-used slots, FREE slots, then by evicting unpinned READY blocks as the
+  // policy proposes; once that fails, every later key needing a slot is kRefused. Pinned and
+  // in-flight blocks are never evicted. ResourceExhausted (nothing allocated, nothing left
+  // behind) when keys needed slots and none could be had. `fingerprints` is empty or one
+  // token fingerprint per key, stored with the block. REQUIRES: keys are distinct.
+  StatusOr<PrepareStoreResult> PrepareStore(std::span<const PoolKey> keys,
+                                            std::span<const uint64_t> fingerprints = {});
+  // WRITING -> READY (release): the block becomes visible to every process. FailedPrecondition
+  // if the slot is not WRITING at that generation owned by this process.
+  Status CommitStore(SlotRef ref);
+  // Gives up a kAllocated slot: its index entry goes, the slot becomes FREE. Same errors.
+  Status AbortStore(SlotRef ref);
+
+  // Stamps the READY keys among `keys` most recent. Returns how many were found.
+  size_t Touch(std::span<const PoolKey> keys);
+  // Removes a READY block. NotFound if absent; FailedPrecondition if pinned or being written.
+  Status Remove(const PoolKey& key);
+
+  // Frees WRITING slots and finishes evictions whose process is dead, drops pins held by dead
+  // processes and stale index entries. Safe to run while other processes use the pool.
+  StatusOr<ReclaimReport> ReclaimDead();
+
+  PoolStats Stats() const;
+
+  // The state word of `slot` (tests and tools). REQUIRES: slot < capacity().
+  SlotWord InspectSlot(uint32_t slot) const;
+  // The pin count this process holds on `slot` (all holder words with its pid).
+  uint32_t PinsHeldByThisProcess(uint32_t slot) const;
+  // The bytes of `slot`. Readable only under the ORDERING.md rules. REQUIRES: slot < capacity.
+  uint8_t* SlotData(uint32_t slot) const { return data_ + slot * stride_; }
+  uint64_t TokenFingerprint(SlotRef ref) const;
+
+  uint64_t block_bytes() const { return block_bytes_; }
+  uint64_t capacity() const { return slot_count_; }
+  bool poison_freed() const { return poison_; }
+  const shm::Segment& segment() const { return segment_; }
+  const BlockIndex& index() const { return index_; }
+
+ private:
+  SlotPool(shm::Segment segment, const SlotPoolClientOptions& client);
+
+  SlotMeta& Meta(uint32_t slot) const { return slots_[slot]; }
+  // CAS FREE(g) -> WRITING(g+1, pid). Returns the new generation, or -1.
+  int64_t TryClaimFree(uint32_t slot);
+  int64_t ClaimFresh();
+  int64_t ClaimFromFreeScan();
+  // READY(gen), unpinned -> FREEING(pid), index entry erased, data poisoned.
+  bool TryEvict(uint32_t slot, uint32_t generation);
+  // Allocates one slot in WRITING; refills `candidates` from the policy as needed.
+  StatusOr<int64_t> AllocateSlot(std::vector<EvictionCandidate>* candidates, size_t wanted,
+                                 uint32_t* slot, bool* evicted);
+  Status FreeOwned(SlotRef ref, bool erase_index);
+  void Poison(uint32_t slot) const;
+  void NoteFreed();
+  void TouchChunk(uint64_t chunk);
+
+  shm::Segment segment_;
+  PoolHeader* header_ = nullptr;
+  SlotMeta* slots_ = nullptr;
+  uint8_t* data_ = nullptr;
+  BlockIndex index_;
+  uint64_t slot_count_ = 0;
+  uint64_t stride_ = 0;
+  uint64_t block_bytes_ = 0;
+  uint64_t chunk_slots_ = 1;
+  bool poison_ = false;
+  uint32_t pid_ = 0;
+  uint32_t evict_rounds_ = 4;
+  TickSource* clock_ = nullptr;
+  EvictionPolicy* policy_ = nullptr;
+  std::unique_ptr<EvictionPolicy> owned_policy_;
+};
+
+}  // namespace deltakv::kvtier
