@@ -303,6 +303,37 @@ class SyncE2ETest(unittest.TestCase):
         self.assertEqual(c.wait(c.sync("v2", self.t("d12")))["state"], "live")
         c.assert_serves(self, self.t("v2"))
 
+    def test_sidecar_owns_the_kv_pool(self):
+        shm = f"dkv-kvpool-{os.getpid()}"
+        config = os.path.join(self.tmp, "kv-config.json")
+        write(config, json.dumps({"token_file": os.path.join(self.tmp, "kvtoken"),
+                                  "shm_name": shm, "kv_block_bytes": 65536,
+                                  "kv_capacity_slots": 64}))
+        write(os.path.join(self.tmp, "kvtoken"), "t\n")
+        port_file = os.path.join(self.tmp, "kv.port")
+        p = subprocess.Popen([DELTAKV, "sidecar", "--config", config, "--listen", "127.0.0.1:0",
+                              "--port-file", port_file], stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 20
+            while not os.path.exists(port_file):
+                self.assertIsNone(p.poll())
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.02)
+            self.assertTrue(os.path.exists("/dev/shm/" + shm + ".kv"))
+            url = f"http://127.0.0.1:{int(read(port_file, 'r'))}/metrics"
+            metrics = urllib.request.urlopen(url).read().decode()
+            self.assertIn("deltakv_kv_capacity_slots 64", metrics)
+            self.assertIn("deltakv_kv_block_bytes 65536", metrics)
+            self.assertIn("deltakv_kv_hits_total 0", metrics)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait()
+            pool_left = os.path.exists("/dev/shm/" + shm + ".kv")
+            for f in os.listdir("/dev/shm"):
+                if f.startswith(shm):
+                    os.remove(os.path.join("/dev/shm", f))
+        self.assertFalse(pool_left)  # the owner removes the pool on a clean exit
+
     def test_http_refusals(self):
         c = self.cluster(tp=1)
         body = {"version": "v2", "delta": self.t("d12")}

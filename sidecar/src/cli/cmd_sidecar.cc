@@ -14,6 +14,7 @@
 
 #include "base/file_util.h"
 #include "cli/cli_common.h"
+#include "kv/kv_pool_owner.h"
 #include "server/http_api.h"
 #include "sync/shm_executor.h"
 #include "sync/sync_manager.h"
@@ -78,6 +79,10 @@ struct SidecarOpts {
   uint64_t max_body_bytes = 64 << 10;
   size_t history = 64;
   std::string port_file;
+  uint64_t kv_block_bytes = 0;
+  uint64_t kv_capacity_slots = 0;
+  double kv_host_fraction = 0;
+  bool kv_hugepages = false;
 };
 
 // Fills unset options from a JSON config file (flags given on the command line win).
@@ -100,6 +105,21 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(str("serving_cores", o.serving_cores, "--serving-cores"));
   RETURN_IF_ERROR(str("decoder", o.decoder, "--decoder"));
   RETURN_IF_ERROR(str("state_dir", o.state_dir, "--state-dir"));
+  auto uint = [&](const char* key, uint64_t& dst, const char* flag) -> Status {
+    if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
+    if (!j[key].is_number_unsigned()) {
+      return InvalidArgument("config: '" + std::string(key) + "' must be a non-negative integer");
+    }
+    dst = j[key].get<uint64_t>();
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(uint("kv_block_bytes", o.kv_block_bytes, "--kv-block-bytes"));
+  RETURN_IF_ERROR(uint("kv_capacity_slots", o.kv_capacity_slots, "--kv-capacity-slots"));
+  if (j.contains("kv_host_fraction") && cmd.count("--kv-host-fraction") == 0) {
+    if (!j["kv_host_fraction"].is_number())
+      return InvalidArgument("config: 'kv_host_fraction' must be a number");
+    o.kv_host_fraction = j["kv_host_fraction"].get<double>();
+  }
   if (j.contains("max_body_bytes") && cmd.count("--max-body-bytes") == 0) {
     if (!j["max_body_bytes"].is_number_unsigned())
       return InvalidArgument("config: 'max_body_bytes' must be an integer");
@@ -142,6 +162,23 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   http.token = o.token;
   http.max_body_bytes = o.max_body_bytes;
 
+  std::unique_ptr<sidecar::KvPoolOwner> kv_pool;
+  if (o.kv_block_bytes > 0) {
+    sidecar::KvPoolConfig kc;
+    kc.name = o.shm_name + ".kv";
+    kc.block_bytes = o.kv_block_bytes;
+    kc.capacity_slots = o.kv_capacity_slots;
+    kc.host_fraction = o.kv_host_fraction;
+    kc.hugepages = o.kv_hugepages;
+    auto pool = sidecar::KvPoolOwner::Create(kc);
+    if (!pool.ok()) return ReportError("sidecar", pool.status().WithPrefix("KV pool"), false);
+    kv_pool = std::move(pool).value();
+    sidecar::KvPoolOwner* p = kv_pool.get();
+    http.metrics.push_back([p] { return p->Metrics(); });
+    std::fprintf(stderr, "deltakv sidecar: KV pool '%s': %llu slots of %llu bytes\n",
+                 kc.name.c_str(), (unsigned long long)p->config().capacity_slots,
+                 (unsigned long long)kc.block_bytes);
+  }
   sidecar::ShmExecutorOptions eo;
   eo.shm_name = o.shm_name;
   eo.decoder = o.decoder;
@@ -187,6 +224,13 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest accepted request body")
       ->capture_default_str();
   cmd->add_option("--port-file", o->port_file, "Write the bound port here (with --listen HOST:0)");
+  cmd->add_option("--kv-block-bytes", o->kv_block_bytes,
+                  "Host KV tier: bytes per block slot (0 = no KV pool); pool '<shm-name>.kv'");
+  cmd->add_option("--kv-capacity-slots", o->kv_capacity_slots, "Host KV tier: number of slots");
+  cmd->add_option("--kv-host-fraction", o->kv_host_fraction,
+                  "Host KV tier: size the pool as this fraction of usable host RAM (cgroup-aware)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--kv-hugepages", o->kv_hugepages, "Host KV tier: advise huge pages");
   cmd->callback([o, cmd, rc] { *rc = RunSidecar(*o, *cmd); });
 }
 

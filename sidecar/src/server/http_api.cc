@@ -178,6 +178,7 @@ std::string HttpApi::Metrics() const {
   o << "# HELP deltakv_engine_ranks Engine ranks registered with the sidecar.\n"
     << "# TYPE deltakv_engine_ranks gauge\n"
     << "deltakv_engine_ranks " << (ranks.is_array() ? ranks.size() : 0) << "\n";
+  for (const MetricsProvider& m : options_.metrics) o << m();
   return o.str();
 }
 

@@ -16,8 +16,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "sync/sync_manager.h"
@@ -28,11 +30,15 @@ class Server;
 
 namespace deltakv::sidecar {
 
+// Extra Prometheus text appended to /metrics (for example the KV pool's).
+using MetricsProvider = std::function<std::string()>;
+
 struct HttpApiOptions {
   std::string host = "127.0.0.1";
   int port = 8470;  // 0 = any free port (see HttpApi::port())
   std::string token;
   uint64_t max_body_bytes = 64 << 10;
+  std::vector<MetricsProvider> metrics;
 };
 
 class HttpApi {
