@@ -190,6 +190,18 @@ Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
   ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
   ASSIGN_OR_RETURN(*staged, StagePlan(reader, locals_, *backend_));
   ASSIGN_OR_RETURN(pc->scatter, ScatterList(reader, locals_));
+  if (callbacks_.derived != nullptr) {
+    // The touched regions per tensor, merged where adjacent, for the derived-weights hook.
+    RETURN_IF_ERROR(reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
+      auto& v = pc->regions[reader.tensors()[rec.tensor].rank_tensor];
+      if (!v.empty() && v.back().offset + v.back().length == rec.local_offset) {
+        v.back().length += rec.length;
+      } else {
+        v.push_back({rec.local_offset, rec.length});
+      }
+      return Status::Ok();
+    }));
+  }
   tensors->assign(reader.tensors().begin(), reader.tensors().end());
   return Status::Ok();
 }
@@ -261,25 +273,13 @@ void Engine::HandlePlan(const shm::Message& msg) {
 }
 
 StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
-  std::span<uint8_t> span(reinterpret_cast<uint8_t*>(pc.plan_words.data()), pc.plan_bytes);
-  ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
   auto t0 = Clock::now();
   if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
     return Internal("the engine's pause callback failed; weights unchanged");
   }
   Status s = CommitPlan(pc.scatter, *backend_);
   if (s.ok() && callbacks_.derived != nullptr) {
-    std::map<uint32_t, std::vector<deltakv_region>> regions;
-    (void)reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
-      auto& v = regions[reader.tensors()[rec.tensor].rank_tensor];
-      if (!v.empty() && v.back().offset + v.back().length == rec.local_offset) {
-        v.back().length += rec.length;
-      } else {
-        v.push_back({rec.local_offset, rec.length});
-      }
-      return Status::Ok();
-    });
-    for (const auto& [t, v] : regions) {
+    for (const auto& [t, v] : pc.regions) {
       if (callbacks_.derived(callbacks_.user, locals_[t].name.c_str(), v.data(), v.size()) != 0) {
         s = Internal("the engine's derived-weights callback failed for '" + locals_[t].name + "'");
         break;

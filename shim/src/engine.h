@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -66,6 +67,8 @@ class Engine {
     std::vector<uint64_t> plan_words;  // the plan, staged (8-byte aligned copy)
     uint64_t plan_bytes = 0;
     std::vector<CopyOp> scatter;  // prepared before the pause; points into plan_words
+    // Touched local regions per registered tensor (only when a derived hook is set).
+    std::map<uint32_t, std::vector<deltakv_region>> regions;
   };
 
   Status PublishTensorTable();
