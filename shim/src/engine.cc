@@ -9,7 +9,6 @@ namespace deltakv::shim {
 namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 constexpr size_t kEntriesPerStagedPart = 3000;
 }  // namespace
 
@@ -173,12 +172,15 @@ Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
   ASSIGN_OR_RETURN(shm::PlanRef ref, shm::ParsePlan(msg));
   ASSIGN_OR_RETURN(shm::PlanArenaReader arena,
                    shm::PlanArenaReader::Open(ref.arena_name, ref.generation));
-  ASSIGN_OR_RETURN(auto root_bytes, arena.Block(arena.root_offset(), sizeof(PlanArenaRoot)));
-  PlanArenaRoot root;
+  ASSIGN_OR_RETURN(auto root_bytes,
+                   arena.Block(arena.root_offset(), sizeof(deltasync::PlanArenaRoot)));
+  deltasync::PlanArenaRoot root;
   std::memcpy(&root, root_bytes.data(), sizeof(root));
-  const uint64_t version_at = arena.root_offset() + sizeof(PlanArenaRoot);
+  const uint64_t version_at = arena.root_offset() + sizeof(deltasync::PlanArenaRoot);
   ASSIGN_OR_RETURN(auto version, arena.Block(version_at, root.version_len));
-  ASSIGN_OR_RETURN(auto plan, arena.Block(version_at + Align8(root.version_len), root.plan_bytes));
+  ASSIGN_OR_RETURN(
+      auto plan, arena.Block(arena.root_offset() + deltasync::PlanArenaRootBytes(root.version_len),
+                             root.plan_bytes));
   // A private copy: the rank stages into it and never trusts bytes that can still change.
   pc->sync_id = msg.sync_id;
   pc->version.assign(reinterpret_cast<const char*>(version.data()), version.size());

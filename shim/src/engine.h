@@ -33,15 +33,6 @@
 
 namespace deltakv::shim {
 
-// Root block of a plan arena: {u64 plan_bytes, u32 version_len, u32 reserved}, the new version
-// id (padded to 8), then the WritePlan bytes.
-struct PlanArenaRoot {
-  uint64_t plan_bytes;
-  uint32_t version_len;
-  uint32_t reserved;
-};
-static_assert(sizeof(PlanArenaRoot) == 16);
-
 class Engine {
  public:
   explicit Engine(const deltakv_engine_params& params);

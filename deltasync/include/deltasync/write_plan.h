@@ -62,6 +62,20 @@ struct PlanRecord {
 };
 static_assert(sizeof(PlanRecord) == 32);
 
+// Root block of a plan arena (shm/PROTOCOL.md section 9.2), written by the sidecar and read by
+// the rank: this header, then the new version id padded to 8 bytes, then the plan.
+struct PlanArenaRoot {
+  uint64_t plan_bytes;
+  uint32_t version_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(PlanArenaRoot) == 16);
+
+// Bytes from the root block's start to the plan: the header and the padded version id.
+inline constexpr uint64_t PlanArenaRootBytes(uint64_t version_len) {
+  return sizeof(PlanArenaRoot) + ((version_len + 7) & ~uint64_t{7});
+}
+
 // Appends records into a caller-provided buffer (a mapped arena). ResourceExhausted when the
 // buffer is full.
 class WritePlanWriter {

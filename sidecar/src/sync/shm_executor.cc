@@ -24,16 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
-
-// Root block of a plan arena (mirrors the shim's reader): {u64 plan_bytes, u32 version_len,
-// u32 reserved}, the version id padded to 8, then the plan.
-struct ArenaRoot {
-  uint64_t plan_bytes;
-  uint32_t version_len;
-  uint32_t reserved;
-};
-
 // Fault injection for tests: DELTAKV_FAULT_STALL="<point>:<ms>" sleeps at that point of a
 // sync ("planned": plans built, not yet sent; "staged": verified, not yet decided).
 void MaybeStall(const char* point) {
@@ -183,7 +173,7 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
     RankRun& rr = runs[r];
     ASSIGN_OR_RETURN(rr.channel, control_->OpenChannel(*by_rank[r]));
     shm::PlanArenaOptions ao;
-    ao.capacity = plan_capacity + 4096 + Align8(request.version.size()) + sizeof(ArenaRoot);
+    ao.capacity = plan_capacity + 4096 + deltasync::PlanArenaRootBytes(request.version.size());
     ao.generation = sync_id;
     ao.sync_id = sync_id;
     ao.rank = r;
@@ -191,12 +181,13 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
                      shm::PlanArenaWriter::Create(
                          shm::PlanArenaName(ArenaPrefix(options_.shm_name), sync_id, r), ao));
     ASSIGN_OR_RETURN(uint64_t root,
-                     rr.arena.Allocate(sizeof(ArenaRoot) + Align8(request.version.size()), 8));
+                     rr.arena.Allocate(deltasync::PlanArenaRootBytes(request.version.size()), 8));
     RETURN_IF_ERROR(rr.arena.SetRoot(root));
     std::span<uint8_t> rb =
-        rr.arena.Bytes(root, sizeof(ArenaRoot) + Align8(request.version.size()));
-    std::memcpy(rb.data() + sizeof(ArenaRoot), request.version.data(), request.version.size());
-    rr.plan_offset = root + sizeof(ArenaRoot) + Align8(request.version.size());
+        rr.arena.Bytes(root, deltasync::PlanArenaRootBytes(request.version.size()));
+    std::memcpy(rb.data() + sizeof(deltasync::PlanArenaRoot), request.version.data(),
+                request.version.size());
+    rr.plan_offset = root + deltasync::PlanArenaRootBytes(request.version.size());
     ASSIGN_OR_RETURN(uint64_t plan_at, rr.arena.Allocate(plan_capacity, 8));
     if (plan_at != rr.plan_offset) return Internal("plan arena blocks are not contiguous");
     rr.plan_capacity = plan_capacity;
@@ -233,10 +224,10 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   for (uint32_t r = 0; r < world; ++r) {
     RankRun& rr = runs[r];
     ASSIGN_OR_RETURN(uint64_t used, writers[r].Finish());
-    ArenaRoot root{used, static_cast<uint32_t>(request.version.size()), 0};
+    deltasync::PlanArenaRoot root{used, static_cast<uint32_t>(request.version.size()), 0};
     std::memcpy(rr.arena
-                    .Bytes(rr.plan_offset - sizeof(ArenaRoot) - Align8(request.version.size()),
-                           sizeof(ArenaRoot))
+                    .Bytes(rr.plan_offset - deltasync::PlanArenaRootBytes(request.version.size()),
+                           sizeof(root))
                     .data(),
                 &root, sizeof(root));
     RETURN_IF_ERROR(rr.arena.Publish());
