@@ -1,6 +1,7 @@
 // Test helpers: temporary directories and file comparisons.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -51,6 +52,21 @@ inline std::vector<std::string> ListDir(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Runs `body` in a forked child that exits with its return value; returns the child's pid.
+template <typename Body>
+pid_t Spawn(Body body) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  return pid;
+}
+
+// Waits for `pid`: its exit code, or 128 + the signal that killed it.
+inline int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace deltakv::testing

@@ -12,6 +12,7 @@
 
 #include "kvtier/slot_pool.h"
 #include "pool_test_util.h"
+#include "test_util.h"
 
 namespace deltakv::kvtier {
 namespace {
@@ -31,19 +32,8 @@ SlotPool CreatePool(const std::string& name, uint64_t slots, uint64_t block, boo
   return std::move(pool).value();
 }
 
-// Runs `body` in a forked child that exits with its return value.
-template <typename Body>
-pid_t Spawn(Body body) {
-  pid_t pid = fork();
-  if (pid == 0) _exit(body());
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using deltakv::testing::Spawn;
+using deltakv::testing::WaitExit;
 
 // Each worker stores, loads (pin, copy out, verify, unpin), touches and removes random keys of a
 // universe four times larger than the pool. Returns the number of oracle violations (capped).

@@ -11,6 +11,7 @@
 
 #include "kvtier/keys.h"
 #include "kvtier/tier_client.h"
+#include "test_util.h"
 #include "tier_test_util.h"
 
 namespace deltakv::kvtier {
@@ -26,18 +27,8 @@ constexpr uint64_t kTensorBytes = 1024;
 constexpr uint64_t kBlockBytes = kLayers * 2 * kTensorBytes;  // per-layer K and V
 constexpr uint32_t kBlockTokens = 16;
 
-template <typename Body>
-pid_t Spawn(Body body) {
-  pid_t pid = fork();
-  if (pid == 0) _exit(body());
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using deltakv::testing::Spawn;
+using deltakv::testing::WaitExit;
 
 // Real keys of docs/KEYS.md for a prompt of `blocks` full blocks.
 std::vector<PoolKey> PromptKeys(size_t blocks) {
