@@ -1,7 +1,9 @@
 #include "deltasync/sync_planner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
 
 #include "deltasync/applier.h"
 #include "deltasync/xor_decoder.h"
@@ -20,17 +22,15 @@ double MsSince(Clock::time_point t) {
 // costs 32 bytes, so bridging a shorter gap with zero XOR bytes (which change nothing and add
 // nothing to the checksum sums) makes the plan smaller.
 constexpr uint64_t kMergeGap = 32;
+// A merged run is routed once it reaches this size, so dense changes never pile up here.
+constexpr uint64_t kMaxPendingRun = 1ull << 20;
 
 // Routes decoded runs of one frame to the ranks' plans, merging nearby runs.
 class PlanSink final : public NonzeroSink {
  public:
   PlanSink(const TensorLayout& layout, uint32_t plan_tensor, uint64_t frame_offset,
-           std::vector<WritePlanWriter>& writers, std::vector<uint8_t>* dense)
-      : layout_(layout),
-        tensor_(plan_tensor),
-        base_(frame_offset),
-        writers_(writers),
-        dense_(dense) {}
+           PlanOutput& out, std::vector<uint8_t>* dense)
+      : layout_(layout), tensor_(plan_tensor), base_(frame_offset), out_(out), dense_(dense) {}
 
   Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
     const uint64_t canonical = base_ + pos;
@@ -41,7 +41,8 @@ class PlanSink final : public NonzeroSink {
       std::memcpy(dense_->data() + canonical, bytes.data(), bytes.size());
       return Status::Ok();
     }
-    if (!pending_.empty() && canonical - pending_end() <= kMergeGap) {
+    if (!pending_.empty() && canonical - pending_end() <= kMergeGap &&
+        pending_.size() < kMaxPendingRun) {
       pending_.resize(canonical - pending_start_, 0);
       pending_.insert(pending_.end(), bytes.begin(), bytes.end());
       return Status::Ok();
@@ -55,17 +56,16 @@ class PlanSink final : public NonzeroSink {
   // Routes the run still held back. Call once after the frame decoded.
   Status Flush() {
     if (pending_.empty()) return Status::Ok();
-    Status s = Route(layout_, tensor_, pending_start_, pending_, writers_);
+    Status s = Route(layout_, tensor_, pending_start_, pending_, out_);
     pending_.clear();
     return s;
   }
 
   static Status Route(const TensorLayout& layout, uint32_t tensor, uint64_t canonical,
-                      std::span<const uint8_t> bytes, std::vector<WritePlanWriter>& writers) {
+                      std::span<const uint8_t> bytes, PlanOutput& out) {
     return layout.ForEachPiece(canonical, bytes.size(), [&](const LayoutPiece& p) -> Status {
-      if (p.rank >= writers.size()) return Internal("layout names rank beyond the plan writers");
-      return writers[p.rank].Add(tensor, p.local_offset, p.canonical_offset,
-                                 bytes.subspan(p.canonical_offset - canonical, p.length), p.owner);
+      return out.Add(p.rank, tensor, p.local_offset, p.canonical_offset,
+                     bytes.subspan(p.canonical_offset - canonical, p.length), p.owner);
     });
   }
 
@@ -73,14 +73,60 @@ class PlanSink final : public NonzeroSink {
   const TensorLayout& layout_;
   uint32_t tensor_;
   uint64_t base_;
-  std::vector<WritePlanWriter>& writers_;
+  PlanOutput& out_;
   std::vector<uint8_t>* dense_;
   uint64_t pending_start_ = 0;
   std::vector<uint8_t> pending_;
   uint64_t pending_end() const { return pending_start_ + pending_.size(); }
 };
 
+struct FrameRef {
+  uint32_t tensor;
+  const DeltaFrame* frame;
+};
+
+// One ranged read: [offset, offset + length) of an object, covering whole frames.
+struct FetchWindow {
+  std::string object;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::vector<FrameRef> frames;
+};
+
+// Frames grouped by object (each object read once, front to back) and cut into windows.
+std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_bytes) {
+  std::map<std::string, std::vector<FrameRef>> by_object;
+  for (uint32_t i = 0; i < m.tensors.size(); ++i) {
+    for (const DeltaFrame& f : m.tensors[i].frames) by_object[f.object].push_back({i, &f});
+  }
+  std::vector<FetchWindow> out;
+  for (auto& [object, frames] : by_object) {
+    std::sort(frames.begin(), frames.end(), [](const FrameRef& a, const FrameRef& b) {
+      return a.frame->object_offset < b.frame->object_offset;
+    });
+    FetchWindow* w = nullptr;
+    for (const FrameRef& fr : frames) {
+      const uint64_t begin = fr.frame->object_offset;
+      const uint64_t end = begin + fr.frame->compressed_length;
+      if (w == nullptr || begin < w->offset || end - w->offset > window_bytes) {
+        out.push_back({object, begin, 0, {}});
+        w = &out.back();
+      }
+      w->length = std::max(w->length, end - w->offset);
+      w->frames.push_back(fr);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+Status WriterPlanOutput::Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
+                             uint64_t canonical_offset, std::span<const uint8_t> xor_bytes,
+                             bool owner) {
+  if (rank >= writers_.size()) return Internal("layout names rank beyond the plan writers");
+  return writers_[rank].Add(tensor, local_offset, canonical_offset, xor_bytes, owner);
+}
 
 StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManifest& m,
                                                                 const RankTensorTables& ranks) {
@@ -118,47 +164,58 @@ StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManif
 }
 
 StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
-                                   const RankTensorTables& ranks,
-                                   std::vector<WritePlanWriter>& writers,
+                                   const RankTensorTables& ranks, PlanOutput& out,
                                    const PlannerOptions& opt) {
   PlanStats stats;
   stats.tensors = m.tensors.size();
   ASSIGN_OR_RETURN(std::unique_ptr<XorDecoder> decoder, MakeXorDecoder(opt.decoder));
-  // Frames grouped by object, so each object is fetched once.
-  struct FrameRef {
-    uint32_t tensor;
-    const DeltaFrame* frame;
-  };
-  std::map<std::string, std::vector<FrameRef>> by_object;
   std::vector<const TensorLayout*> layouts;
   std::map<uint32_t, std::vector<uint8_t>> dense;  // small tensors, decoded whole
   for (uint32_t i = 0; i < m.tensors.size(); ++i) {
     const DeltaTensor& t = m.tensors[i];
     layouts.push_back(&ranks[0].find(t.name)->second.layout);
     if (t.length < kFullVerifyBelowBytes) dense[i].assign(t.length, 0);
-    for (const DeltaFrame& f : t.frames) by_object[f.object].push_back({i, &f});
   }
-  size_t done = 0;
-  for (const auto& [object, frames] : by_object) {
+  // Objects shorter than the manifest says fail here, with a clear message, before any read.
+  for (const DeltaObject& o : m.objects) {
     auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::string bytes, store.ReadObject(object, opt.max_object_bytes));
-    const DeltaObject* meta = m.FindObject(object);
-    if (meta != nullptr && bytes.size() != meta->size) {
-      return DataLoss("delta object '" + object + "' is " + std::to_string(bytes.size()) +
-                      " bytes but the manifest says " + std::to_string(meta->size) +
-                      (bytes.size() < meta->size ? " (truncated)" : ""));
-    }
-    stats.bytes_fetched += bytes.size();
+    ASSIGN_OR_RETURN(uint64_t size, store.Size(o.name));
     stats.fetch_ms += MsSince(t0);
+    if (size != o.size) {
+      return DataLoss("delta object '" + o.name + "' is " + std::to_string(size) +
+                      " bytes but the manifest says " + std::to_string(o.size) +
+                      (size < o.size ? " (truncated)" : ""));
+    }
+  }
+  const std::vector<FetchWindow> windows =
+      PlanWindows(m, std::max<uint64_t>(opt.fetch_window_bytes, 1));
+  auto fetch = [&store](const FetchWindow& w) {
+    return store.ReadRange(w.object, w.offset, w.length);
+  };
+  std::future<StatusOr<std::string>> next;
+  if (!windows.empty() && opt.prefetch) next = std::async(std::launch::async, fetch, windows[0]);
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const FetchWindow& w = windows[wi];
+    auto t0 = Clock::now();
+    StatusOr<std::string> got = opt.prefetch ? next.get() : fetch(w);
+    stats.fetch_ms += MsSince(t0);
+    if (!got.ok()) return got.status();
+    if (opt.prefetch && wi + 1 < windows.size()) {
+      next = std::async(std::launch::async, fetch, windows[wi + 1]);
+    }
+    // A failed decode below returns while the next fetch runs; the future's destructor waits.
+    const std::string& bytes = *got;
+    stats.bytes_fetched += bytes.size();
     auto t1 = Clock::now();
-    for (const FrameRef& fr : frames) {
+    for (const FrameRef& fr : w.frames) {
       const DeltaTensor& t = m.tensors[fr.tensor];
       const DeltaFrame& f = *fr.frame;
       auto it = dense.find(fr.tensor);
-      PlanSink sink(*layouts[fr.tensor], fr.tensor, f.offset, writers,
+      PlanSink sink(*layouts[fr.tensor], fr.tensor, f.offset, out,
                     it == dense.end() ? nullptr : &it->second);
       std::span<const uint8_t> input(
-          reinterpret_cast<const uint8_t*>(bytes.data()) + f.object_offset, f.compressed_length);
+          reinterpret_cast<const uint8_t*>(bytes.data()) + (f.object_offset - w.offset),
+          f.compressed_length);
       ASSIGN_OR_RETURN(DecodeResult r,
                        DecodeDeltaFrame(*decoder, input, f.length, opt.max_window_log, sink,
                                         "tensor '" + t.name + "' frame at offset " +
@@ -168,14 +225,23 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
       ++stats.frames;
     }
     stats.decode_ms += MsSince(t1);
-    if (opt.progress) opt.progress(++done, by_object.size());
+    if (opt.progress) opt.progress(wi + 1, windows.size());
   }
   // Small tensors: plan every byte so ranks can verify a full checksum.
   for (const auto& [index, bytes] : dense) {
     if (bytes.empty()) continue;
-    RETURN_IF_ERROR(PlanSink::Route(*layouts[index], index, 0, bytes, writers)
+    RETURN_IF_ERROR(PlanSink::Route(*layouts[index], index, 0, bytes, out)
                         .WithPrefix("tensor '" + m.tensors[index].name + "'"));
   }
+  return stats;
+}
+
+StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
+                                   const RankTensorTables& ranks,
+                                   std::vector<WritePlanWriter>& writers,
+                                   const PlannerOptions& opt) {
+  WriterPlanOutput out(writers);
+  ASSIGN_OR_RETURN(PlanStats stats, BuildSyncPlans(m, store, ranks, out, opt));
   for (WritePlanWriter& w : writers) RETURN_IF_ERROR(w.status());
   return stats;
 }

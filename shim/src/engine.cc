@@ -142,9 +142,13 @@ void Engine::WorkerLoop() {
         Send(shm::Message{shm::MessageType::kPong, msg->sync_id, msg->payload});
       } else if (msg->type == shm::MessageType::kPlan) {
         HandlePlan(*msg);
+      } else if (msg->type == shm::MessageType::kAbort && incoming_ &&
+                 incoming_->pc.sync_id == msg->sync_id) {
+        incoming_.reset();
       }
       continue;
     }
+    CheckIncoming();
     if (Clock::now() - last_check < 1s) continue;
     last_check = Clock::now();
     // A recreated control segment (new sidecar) or a reclaimed slot: register again.
@@ -153,6 +157,7 @@ void Engine::WorkerLoop() {
       auto cb = shm::ControlBlock::Attach(shm_name_);
       if (!cb.ok()) continue;
       handle_.reset();
+      incoming_.reset();
       control_ = std::move(cb).value();
       auto h = control_->RegisterRank(rank_, world_);
       if (!h.ok()) {
@@ -166,10 +171,7 @@ void Engine::WorkerLoop() {
   }
 }
 
-Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
-                              std::vector<StagedTensor>* staged,
-                              std::vector<deltasync::PlanTensor>* tensors) {
-  ASSIGN_OR_RETURN(shm::PlanRef ref, shm::ParsePlan(msg));
+Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   ASSIGN_OR_RETURN(shm::PlanArenaReader arena,
                    shm::PlanArenaReader::Open(ref.arena_name, ref.generation));
   ASSIGN_OR_RETURN(auto root_bytes,
@@ -181,21 +183,44 @@ Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
   ASSIGN_OR_RETURN(
       auto plan, arena.Block(arena.root_offset() + deltasync::PlanArenaRootBytes(root.version_len),
                              root.plan_bytes));
-  // A private copy: the rank stages into it and never trusts bytes that can still change.
-  pc->sync_id = msg.sync_id;
-  pc->version.assign(reinterpret_cast<const char*>(version.data()), version.size());
-  pc->plan_bytes = plan.size();
-  pc->plan_words.assign(plan.size() / 8 + 1, 0);
-  std::memcpy(pc->plan_words.data(), plan.data(), plan.size());
+  // A private copy: the rank stages it and never trusts bytes that can still change. Once it is
+  // copied the sidecar may drop the arena.
+  std::vector<uint64_t> words(plan.size() / 8 + 1, 0);
+  std::memcpy(words.data(), plan.data(), plan.size());
+  const std::string version_id(reinterpret_cast<const char*>(version.data()), version.size());
   (void)arena.MarkConsumed();
-  std::span<uint8_t> span(reinterpret_cast<uint8_t*>(pc->plan_words.data()), pc->plan_bytes);
+  if (root.part_index == 0) {
+    incoming_.emplace();
+    incoming_->pc.sync_id = sync_id;
+    incoming_->pc.version = version_id;
+  } else if (!incoming_ || incoming_->pc.sync_id != sync_id ||
+             incoming_->next_part != root.part_index) {
+    return InvalidArgument("plan part " + std::to_string(root.part_index) + " of sync " +
+                           std::to_string(sync_id) + " arrived out of order");
+  } else if (incoming_->pc.version != version_id) {
+    return InvalidArgument("plan part " + std::to_string(root.part_index) +
+                           " names another version than part 0");
+  }
+  IncomingPlan& in = *incoming_;
+  std::span<uint8_t> span(reinterpret_cast<uint8_t*>(words.data()), plan.size());
   ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
-  ASSIGN_OR_RETURN(*staged, StagePlan(reader, locals_, *backend_));
-  ASSIGN_OR_RETURN(pc->scatter, ScatterList(reader, locals_));
+  if (root.part_index == 0) {
+    in.tensors.assign(reader.tensors().begin(), reader.tensors().end());
+    in.staged.assign(in.tensors.size(), StagedTensor{});
+  } else if (reader.tensors().size() != in.tensors.size() ||
+             std::memcmp(reader.tensors().data(), in.tensors.data(),
+                         in.tensors.size() * sizeof(deltasync::PlanTensor)) != 0) {
+    return InvalidArgument("plan part " + std::to_string(root.part_index) +
+                           " has another tensor table than part 0");
+  }
+  ASSIGN_OR_RETURN(std::vector<StagedTensor> staged, StagePlan(reader, locals_, *backend_));
+  for (size_t t = 0; t < staged.size(); ++t) in.staged[t].Merge(staged[t]);
+  ASSIGN_OR_RETURN(ScatterBatch batch, PackScatter(reader, locals_));
+  in.pc.batches.push_back(std::move(batch));
   if (callbacks_.derived != nullptr) {
     // The touched regions per tensor, merged where adjacent, for the derived-weights hook.
     RETURN_IF_ERROR(reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
-      auto& v = pc->regions[reader.tensors()[rec.tensor].rank_tensor];
+      auto& v = in.pc.regions[reader.tensors()[rec.tensor].rank_tensor];
       if (!v.empty() && v.back().offset + v.back().length == rec.local_offset) {
         v.back().length += rec.length;
       } else {
@@ -204,20 +229,36 @@ Status Engine::StageFromArena(const shm::Message& msg, PendingCommit* pc,
       return Status::Ok();
     }));
   }
-  tensors->assign(reader.tensors().begin(), reader.tensors().end());
+  ++in.next_part;
   return Status::Ok();
+}
+
+void Engine::CheckIncoming() {
+  if (!incoming_) return;
+  shm::AwaitOutcome o = control_->AwaitDecision(incoming_->pc.sync_id, std::chrono::nanoseconds(0));
+  if (o == shm::AwaitOutcome::kAbort || o == shm::AwaitOutcome::kSidecarDead) incoming_.reset();
 }
 
 void Engine::HandlePlan(const shm::Message& msg) {
   const uint64_t sync_id = msg.sync_id;
-  PendingCommit pc;
-  std::vector<StagedTensor> staged;
-  std::vector<deltasync::PlanTensor> tensors;
-  Status s = StageFromArena(msg, &pc, &staged, &tensors);
+  auto ref = shm::ParsePlan(msg);
+  Status s = ref.ok() ? StagePart(sync_id, *ref) : ref.status();
   if (!s.ok()) {
+    incoming_.reset();
     Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) + ": " + s.message()));
     return;
   }
+  if (ref->more()) return;
+  IncomingPlan plan = std::move(*incoming_);
+  incoming_.reset();
+  FinishPlan(std::move(plan));
+}
+
+void Engine::FinishPlan(IncomingPlan plan) {
+  const uint64_t sync_id = plan.pc.sync_id;
+  PendingCommit& pc = plan.pc;
+  const std::vector<StagedTensor>& staged = plan.staged;
+  const std::vector<deltasync::PlanTensor>& tensors = plan.tensors;
   handle_->SetStagedSyncId(sync_id);
   std::vector<shm::StagedEntry> entries;
   uint64_t changed = 0;
@@ -279,7 +320,11 @@ StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
   if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
     return Internal("the engine's pause callback failed; weights unchanged");
   }
-  Status s = CommitPlan(pc.scatter, *backend_);
+  Status s;
+  for (const ScatterBatch& b : pc.batches) {
+    s = CommitPlan(b.ops, *backend_);
+    if (!s.ok()) break;
+  }
   if (s.ok() && callbacks_.derived != nullptr) {
     for (const auto& [t, v] : pc.regions) {
       if (callbacks_.derived(callbacks_.user, locals_[t].name.c_str(), v.data(), v.size()) != 0) {

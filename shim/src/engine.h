@@ -3,8 +3,9 @@
 // Lifecycle: tensors are registered, then Start() attaches to the sidecar's control block,
 // claims the rank's slot, publishes the rank's tensor table in a segment named
 // "<shm_name>.tensors.<rank>", and starts a worker thread that serves the command ring:
-// kPlan -> copy the plan out of its arena, stage it, report partial sums (kStaged), wait for
-// the decision in the control block, then commit (callbacks or poll) or drop.
+// kPlan -> copy the plan part out of its arena and stage it; after the last part report partial
+// sums (kStaged), wait for the decision in the control block, then commit (callbacks or poll)
+// or drop.
 //
 // Thread-safety: Register/SetCallbacks/Start from one thread before serving; Poll, accessors
 // from the engine's scheduler thread; the worker owns the rings.
@@ -55,19 +56,28 @@ class Engine {
   struct PendingCommit {
     uint64_t sync_id = 0;
     std::string version;
-    std::vector<uint64_t> plan_words;  // the plan, staged (8-byte aligned copy)
-    uint64_t plan_bytes = 0;
-    std::vector<CopyOp> scatter;  // prepared before the pause; points into plan_words
+    // Prepared before the pause, one batch per plan part (the new bytes, packed).
+    std::vector<ScatterBatch> batches;
     // Touched local regions per registered tensor (only when a derived hook is set).
     std::map<uint32_t, std::vector<deltakv_region>> regions;
+  };
+  // A plan whose parts are still arriving (worker thread only).
+  struct IncomingPlan {
+    PendingCommit pc;
+    uint32_t next_part = 0;
+    std::vector<deltasync::PlanTensor> tensors;  // part 0's table; every part repeats it
+    std::vector<StagedTensor> staged;            // sums over the parts so far
   };
 
   Status PublishTensorTable();
   void WorkerLoop();
   void HandlePlan(const shm::Message& msg);
-  Status StageFromArena(const shm::Message& msg, PendingCommit* out,
-                        std::vector<StagedTensor>* staged,
-                        std::vector<deltasync::PlanTensor>* tensors);
+  // Copies one plan part out of its arena and stages it into incoming_ (part 0 starts it).
+  Status StagePart(uint64_t sync_id, const shm::PlanRef& ref);
+  // Sends STAGED for a complete plan, waits for the decision, commits or drops it.
+  void FinishPlan(IncomingPlan plan);
+  // Drops incoming_ if its sync was aborted or the sidecar is gone.
+  void CheckIncoming();
   // Writes the staged plan; returns the pause in microseconds.
   StatusOr<uint64_t> ApplyCommit(PendingCommit& pc);
   void Send(const StatusOr<shm::Message>& msg);
@@ -91,6 +101,7 @@ class Engine {
   std::thread worker_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> policy_version_{0};
+  std::optional<IncomingPlan> incoming_;  // worker thread only
 
   mutable std::mutex version_mu_;
   std::string version_id_;  // GUARDED_BY(version_mu_)

@@ -1,5 +1,6 @@
 #include "shim/plan_stage.h"
 
+#include <cstring>
 #include <vector>
 
 namespace deltakv::shim {
@@ -53,17 +54,26 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
   return staged;
 }
 
-StatusOr<std::vector<CopyOp>> ScatterList(const deltasync::WritePlanReader& plan,
-                                          const std::vector<LocalTensor>& tensors) {
-  std::vector<CopyOp> ops;
-  ops.reserve(plan.record_count());
-  RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) -> Status {
+StatusOr<ScatterBatch> PackScatter(const deltasync::WritePlanReader& plan,
+                                   const std::vector<LocalTensor>& tensors) {
+  ScatterBatch batch;
+  uint64_t total = 0;
+  RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) -> Status {
     RETURN_IF_ERROR(CheckRecord(rec, plan.tensors(), tensors));
-    const LocalTensor& lt = tensors[plan.tensors()[rec.tensor].rank_tensor];
-    ops.push_back({static_cast<uint8_t*>(lt.device) + rec.local_offset, bytes.data(), rec.length});
+    total += rec.length;
     return Status::Ok();
   }));
-  return ops;
+  batch.data.resize(total);
+  batch.ops.reserve(plan.record_count());
+  uint8_t* out = batch.data.data();
+  RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) -> Status {
+    const LocalTensor& lt = tensors[plan.tensors()[rec.tensor].rank_tensor];
+    std::memcpy(out, bytes.data(), bytes.size());
+    batch.ops.push_back({static_cast<uint8_t*>(lt.device) + rec.local_offset, out, rec.length});
+    out += bytes.size();
+    return Status::Ok();
+  }));
+  return batch;
 }
 
 Status CommitPlan(std::span<const CopyOp> scatter, DeviceBackend& backend) {

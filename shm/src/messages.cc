@@ -56,7 +56,9 @@ Status ValidatePlan(std::span<const uint8_t> p) {
                            " bytes is shorter than its 16-byte fixed part");
   }
   const uint32_t name_length = GetU32(p.data() + 8);
-  if (GetU32(p.data() + 12) != 0) return InvalidArgument("plan message: reserved field not zero");
+  if ((GetU32(p.data() + 12) & ~kPlanMore) != 0) {
+    return InvalidArgument("plan message: unknown flag bits " + std::to_string(GetU32(p.data() + 12)));
+  }
   if (name_length != p.size() - kPlanFixedBytes) {
     return InvalidArgument("plan message: name length " + std::to_string(name_length) +
                            " disagrees with the " + std::to_string(p.size() - kPlanFixedBytes) +
@@ -215,8 +217,9 @@ StatusOr<Message> MakePlan(uint64_t sync_id, const PlanRef& plan) {
   RETURN_IF_ERROR(Segment::ValidateName(plan.arena_name).WithPrefix("plan message: arena name"));
   Message m{MessageType::kPlan, sync_id, {}};
   PutU64(&m.payload, plan.generation);
+  if ((plan.flags & ~kPlanMore) != 0) return InvalidArgument("plan message: unknown flag bits");
   PutU32(&m.payload, static_cast<uint32_t>(plan.arena_name.size()));
-  PutU32(&m.payload, 0);
+  PutU32(&m.payload, plan.flags);
   m.payload.insert(m.payload.end(), plan.arena_name.begin(), plan.arena_name.end());
   return m;
 }
@@ -226,6 +229,7 @@ StatusOr<PlanRef> ParsePlan(const Message& message) {
   const uint8_t* p = message.payload.data();
   PlanRef plan;
   plan.generation = GetU64(p);
+  plan.flags = GetU32(p + 12);
   plan.arena_name.assign(reinterpret_cast<const char*>(p + kPlanFixedBytes),
                          message.payload.size() - kPlanFixedBytes);
   return plan;

@@ -25,8 +25,10 @@ std::string_view ArenaStateName(uint32_t state) {
   return "INVALID";
 }
 
-std::string PlanArenaName(std::string_view prefix, uint64_t sync_id, uint32_t rank) {
-  return std::string(prefix) + "-plan-" + std::to_string(sync_id) + "-r" + std::to_string(rank);
+std::string PlanArenaName(std::string_view prefix, uint64_t sync_id, uint32_t rank,
+                          uint32_t part) {
+  return std::string(prefix) + "-plan-" + std::to_string(sync_id) + "-r" + std::to_string(rank) +
+         "-p" + std::to_string(part);
 }
 
 StatusOr<size_t> RemoveStaleArenas(std::string_view prefix) {

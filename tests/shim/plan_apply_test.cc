@@ -4,7 +4,9 @@
 // local tensors with the new checkpoint sliced by the engine's rules.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
+#include <memory>
 
 #include "deltasync/applier.h"
 #include "deltasync/checkpoint.h"
@@ -89,46 +91,110 @@ struct Buffer {
   std::vector<uint64_t> words;
 };
 
-// Plans `delta` and stages it on `engine` (per-rank local tensors). Returns the verification
-// status; on success commits into `engine`.
+// A PlanOutput that cuts each rank's plan into parts of at most `part_bytes`, as the sidecar
+// streams them (a run larger than a part is split).
+class PartedOutput final : public PlanOutput {
+ public:
+  PartedOutput(std::vector<std::vector<PlanTensor>> tables, uint64_t part_bytes)
+      : tables_(std::move(tables)), part_bytes_(part_bytes), parts_(tables_.size()) {}
+
+  Status Add(uint32_t rank, uint32_t tensor, uint64_t local, uint64_t canonical,
+             std::span<const uint8_t> bytes, bool owner) override {
+    if (rank >= parts_.size()) return Internal("rank out of range");
+    while (!bytes.empty()) {
+      if (parts_[rank].empty() || WritePlanWriter::RecordBytes(1) > Last(rank).remaining()) {
+        NewPart(rank);
+      }
+      uint64_t n = std::min<uint64_t>(
+          bytes.size(), (Last(rank).remaining() - sizeof(PlanRecord)) & ~uint64_t{7});
+      if (n == 0) {
+        NewPart(rank);
+        continue;
+      }
+      RETURN_IF_ERROR(Last(rank).Add(tensor, local, canonical, bytes.first(n), owner));
+      bytes = bytes.subspan(n);
+      local += n;
+      canonical += n;
+    }
+    return Status::Ok();
+  }
+
+  // Every rank's parts, finished (a rank with no records gets one empty part).
+  StatusOr<std::vector<std::vector<std::span<uint8_t>>>> Finish() {
+    std::vector<std::vector<std::span<uint8_t>>> out(parts_.size());
+    for (uint32_t r = 0; r < parts_.size(); ++r) {
+      if (parts_[r].empty()) NewPart(r);
+      for (Part& p : parts_[r]) {
+        ASSIGN_OR_RETURN(uint64_t used, p.writer->Finish());
+        out[r].push_back(p.buffer->span().first(used));
+      }
+    }
+    return out;
+  }
+  size_t parts(uint32_t rank) const { return parts_[rank].size(); }
+
+ private:
+  struct Part {
+    std::unique_ptr<Buffer> buffer;
+    std::unique_ptr<WritePlanWriter> writer;
+  };
+  WritePlanWriter& Last(uint32_t rank) { return *parts_[rank].back().writer; }
+  void NewPart(uint32_t rank) {
+    Part p;
+    p.buffer = std::make_unique<Buffer>(WritePlanWriter::FixedBytes(tables_[rank].size()) +
+                                        part_bytes_);
+    p.writer = std::make_unique<WritePlanWriter>(p.buffer->span(), tables_[rank]);
+    parts_[rank].push_back(std::move(p));
+  }
+
+  std::vector<std::vector<PlanTensor>> tables_;
+  uint64_t part_bytes_;
+  std::vector<std::vector<Part>> parts_;
+};
+
+// Plans `delta` in parts of `part_bytes` and stages it part by part on `engine` (per-rank local
+// tensors). Returns the verification status; on success commits into `engine`.
 Status SyncOnce(Fixture& f, const std::string& delta,
-                std::vector<std::vector<std::vector<uint8_t>>>& engine) {
+                std::vector<std::vector<std::vector<uint8_t>>>& engine,
+                uint64_t part_bytes = 1 << 20, const PlannerOptions& opt = {},
+                size_t* max_parts = nullptr) {
   auto text = ReadAll(delta + "/manifest.json");
   auto m = ParseDeltaManifest(text);
   EXPECT_TRUE(m.ok());
   RankTensorTables ranks = f.Tables();
   ASSIGN_OR_RETURN(auto plan_tables, PlanTensorTables(*m, ranks));
-  std::vector<Buffer> buffers;
-  std::vector<WritePlanWriter> writers;
-  for (uint32_t r = 0; r < kWorld; ++r) buffers.emplace_back(1 << 20);
-  for (uint32_t r = 0; r < kWorld; ++r) writers.emplace_back(buffers[r].span(), plan_tables[r]);
+  PartedOutput out(plan_tables, part_bytes);
   auto store = MakeFileStore(delta);
-  ASSIGN_OR_RETURN(PlanStats stats, BuildSyncPlans(*m, *store, ranks, writers, {}));
+  ASSIGN_OR_RETURN(PlanStats stats, BuildSyncPlans(*m, *store, ranks, out, opt));
   EXPECT_GT(stats.nonzero_bytes, 0u);
+  ASSIGN_OR_RETURN(auto parts, out.Finish());
+  if (max_parts != nullptr) *max_parts = std::max(out.parts(0), out.parts(1));
   auto backend = MakeDeviceBackend("cpu");
   std::vector<AdlerDelta> inc(m->tensors.size()), full(m->tensors.size());
-  std::vector<WritePlanReader> readers;
   std::vector<std::vector<LocalTensor>> locals(kWorld);
+  std::vector<ScatterBatch> batches;
   for (uint32_t r = 0; r < kWorld; ++r) {
-    ASSIGN_OR_RETURN(uint64_t used, writers[r].Finish());
-    ASSIGN_OR_RETURN(WritePlanReader reader, WritePlanReader::Open(buffers[r].span().first(used)));
     for (size_t i = 0; i < f.layout[0].tensors.size(); ++i) {
       locals[r].push_back({f.layout[0].tensors[i].name, engine[r][i].data(), engine[r][i].size()});
     }
-    ASSIGN_OR_RETURN(auto staged, StagePlan(reader, locals[r], **backend));
+    std::vector<StagedTensor> staged(m->tensors.size());
+    for (std::span<uint8_t> part : parts[r]) {
+      ASSIGN_OR_RETURN(WritePlanReader reader, WritePlanReader::Open(part));
+      ASSIGN_OR_RETURN(auto st, StagePlan(reader, locals[r], **backend));
+      for (size_t t = 0; t < st.size(); ++t) staged[t].Merge(st[t]);
+      ASSIGN_OR_RETURN(ScatterBatch batch, PackScatter(reader, locals[r]));
+      std::memset(part.data(), 0xEE, part.size());  // the batch must not point into the plan
+      batches.push_back(std::move(batch));
+    }
     for (size_t t = 0; t < staged.size(); ++t) {
       inc[t].Merge(staged[t].delta);
       full[t].Merge(staged[t].full);
     }
-    readers.push_back(std::move(reader));
   }
   for (size_t t = 0; t < m->tensors.size(); ++t) {
     RETURN_IF_ERROR(VerifyStagedTensor(m->tensors[t].name, plan_tables[0][t], inc[t], full[t]));
   }
-  for (uint32_t r = 0; r < kWorld; ++r) {
-    ASSIGN_OR_RETURN(std::vector<CopyOp> scatter, ScatterList(readers[r], locals[r]));
-    RETURN_IF_ERROR(CommitPlan(scatter, **backend));
-  }
+  for (const ScatterBatch& b : batches) RETURN_IF_ERROR(CommitPlan(b.ops, **backend));
   return Status::Ok();
 }
 
@@ -146,6 +212,30 @@ TEST(PlanApply, TwoRanksMatchTheNewCheckpoint) {
   Status s = SyncOnce(f, f.tmp / "d12", engine);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(engine, f.Slice(f.tmp / "v2"));
+}
+
+TEST(PlanApply, SmallPartsAndFetchWindowsGiveTheSameResult) {
+  Fixture f;
+  ASSERT_TRUE(GenerateCheckpoint(f.tmp / "v1", f.layout, 3).ok());
+  MutationOptions mo;
+  mo.density = 0.3;
+  ASSERT_TRUE(MutateCheckpoint(f.tmp / "v1", f.tmp / "v2", mo).ok());
+  PublishOptions po{f.tmp / "v1", f.tmp / "v2", f.tmp / "d12"};
+  po.frame_bytes = 1024;
+  ASSERT_TRUE(PublishDelta(po).ok());
+  for (bool prefetch : {true, false}) {
+    for (uint64_t window : {uint64_t{1}, uint64_t{700}, uint64_t{1} << 20}) {
+      auto engine = f.Slice(f.tmp / "v1");
+      PlannerOptions opt;
+      opt.prefetch = prefetch;
+      opt.fetch_window_bytes = window;
+      size_t parts = 0;
+      Status s = SyncOnce(f, f.tmp / "d12", engine, /*part_bytes=*/256, opt, &parts);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_GT(parts, 10u);
+      EXPECT_EQ(engine, f.Slice(f.tmp / "v2")) << "prefetch " << prefetch << " window " << window;
+    }
+  }
 }
 
 TEST(PlanApply, WrongParentFailsVerificationAndChangesNothing) {

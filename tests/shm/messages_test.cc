@@ -51,12 +51,16 @@ TEST(MessagesTest, PlanRoundTripAndExactBytes) {
       23,   0,    0,    0,                             // payload length
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // sync id
       0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // generation
-      7,    0,    0,    0,    0,    0,    0,    0,     // name length, reserved
+      7,    0,    0,    0,    0,    0,    0,    0,     // name length, flags
       'a',  'r',  'e',  'n',  'a',  '-',  '1'};
   EXPECT_EQ(Encode(m), expected);
   PlanRef plan = ParsePlan(RoundTrip(m)).value();
   EXPECT_EQ(plan.arena_name, "arena-1");
   EXPECT_EQ(plan.generation, 0x1122334455667788ull);
+  EXPECT_FALSE(plan.more());
+  PlanRef more = ParsePlan(RoundTrip(MakePlan(1, {"arena-2", 9, kPlanMore}).value())).value();
+  EXPECT_TRUE(more.more());
+  EXPECT_EQ(MakePlan(1, {"arena-2", 9, 2}).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(MessagesTest, StagedRoundTrip) {
@@ -129,8 +133,8 @@ TEST(MessagesTest, RejectsMalformedPlans) {
 
   ExpectRejected(Raw(3, 1, std::vector<uint8_t>(15)), "shorter than its 16-byte fixed part");
   std::vector<uint8_t> p = payload;
-  p[12] = 1;
-  ExpectRejected(Raw(3, 1, p), "reserved field not zero");
+  p[12] = 2;
+  ExpectRejected(Raw(3, 1, p), "unknown flag bits 2");
   p = payload;
   p[8] = 4;  // name length 4, 3 bytes follow
   ExpectRejected(Raw(3, 1, p), "name length 4");

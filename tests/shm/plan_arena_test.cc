@@ -188,7 +188,8 @@ TEST(PlanArenaTest, WriterUnlinksAndStaleArenasAreRemovedByPrefix) {
   const std::string prefix = UniqueName("sidecar");
   {
     PlanArenaWriter w = PlanArenaWriter::Create(PlanArenaName(prefix, 1, 0), Options()).value();
-    EXPECT_EQ(w.name(), prefix + "-plan-1-r0");
+    EXPECT_EQ(w.name(), prefix + "-plan-1-r0-p0");
+    EXPECT_EQ(PlanArenaName(prefix, 1, 2, 5), prefix + "-plan-1-r2-p5");
     EXPECT_EQ(w.Ref().arena_name, w.name());
     EXPECT_EQ(w.Ref().generation, 7u);
   }
@@ -196,7 +197,8 @@ TEST(PlanArenaTest, WriterUnlinksAndStaleArenasAreRemovedByPrefix) {
 
   // A "crashed" sidecar leaves arenas behind.
   for (uint32_t rank = 0; rank < 3; ++rank) {
-    PlanArenaWriter w = PlanArenaWriter::Create(PlanArenaName(prefix, 2, rank), Options()).value();
+    PlanArenaWriter w =
+        PlanArenaWriter::Create(PlanArenaName(prefix, 2, rank, rank), Options()).value();
     w.KeepOnDestroy();
   }
   PlanArenaWriter unrelated = PlanArenaWriter::Create(UniqueName("other"), Options()).value();

@@ -77,8 +77,9 @@ def expected_local(name, info, data, rank, tp):
 class Cluster:
     """A sidecar and an engine with `tp` rank processes."""
 
-    def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None):
+    def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None, sidecar_args=()):
         self.tmp, self.tp, self.poll = tmp, tp, poll
+        self.sidecar_args = list(sidecar_args)
         self.shm = f"dkv-e2e-{os.getpid()}-{int(time.time() * 1000) % 100000}"
         self.token_file = os.path.join(tmp, "token")
         write(self.token_file, TOKEN + "\n")
@@ -111,7 +112,8 @@ class Cluster:
         e.update(env or {})
         self.sidecar = subprocess.Popen(
             [DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--port-file", port_file,
-             "--token-file", self.token_file, "--shm-name", self.shm, "--max-body-bytes", "4096"],
+             "--token-file", self.token_file, "--shm-name", self.shm, "--max-body-bytes", "4096",
+             *self.sidecar_args],
             env=e, stderr=open(os.path.join(self.tmp, "sidecar.log"), "ab"))
         deadline = time.time() + 20
         while not os.path.exists(port_file):
@@ -302,6 +304,32 @@ class SyncE2ETest(unittest.TestCase):
         # The engine still takes a good delta afterwards.
         self.assertEqual(c.wait(c.sync("v2", self.t("d12")))["state"], "live")
         c.assert_serves(self, self.t("v2"))
+
+    def test_plan_streamed_in_many_parts(self):
+        # A plan buffer of 256 KiB: 64 KiB parts per rank at TP2, dozens of parts per sync.
+        c = self.cluster(tp=2, sidecar_args=["--plan-buffer-bytes", str(256 << 10)])
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "live", rec)
+        self.assertGreater(rec["plan_parts"], 2 * 4, rec)
+        c.assert_serves(self, self.t("v2"))
+        # Corruption in the last frames: earlier parts were staged by then, and are dropped.
+        d = self.copy_delta("d23")
+        m = json.loads(read(os.path.join(d, "manifest.json")))
+        last = max((f for t in m["tensors"] for f in t["frames"]), key=lambda f: f["object_offset"])
+        shard = os.path.join(d, last["object"])
+        data = bytearray(read(shard))
+        data[last["object_offset"] + last["compressed_length"] // 2] ^= 0x55
+        write(shard, data)
+        before = c.answers()
+        rec = c.wait(c.sync("v3", d))
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("tensor '", rec["error"])
+        self.assertEqual(c.answers(), before)
+        for r in range(c.tp):
+            self.assertEqual(c.rank_state(r)["policy_version"], 1)
+        rec = c.wait(c.sync("v3", self.t("d23")))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v3"))
 
     def test_sidecar_owns_the_kv_pool(self):
         shm = f"dkv-kvpool-{os.getpid()}"

@@ -1,9 +1,13 @@
 // SyncPlanner: turns a delta into one write plan per engine rank, without ever building a
 // dense tensor or reading model weights.
 //
-// Each shard object is fetched from the store once. Every frame is decoded by an XorDecoder
-// into runs of nonzero XOR bytes; each run is split by the tensor's layout into per-rank
-// pieces (rank, local offset, canonical offset) and appended to that rank's WritePlanWriter.
+// Each shard object is fetched from the store once, in windows of whole frames (ranged reads
+// of at most PlannerOptions::fetch_window_bytes unless one frame is larger), the next window
+// fetched on a second thread while the current one decodes. Every frame is decoded by an
+// XorDecoder into runs of nonzero XOR bytes; each run is split by the tensor's layout into
+// per-rank pieces (rank, local offset, canonical offset) and handed to a PlanOutput. Memory is
+// bounded by two fetch windows plus what the output keeps: the planner never holds an object,
+// a tensor or a plan.
 // Tensors shorter than kFullVerifyBelowBytes are planned in full (every byte, XOR zero where
 // unchanged) and flagged, so ranks can return full-checksum partial sums for them.
 //
@@ -19,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,10 +62,40 @@ StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManif
 struct PlannerOptions {
   std::string decoder;  // "" = default XorDecoder
   uint32_t max_window_log = 27;
-  uint64_t max_object_bytes = 4ull << 30;
-  // Called after each object with (objects done, objects total).
+  // Frames are fetched in ranged reads of up to this many bytes (a larger frame alone).
+  uint64_t fetch_window_bytes = 32ull << 20;
+  // Fetch the next window while the current one decodes.
+  bool prefetch = true;
+  // Called after each fetch window with (windows done, windows total).
   std::function<void(size_t, size_t)> progress;
 };
+
+// Where the planner puts the pieces: rank `rank`'s plan gets a record for plan tensor `tensor`
+// (index into PlanTensorTables' tables). Pieces arrive in no particular order across tensors;
+// within one frame they arrive in increasing canonical order. An error stops the planner.
+class PlanOutput {
+ public:
+  virtual ~PlanOutput() = default;
+  virtual Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
+                     uint64_t canonical_offset, std::span<const uint8_t> xor_bytes,
+                     bool owner) = 0;
+};
+
+// A PlanOutput into one WritePlanWriter per rank (whole plans in caller buffers).
+class WriterPlanOutput final : public PlanOutput {
+ public:
+  explicit WriterPlanOutput(std::vector<WritePlanWriter>& writers) : writers_(writers) {}
+  Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+             std::span<const uint8_t> xor_bytes, bool owner) override;
+
+ private:
+  std::vector<WritePlanWriter>& writers_;
+};
+
+// Hands the delta's pieces to `out`.
+StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
+                                   const RankTensorTables& ranks, PlanOutput& out,
+                                   const PlannerOptions& options);
 
 // Fills `writers` (one per rank, built over PlanTensorTables' tables) with the delta's pieces.
 StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,

@@ -63,11 +63,12 @@ struct PlanRecord {
 static_assert(sizeof(PlanRecord) == 32);
 
 // Root block of a plan arena (shm/PROTOCOL.md section 9.2), written by the sidecar and read by
-// the rank: this header, then the new version id padded to 8 bytes, then the plan.
+// the rank: this header, then the new version id padded to 8 bytes, then the plan (one part of
+// the rank's plan: parts are numbered from 0 and each is a complete WritePlan).
 struct PlanArenaRoot {
   uint64_t plan_bytes;
   uint32_t version_len;
-  uint32_t reserved;
+  uint32_t part_index;
 };
 static_assert(sizeof(PlanArenaRoot) == 16);
 
@@ -89,6 +90,13 @@ class WritePlanWriter {
   // Writes the header; returns the bytes used.
   StatusOr<uint64_t> Finish();
   uint64_t record_count() const { return records_; }
+  // Buffer bytes still free; a run of n bytes needs RecordBytes(n) of them.
+  uint64_t remaining() const { return pos_ > buf_.size() ? 0 : buf_.size() - pos_; }
+  static constexpr uint64_t RecordBytes(uint64_t n) { return sizeof(PlanRecord) + ((n + 7) & ~7ull); }
+  // Bytes the header and a table of `tensors` entries take before the first record.
+  static constexpr uint64_t FixedBytes(uint64_t tensors) {
+    return sizeof(PlanHeader) + tensors * sizeof(PlanTensor);
+  }
 
  private:
   std::span<uint8_t> buf_;

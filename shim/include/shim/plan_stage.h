@@ -4,7 +4,8 @@
 // the record's XOR bytes into new bytes in place (new = old ^ xor), and add the record's
 // contribution to its tensor's incremental Adler-32 partial sums over canonical positions
 // (owner records only, so replicated bytes are counted once across ranks). No device byte
-// changes. Commit: scatter every record's new bytes to device memory.
+// changes. A plan that arrives in parts is staged part by part; the sums of the parts add up
+// (StagedTensor::Merge). Commit: scatter every record's new bytes to device memory.
 //
 // Thread-safety: one call at a time per plan.
 #pragma once
@@ -34,6 +35,12 @@ struct StagedTensor {
   // full.Apply(Adler32(n zero bytes), n) is the Adler-32 of the whole new tensor.
   deltasync::AdlerDelta full;
   uint64_t bytes_changed = 0;
+
+  void Merge(const StagedTensor& other) {
+    delta.Merge(other.delta);
+    full.Merge(other.full);
+    bytes_changed += other.bytes_changed;
+  }
 };
 
 // Validates every record against the registered tensors (local range inside the tensor),
@@ -43,12 +50,18 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
                                               const std::vector<LocalTensor>& tensors,
                                               DeviceBackend& backend);
 
-// The scatter list of a staged plan: one CopyOp per record (device range <- the record's new
-// bytes inside the plan buffer), validated against the registered tensors. Built once before
-// the pause so that the pause itself is only the copy. REQUIRES: StagePlan succeeded on this
-// plan, and the plan buffer outlives the list.
-StatusOr<std::vector<CopyOp>> ScatterList(const deltasync::WritePlanReader& plan,
-                                          const std::vector<LocalTensor>& tensors);
+// What a commit writes: the new bytes of staged records packed back to back in `data`, and one
+// CopyOp per record (device range <- its bytes in `data`). Moving a batch keeps the ops valid.
+struct ScatterBatch {
+  std::vector<uint8_t> data;
+  std::vector<CopyOp> ops;
+};
+
+// Packs a staged plan's records into a batch, validated against the registered tensors, so
+// the plan buffer can be dropped and the pause itself is only the copy. REQUIRES: StagePlan
+// succeeded on this plan.
+StatusOr<ScatterBatch> PackScatter(const deltasync::WritePlanReader& plan,
+                                   const std::vector<LocalTensor>& tensors);
 
 // Writes the staged bytes (backend.Scatter over the list). Internal on a backend failure.
 Status CommitPlan(std::span<const CopyOp> scatter, DeviceBackend& backend);

@@ -59,11 +59,15 @@ Status ValidatePayload(MessageType type, std::span<const uint8_t> payload);
 
 // ----------------------------------------------------------------------------- typed payloads
 
-// kPlan: {u64 generation, u32 name_length, u32 reserved=0, name bytes}. The name follows
-// Segment::ValidateName.
+// kPlan: {u64 generation, u32 name_length, u32 flags, name bytes}. The name follows
+// Segment::ValidateName. flags bit 0 (kPlanMore): more parts of this rank's plan follow; a
+// PLAN without it carries the last part. Other flag bits must be zero.
+inline constexpr uint32_t kPlanMore = 1;
 struct PlanRef {
   std::string arena_name;
   uint64_t generation = 0;
+  uint32_t flags = 0;
+  bool more() const { return (flags & kPlanMore) != 0; }
 };
 StatusOr<Message> MakePlan(uint64_t sync_id, const PlanRef& plan);
 StatusOr<PlanRef> ParsePlan(const Message& message);

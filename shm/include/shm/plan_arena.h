@@ -1,12 +1,14 @@
-// PlanArena: a per-sync, per-rank shared-memory segment that carries one write plan from the
-// sidecar to one engine rank (layout: shm/PROTOCOL.md §4).
+// PlanArena: a shared-memory segment that carries one part of one rank's write plan for one
+// sync from the sidecar to that engine rank (layout: shm/PROTOCOL.md §4). A plan is streamed
+// as a sequence of bounded parts, each in its own arena, so the sidecar never holds a whole
+// plan.
 //
 // The sidecar creates the arena (state WRITING), bump-allocates aligned blocks addressed by
 // offsets from the start of the segment, fills them, records the root block and publishes
 // (release-store READY). It then sends the arena's name and generation in a kPlan message.
 // The rank opens the arena and trusts it only if the state is READY and the generation is the
 // one the message named; it reads blocks through bounds-checked spans, and marks the arena
-// CONSUMED when the sync has ended on its side. State machine:
+// CONSUMED once it holds its own copy (the sidecar then drops the arena). State machine:
 //
 //   EMPTY(0) --Create--> WRITING(1) --Publish--> READY(2) --MarkConsumed--> CONSUMED(3)
 //
@@ -62,8 +64,10 @@ static_assert(offsetof(ArenaHeader, writer_pid) == 56);
 inline constexpr uint64_t kArenaHeaderOffset = sizeof(SegmentHeader);
 inline constexpr uint64_t kArenaDataOffset = kArenaHeaderOffset + sizeof(ArenaHeader);  // 128
 
-// "<prefix>-plan-<sync_id>-r<rank>", the name the sidecar gives an arena.
-std::string PlanArenaName(std::string_view prefix, uint64_t sync_id, uint32_t rank);
+// "<prefix>-plan-<sync_id>-r<rank>-p<part>", the name the sidecar gives the arena that carries
+// part `part` of rank `rank`'s plan for sync `sync_id`.
+std::string PlanArenaName(std::string_view prefix, uint64_t sync_id, uint32_t rank,
+                          uint32_t part = 0);
 // Unlinks every arena named "<prefix>-plan-*". Returns how many were removed.
 StatusOr<size_t> RemoveStaleArenas(std::string_view prefix);
 

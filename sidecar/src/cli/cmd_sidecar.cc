@@ -77,6 +77,7 @@ struct SidecarOpts {
   std::string decoder;
   std::string state_dir;
   uint64_t max_body_bytes = 64 << 10;
+  uint64_t plan_buffer_bytes = 128ull << 20;
   size_t history = 64;
   std::string port_file;
   uint64_t kv_block_bytes = 0;
@@ -113,6 +114,7 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
     dst = j[key].get<uint64_t>();
     return Status::Ok();
   };
+  RETURN_IF_ERROR(uint("plan_buffer_bytes", o.plan_buffer_bytes, "--plan-buffer-bytes"));
   RETURN_IF_ERROR(uint("kv_block_bytes", o.kv_block_bytes, "--kv-block-bytes"));
   RETURN_IF_ERROR(uint("kv_capacity_slots", o.kv_capacity_slots, "--kv-capacity-slots"));
   if (j.contains("kv_host_fraction") && cmd.count("--kv-host-fraction") == 0) {
@@ -183,6 +185,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   eo.shm_name = o.shm_name;
   eo.decoder = o.decoder;
   eo.state_dir = o.state_dir;
+  eo.plan_buffer_bytes = o.plan_buffer_bytes;
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
   std::vector<unsigned> serving = *cores;
@@ -223,6 +226,10 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
   cmd->add_option("--state-dir", o->state_dir, "Directory that persists the live version id");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest accepted request body")
       ->capture_default_str();
+  cmd->add_option("--plan-buffer-bytes", o->plan_buffer_bytes,
+                  "Bound on write-plan bytes in flight to all ranks (the sidecar's plan memory)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{256} << 10, uint64_t{1} << 40));
   cmd->add_option("--port-file", o->port_file, "Write the bound port here (with --listen HOST:0)");
   cmd->add_option("--kv-block-bytes", o->kv_block_bytes,
                   "Host KV tier: bytes per block slot (0 = no KV pool); pool '<shm-name>.kv'");

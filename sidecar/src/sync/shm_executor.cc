@@ -16,6 +16,7 @@
 #include "deltasync/write_plan.h"
 #include "shm/messages.h"
 #include "shm/plan_arena.h"
+#include "sync/plan_stream.h"
 
 namespace deltakv::sidecar {
 
@@ -62,10 +63,6 @@ bool PidAlive(uint32_t pid) {
 // One rank's view during a sync.
 struct RankRun {
   shm::RankChannel channel;
-  shm::PlanArenaWriter arena;
-  std::vector<deltasync::PlanTensor> tensors;
-  uint64_t plan_offset = 0;
-  uint64_t plan_capacity = 0;
   bool staged = false;
   uint32_t staged_parts = 0;
   bool committed = false;
@@ -158,53 +155,23 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   std::vector<const shm::RankInfo*> by_rank(world, nullptr);
   for (const shm::RankInfo& info : infos) by_rank[info.rank] = &info;
 
-  // ---- decoding: one plan arena per rank
+  // ---- decoding: plans streamed to the ranks in bounded parts while the delta decodes
   set_state(SyncState::kDecoding);
   const uint64_t sync_id = control_->AllocateSyncId();
-  uint64_t dense = 0;
-  for (const auto& t : m.tensors) {
-    for (const auto& f : t.frames) dense += f.length;
-  }
-  // Worst case a record per changed byte (40 bytes); the segment is sparse until written.
-  const uint64_t plan_capacity = std::min<uint64_t>(40 * dense + (1 << 20), 1ull << 40);
   std::vector<RankRun> runs(world);
-  std::vector<deltasync::WritePlanWriter> writers;
+  std::vector<shm::RankChannel*> channels;
   for (uint32_t r = 0; r < world; ++r) {
-    RankRun& rr = runs[r];
-    ASSIGN_OR_RETURN(rr.channel, control_->OpenChannel(*by_rank[r]));
-    shm::PlanArenaOptions ao;
-    ao.capacity = plan_capacity + 4096 + deltasync::PlanArenaRootBytes(request.version.size());
-    ao.generation = sync_id;
-    ao.sync_id = sync_id;
-    ao.rank = r;
-    ASSIGN_OR_RETURN(rr.arena,
-                     shm::PlanArenaWriter::Create(
-                         shm::PlanArenaName(ArenaPrefix(options_.shm_name), sync_id, r), ao));
-    ASSIGN_OR_RETURN(uint64_t root,
-                     rr.arena.Allocate(deltasync::PlanArenaRootBytes(request.version.size()), 8));
-    RETURN_IF_ERROR(rr.arena.SetRoot(root));
-    std::span<uint8_t> rb =
-        rr.arena.Bytes(root, deltasync::PlanArenaRootBytes(request.version.size()));
-    std::memcpy(rb.data() + sizeof(deltasync::PlanArenaRoot), request.version.data(),
-                request.version.size());
-    rr.plan_offset = root + deltasync::PlanArenaRootBytes(request.version.size());
-    ASSIGN_OR_RETURN(uint64_t plan_at, rr.arena.Allocate(plan_capacity, 8));
-    if (plan_at != rr.plan_offset) return Internal("plan arena blocks are not contiguous");
-    rr.plan_capacity = plan_capacity;
-    writers.emplace_back(rr.arena.Bytes(plan_at, plan_capacity), plan_tables[r]);
+    ASSIGN_OR_RETURN(runs[r].channel, control_->OpenChannel(*by_rank[r]));
+    channels.push_back(&runs[r].channel);
   }
-  deltasync::PlannerOptions po;
-  po.decoder = options_.decoder;
-  po.max_window_log = options_.max_window_log;
-  ASSIGN_OR_RETURN(deltasync::PlanStats stats,
-                   deltasync::BuildSyncPlans(m, *store, rank_tables, writers, po));
-  phase("fetch", MsSince(t_fetch) - stats.decode_ms);
-  phase("decode", stats.decode_ms);
-  update([&](SyncRecord& r) {
-    r.bytes_fetched = stats.bytes_fetched;
-    r.nonzero_bytes = stats.nonzero_bytes;
-  });
-
+  auto rank_gone = [&](uint32_t r) -> Status {
+    const shm::RankInfo& info = runs[r].channel.info;
+    if (!control_->IsCurrent(info) || !PidAlive(info.pid)) {
+      return FailedPrecondition("engine rank " + std::to_string(r) + " (pid " +
+                                std::to_string(info.pid) + ") died during the sync");
+    }
+    return Status::Ok();
+  };
   // From here on, every failure must decide ABORT so no rank keeps a staged plan.
   auto abort_all = [&](const Status& why) -> Status {
     (void)control_->DecideAbort(sync_id);
@@ -217,25 +184,39 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
     }
     return why;
   };
+  PlanStreamOptions so;
+  so.prefix = ArenaPrefix(options_.shm_name);
+  so.sync_id = sync_id;
+  so.version = request.version;
+  so.part_bytes = std::max<uint64_t>(options_.plan_buffer_bytes / (2 * world), 64 << 10);
+  so.max_in_flight = 1;
+  so.consume_timeout = options_.stage_timeout;
+  PlanStreamer streamer(so, channels, plan_tables, rank_gone);
+  const auto t_plan = Clock::now();
+  deltasync::PlannerOptions po;
+  po.decoder = options_.decoder;
+  po.max_window_log = options_.max_window_log;
+  po.fetch_window_bytes = std::max<uint64_t>(options_.plan_buffer_bytes / 8, 1 << 20);
+  auto planned = deltasync::BuildSyncPlans(m, *store, rank_tables, streamer, po);
+  if (!planned.ok()) return abort_all(planned.status());
+  const deltasync::PlanStats& stats = *planned;
+  phase("fetch", std::chrono::duration<double, std::milli>(t_plan - t_fetch).count() +
+                    stats.fetch_ms);
+  phase("decode", stats.decode_ms);
+  update([&](SyncRecord& r) {
+    r.bytes_fetched = stats.bytes_fetched;
+    r.nonzero_bytes = stats.nonzero_bytes;
+  });
 
-  // ---- staged: send PLAN, collect partial sums, verify
+  // ---- staged: send the last parts, collect partial sums, verify
   MaybeStall("planned");
   auto t_stage = Clock::now();
-  for (uint32_t r = 0; r < world; ++r) {
-    RankRun& rr = runs[r];
-    ASSIGN_OR_RETURN(uint64_t used, writers[r].Finish());
-    deltasync::PlanArenaRoot root{used, static_cast<uint32_t>(request.version.size()), 0};
-    std::memcpy(rr.arena
-                    .Bytes(rr.plan_offset - deltasync::PlanArenaRootBytes(request.version.size()),
-                           sizeof(root))
-                    .data(),
-                &root, sizeof(root));
-    RETURN_IF_ERROR(rr.arena.Publish());
-    ASSIGN_OR_RETURN(shm::Message msg, shm::MakePlan(sync_id, rr.arena.Ref()));
-    ASSIGN_OR_RETURN(auto bytes, shm::EncodeMessage(msg));
-    Status s = rr.channel.commands.Push(bytes, 5s);
-    if (!s.ok()) return abort_all(s.WithPrefix("sending the plan to rank " + std::to_string(r)));
-  }
+  Status sent = streamer.Finish();
+  if (!sent.ok()) return abort_all(sent);
+  update([&](SyncRecord& r) {
+    r.plan_parts = streamer.parts_sent();
+    r.plan_records = streamer.records();
+  });
   std::vector<deltasync::AdlerDelta> inc(m.tensors.size()), full(m.tensors.size());
   // Waits for every rank's messages of `want` type; fails on errors, deaths, timeout.
   auto collect = [&](shm::MessageType want, std::chrono::milliseconds timeout,
@@ -260,9 +241,8 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
             return DataLoss(text.ok() ? *text : "rank " + std::to_string(r) + " failed");
           }
           if (msg->type == want) RETURN_IF_ERROR(on(r, *msg));
-        } else if (!control_->IsCurrent(rr.channel.info) || !PidAlive(rr.channel.info.pid)) {
-          return FailedPrecondition("engine rank " + std::to_string(r) + " (pid " +
-                                    std::to_string(rr.channel.info.pid) + ") died during the sync");
+        } else {
+          RETURN_IF_ERROR(rank_gone(r));
         }
       }
       if (all) return Status::Ok();

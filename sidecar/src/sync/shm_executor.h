@@ -2,10 +2,12 @@
 // shared-memory control block (shm/PROTOCOL.md).
 //
 //   fetching   read the delta manifest; read every rank's tensor table; check the delta fits
-//   decoding   fetch each shard object once, walk its frames sparsely, split the nonzero runs
-//              by each tensor's layout into one write plan per rank (plan arenas)
-//   staged     send PLAN; every rank gathers, XORs, stages and reports partial Adler sums;
-//              the sums are merged per tensor and verified against the delta's checksums
+//   decoding   fetch each shard object once (ranged reads, prefetched), walk its frames
+//              sparsely, split the nonzero runs by each tensor's layout into per-rank write
+//              plans streamed to the ranks in bounded parts (plan arenas; sync/plan_stream.h);
+//              every rank gathers, XORs and stages each part as it arrives
+//   staged     after the last part every rank reports partial Adler sums; the sums are
+//              merged per tensor and verified against the delta's checksums
 //   committing the COMMIT decision is release-stored in the control block, then every rank
 //              pauses, writes, bumps its policy version and resumes
 //   live       every rank reported COMMITTED
@@ -33,6 +35,9 @@ struct ShmExecutorOptions {
   std::chrono::milliseconds stage_timeout{120000};
   std::chrono::milliseconds commit_timeout{120000};
   std::string state_dir;  // persists the live version id; "" = memory only
+  // Bound on plan bytes in flight to all ranks together (parts being written or not yet taken
+  // by their rank), and so on the sidecar's plan memory; fetch windows are an eighth of it.
+  uint64_t plan_buffer_bytes = 128ull << 20;
   HttpStoreOptions http;
 };
 

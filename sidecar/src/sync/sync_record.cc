@@ -35,6 +35,8 @@ nlohmann::json SyncRecord::ToJson() const {
                       {"phase_ms", phase_ms},
                       {"bytes_fetched", bytes_fetched},
                       {"nonzero_bytes", nonzero_bytes},
+                      {"plan_parts", plan_parts},
+                      {"plan_records", plan_records},
                       {"tensors_changed", tensors_changed},
                       {"created_unix", created_unix},
                       {"total_ms", total_ms}};

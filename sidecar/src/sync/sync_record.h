@@ -33,6 +33,8 @@ struct SyncRecord {
   uint64_t bytes_fetched = 0;
   uint64_t nonzero_bytes = 0;
   uint64_t tensors_changed = 0;
+  uint64_t plan_parts = 0;    // write-plan parts sent to the ranks (all ranks together)
+  uint64_t plan_records = 0;  // write-plan records (all ranks together)
   double created_unix = 0;
   double finished_unix = 0;
   double total_ms = 0;

@@ -1,0 +1,141 @@
+#include "sync/plan_stream.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "shm/messages.h"
+
+namespace deltakv::sidecar {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using deltasync::WritePlanWriter;
+
+// Every part can hold its tensor table plus at least this many record bytes.
+constexpr uint64_t kMinRecordRoom = 64 << 10;
+}  // namespace
+
+PlanStreamer::PlanStreamer(PlanStreamOptions options, std::vector<shm::RankChannel*> channels,
+                           std::vector<std::vector<deltasync::PlanTensor>> tables,
+                           std::function<Status(uint32_t)> check_rank)
+    : opt_(std::move(options)), check_rank_(std::move(check_rank)) {
+  ranks_.resize(channels.size());
+  uint64_t table_bytes = 0;
+  for (size_t r = 0; r < channels.size(); ++r) {
+    ranks_[r].channel = channels[r];
+    ranks_[r].table = std::move(tables[r]);
+    table_bytes = std::max(table_bytes, WritePlanWriter::FixedBytes(ranks_[r].table.size()));
+  }
+  part_capacity_ = std::max(opt_.part_bytes, table_bytes + kMinRecordRoom);
+}
+
+Status PlanStreamer::OpenPart(uint32_t r) {
+  RankStream& rs = ranks_[r];
+  RETURN_IF_ERROR(Drain(r, opt_.max_in_flight));
+  const uint64_t root_bytes = deltasync::PlanArenaRootBytes(opt_.version.size());
+  shm::PlanArenaOptions ao;
+  ao.capacity = shm::kArenaDataOffset + root_bytes + part_capacity_ + 64;
+  ao.generation = opt_.sync_id;
+  ao.sync_id = opt_.sync_id;
+  ao.rank = r;
+  ASSIGN_OR_RETURN(shm::PlanArenaWriter arena,
+                   shm::PlanArenaWriter::Create(
+                       shm::PlanArenaName(opt_.prefix, opt_.sync_id, r, rs.next_part), ao));
+  ASSIGN_OR_RETURN(uint64_t root, arena.Allocate(root_bytes, 8));
+  RETURN_IF_ERROR(arena.SetRoot(root));
+  std::memcpy(arena.Bytes(root, root_bytes).data() + sizeof(deltasync::PlanArenaRoot),
+              opt_.version.data(), opt_.version.size());
+  ASSIGN_OR_RETURN(uint64_t plan_at, arena.Allocate(part_capacity_, 8));
+  if (plan_at != root + root_bytes) return Internal("plan arena blocks are not contiguous");
+  rs.plan_offset = plan_at;
+  rs.writer.emplace(arena.Bytes(plan_at, part_capacity_), rs.table);
+  RETURN_IF_ERROR(rs.writer->status());
+  rs.arena.emplace(std::move(arena));
+  return Status::Ok();
+}
+
+Status PlanStreamer::SendPart(uint32_t r, bool last) {
+  RankStream& rs = ranks_[r];
+  ASSIGN_OR_RETURN(uint64_t used, rs.writer->Finish());
+  const uint64_t root_bytes = deltasync::PlanArenaRootBytes(opt_.version.size());
+  deltasync::PlanArenaRoot root{used, static_cast<uint32_t>(opt_.version.size()), rs.next_part};
+  std::memcpy(rs.arena->Bytes(rs.plan_offset - root_bytes, sizeof(root)).data(), &root,
+              sizeof(root));
+  RETURN_IF_ERROR(rs.arena->Publish());
+  shm::PlanRef ref = rs.arena->Ref();
+  ref.flags = last ? 0 : shm::kPlanMore;
+  ASSIGN_OR_RETURN(shm::Message msg, shm::MakePlan(opt_.sync_id, ref));
+  ASSIGN_OR_RETURN(auto bytes, shm::EncodeMessage(msg));
+  RETURN_IF_ERROR(rs.channel->commands.Push(bytes, 5s).WithPrefix(
+      "sending plan part " + std::to_string(rs.next_part) + " to rank " + std::to_string(r)));
+  rs.sent.push_back(std::move(*rs.arena));
+  rs.arena.reset();
+  rs.writer.reset();
+  ++rs.next_part;
+  ++parts_sent_;
+  return Status::Ok();
+}
+
+Status PlanStreamer::Drain(uint32_t r, size_t keep) {
+  RankStream& rs = ranks_[r];
+  const auto deadline = Clock::now() + opt_.consume_timeout;
+  std::vector<uint8_t> buf;
+  for (;;) {
+    while (!rs.sent.empty() && rs.sent.front().state() == shm::ArenaState::kConsumed) {
+      rs.sent.pop_front();  // unlinks and unmaps
+    }
+    if (rs.sent.size() <= keep) return Status::Ok();
+    // The rank answers only with ERROR before its last part; anything else is stale.
+    auto popped = rs.channel->responses.Pop(&buf, 20ms);
+    if (!popped.ok()) return popped.status().WithPrefix("rank " + std::to_string(r));
+    if (*popped) {
+      auto msg = shm::DecodeMessage(buf);
+      if (msg.ok() && msg->sync_id == opt_.sync_id && msg->type == shm::MessageType::kError) {
+        auto text = shm::ParseText(*msg);
+        return DataLoss(text.ok() ? *text : "rank " + std::to_string(r) + " failed");
+      }
+      continue;
+    }
+    RETURN_IF_ERROR(check_rank_(r));
+    if (Clock::now() > deadline) {
+      return FailedPrecondition("engine rank " + std::to_string(r) + " did not take plan part " +
+                                std::to_string(rs.next_part - rs.sent.size()) + " within " +
+                                std::to_string(opt_.consume_timeout.count()) + " ms");
+    }
+  }
+}
+
+Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
+                         uint64_t canonical_offset, std::span<const uint8_t> bytes, bool owner) {
+  if (r >= ranks_.size()) return Internal("layout names rank beyond the registered ranks");
+  RankStream& rs = ranks_[r];
+  while (!bytes.empty()) {
+    if (!rs.writer) RETURN_IF_ERROR(OpenPart(r));
+    uint64_t n = bytes.size();
+    if (WritePlanWriter::RecordBytes(n) > rs.writer->remaining()) {
+      if (rs.writer->record_count() > 0) {
+        RETURN_IF_ERROR(SendPart(r, /*last=*/false));
+        continue;
+      }
+      // A run larger than a whole part: split it.
+      n = (rs.writer->remaining() - sizeof(deltasync::PlanRecord)) & ~uint64_t{7};
+    }
+    RETURN_IF_ERROR(rs.writer->Add(tensor, local_offset, canonical_offset, bytes.first(n), owner));
+    ++records_;
+    bytes = bytes.subspan(n);
+    local_offset += n;
+    canonical_offset += n;
+  }
+  return Status::Ok();
+}
+
+Status PlanStreamer::Finish() {
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    if (!ranks_[r].writer) RETURN_IF_ERROR(OpenPart(r));
+    RETURN_IF_ERROR(SendPart(r, /*last=*/true));
+  }
+  return Status::Ok();
+}
+
+}  // namespace deltakv::sidecar

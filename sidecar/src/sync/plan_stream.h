@@ -1,0 +1,85 @@
+// PlanStreamer: hands every engine rank its write plan as a stream of bounded parts
+// (shm/PROTOCOL.md §8), so the sidecar's memory does not grow with the delta or the model.
+//
+// It is the planner's PlanOutput. Records for rank r are appended to r's current part, a
+// WritePlan inside a plan arena of at most `part_bytes`; when a record does not fit, the part is
+// published and sent to the rank in a PLAN message flagged "more parts follow", and a new part
+// is started. Before a new arena is created, the streamer waits until at most
+// `max_in_flight` earlier parts of that rank are still unconsumed (a rank consumes a part by
+// copying it out), and unlinks the consumed ones. So the sidecar maps at most
+// world × (max_in_flight + 1) × part_bytes of plan at any time. Finish() sends each rank its
+// last part (without the "more" flag); ranks answer STAGED after it.
+//
+// While waiting it watches the rank: an ERROR message for this sync, a dead or deregistered
+// rank, or a rank that consumes nothing within `consume_timeout` fails the call, and the
+// caller must ABORT the sync (ranks may hold staged parts).
+//
+// Thread-safety: one thread. Arenas still mapped are unlinked when the streamer is destroyed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "deltasync/sync_planner.h"
+#include "deltasync/write_plan.h"
+#include "shm/control_block.h"
+#include "shm/plan_arena.h"
+
+namespace deltakv::sidecar {
+
+struct PlanStreamOptions {
+  std::string prefix;  // arena names: shm::PlanArenaName(prefix, sync_id, rank, part)
+  uint64_t sync_id = 0;
+  std::string version;           // the new version id, repeated in every part's root block
+  uint64_t part_bytes = 16 << 20;  // plan bytes per part (raised to fit the tensor table)
+  size_t max_in_flight = 1;        // parts sent but not yet consumed, per rank
+  std::chrono::milliseconds consume_timeout{120000};
+};
+
+class PlanStreamer final : public deltasync::PlanOutput {
+ public:
+  // channels[r] is rank r's channel and tables[r] its plan tensor table. check_rank(r) returns
+  // an error when rank r is gone.
+  PlanStreamer(PlanStreamOptions options, std::vector<shm::RankChannel*> channels,
+               std::vector<std::vector<deltasync::PlanTensor>> tables,
+               std::function<Status(uint32_t)> check_rank);
+
+  Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+             std::span<const uint8_t> xor_bytes, bool owner) override;
+  // Sends every rank its last part.
+  Status Finish();
+
+  uint64_t parts_sent() const { return parts_sent_; }
+  uint64_t records() const { return records_; }
+
+ private:
+  struct RankStream {
+    shm::RankChannel* channel = nullptr;
+    std::vector<deltasync::PlanTensor> table;
+    std::optional<shm::PlanArenaWriter> arena;  // the part being written
+    std::optional<deltasync::WritePlanWriter> writer;
+    uint64_t plan_offset = 0;
+    uint32_t next_part = 0;
+    std::deque<shm::PlanArenaWriter> sent;  // published, maybe not consumed yet
+  };
+
+  Status OpenPart(uint32_t rank);
+  Status SendPart(uint32_t rank, bool last);
+  // Waits until at most `keep` sent parts of `rank` are unconsumed; drops consumed ones.
+  Status Drain(uint32_t rank, size_t keep);
+
+  PlanStreamOptions opt_;
+  std::vector<RankStream> ranks_;
+  std::function<Status(uint32_t)> check_rank_;
+  uint64_t part_capacity_ = 0;
+  uint64_t parts_sent_ = 0;
+  uint64_t records_ = 0;
+};
+
+}  // namespace deltakv::sidecar
