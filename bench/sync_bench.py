@@ -108,6 +108,12 @@ def main():
                         "phase_ms": rec["phase_ms"], "pause_ms": rec["phase_ms"].get("pause"),
                         "full_reload_pause_ms": full_pause, "full_reload_total_ms": full_total,
                         "pause_vs_full_reload": rec["phase_ms"].get("pause", 0) / full_pause,
+                        # The share of weight memory lines the scatter writes: on a backend
+                        # whose full reload runs at the same memory bandwidth as the scatter
+                        # (the cpu backend), the pause ratio cannot go much below it.
+                        "touched_line_fraction": rec.get("touched_lines", 0) /
+                                                 max(1, rec.get("weight_lines", 0)),
+                        "plan_parts": rec.get("plan_parts"),
                         "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}), flush=True)
             finally:
                 for p in (engine, sidecar):

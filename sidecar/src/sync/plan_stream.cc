@@ -25,6 +25,7 @@ PlanStreamer::PlanStreamer(PlanStreamOptions options, std::vector<shm::RankChann
   for (size_t r = 0; r < channels.size(); ++r) {
     ranks_[r].channel = channels[r];
     ranks_[r].table = std::move(tables[r]);
+    ranks_[r].last_line.assign(ranks_[r].table.size(), 0);
     table_bytes = std::max(table_bytes, WritePlanWriter::FixedBytes(ranks_[r].table.size()));
   }
   part_capacity_ = std::max(opt_.part_bytes, table_bytes + kMinRecordRoom);
@@ -110,6 +111,14 @@ Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
                          uint64_t canonical_offset, std::span<const uint8_t> bytes, bool owner) {
   if (r >= ranks_.size()) return Internal("layout names rank beyond the registered ranks");
   RankStream& rs = ranks_[r];
+  if (tensor >= rs.last_line.size()) return Internal("plan record names an unknown tensor");
+  if (!bytes.empty()) {
+    // Pieces of one tensor mostly arrive in increasing order; a line shared with the previous
+    // piece is not counted twice.
+    const uint64_t first = local_offset / 64, last = (local_offset + bytes.size() - 1) / 64;
+    touched_lines_ += last - first + 1 - (rs.last_line[tensor] == first + 1 ? 1 : 0);
+    rs.last_line[tensor] = last + 1;
+  }
   while (!bytes.empty()) {
     if (!rs.writer) RETURN_IF_ERROR(OpenPart(r));
     uint64_t n = bytes.size();

@@ -57,6 +57,9 @@ class PlanStreamer final : public deltasync::PlanOutput {
 
   uint64_t parts_sent() const { return parts_sent_; }
   uint64_t records() const { return records_; }
+  // Distinct 64-byte lines of device memory the plans write, all ranks together: what a
+  // commit's scatter must touch (counted assuming each tensor starts on a line boundary).
+  uint64_t touched_lines() const { return touched_lines_; }
 
  private:
   struct RankStream {
@@ -67,6 +70,7 @@ class PlanStreamer final : public deltasync::PlanOutput {
     uint64_t plan_offset = 0;
     uint32_t next_part = 0;
     std::deque<shm::PlanArenaWriter> sent;  // published, maybe not consumed yet
+    std::vector<uint64_t> last_line;         // per plan tensor: 1 + the last line counted
   };
 
   Status OpenPart(uint32_t rank);
@@ -80,6 +84,7 @@ class PlanStreamer final : public deltasync::PlanOutput {
   uint64_t part_capacity_ = 0;
   uint64_t parts_sent_ = 0;
   uint64_t records_ = 0;
+  uint64_t touched_lines_ = 0;
 };
 
 }  // namespace deltakv::sidecar

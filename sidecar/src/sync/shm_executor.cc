@@ -152,6 +152,10 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   ASSIGN_OR_RETURN(deltasync::RankTensorTables rank_tables, deltasync::ToRankTensorTables(tables));
   ASSIGN_OR_RETURN(auto plan_tables, deltasync::PlanTensorTables(m, rank_tables));
   const uint32_t world = static_cast<uint32_t>(rank_tables.size());
+  uint64_t weight_lines = 0;
+  for (const deltasync::EngineTensorTable& t : tables) {
+    for (const deltasync::EngineTensor& e : t.tensors) weight_lines += (e.local_bytes + 63) / 64;
+  }
   std::vector<const shm::RankInfo*> by_rank(world, nullptr);
   for (const shm::RankInfo& info : infos) by_rank[info.rank] = &info;
 
@@ -216,6 +220,8 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   update([&](SyncRecord& r) {
     r.plan_parts = streamer.parts_sent();
     r.plan_records = streamer.records();
+    r.touched_lines = streamer.touched_lines();
+    r.weight_lines = weight_lines;
   });
   std::vector<deltasync::AdlerDelta> inc(m.tensors.size()), full(m.tensors.size());
   // Waits for every rank's messages of `want` type; fails on errors, deaths, timeout.

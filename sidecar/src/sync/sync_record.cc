@@ -37,6 +37,8 @@ nlohmann::json SyncRecord::ToJson() const {
                       {"nonzero_bytes", nonzero_bytes},
                       {"plan_parts", plan_parts},
                       {"plan_records", plan_records},
+                      {"touched_lines", touched_lines},
+                      {"weight_lines", weight_lines},
                       {"tensors_changed", tensors_changed},
                       {"created_unix", created_unix},
                       {"total_ms", total_ms}};

@@ -35,6 +35,10 @@ struct SyncRecord {
   uint64_t tensors_changed = 0;
   uint64_t plan_parts = 0;    // write-plan parts sent to the ranks (all ranks together)
   uint64_t plan_records = 0;  // write-plan records (all ranks together)
+  // 64-byte lines of engine weight memory the commit writes, and in all registered weights
+  // (all ranks together): the scatter's share of a full rewrite.
+  uint64_t touched_lines = 0;
+  uint64_t weight_lines = 0;
   double created_unix = 0;
   double finished_unix = 0;
   double total_ms = 0;
