@@ -262,6 +262,23 @@ class SyncE2ETest(unittest.TestCase):
             server.terminate()
             server.wait()
 
+    def test_sync_over_https(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "store"))
+        import object_server  # local HTTP(S) object server; certificates from the openssl CLI
+        certs = object_server.make_certs(self.t("tls-" + str(time.time_ns())))
+        server = object_server.serve(self.tmp, certs["server"])
+        try:
+            url = f"https://127.0.0.1:{server.server_address[1]}/plain/d12"
+            # The system CA store does not know the test CA: refused, nothing changes.
+            c = self.cluster(tp=1)
+            self.expect_aborted(c, "v2", url, "certificate")
+            c = self.cluster(tp=2, sidecar_args=["--http-ca-file", certs["ca"]])
+            rec = c.wait(c.sync("v2", url))
+            self.assertEqual(rec["state"], "live", rec)
+            c.assert_serves(self, self.t("v2"))
+        finally:
+            server.close()
+
     def test_poll_mode_engine(self):
         c = self.cluster(tp=1, poll=True)
         rec = c.wait(c.sync("v2", self.t("d12")))

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -78,6 +79,10 @@ struct SidecarOpts {
   std::string state_dir;
   uint64_t max_body_bytes = 64 << 10;
   uint64_t plan_buffer_bytes = 128ull << 20;
+  std::string http_ca_file;    // HTTP(S) delta stores (store/open_store.h)
+  uint64_t http_timeout = 30;  // seconds: connect, and the longest stall
+  uint64_t http_total_timeout = 1800;
+  uint64_t http_attempts = 4;
   size_t history = 64;
   std::string port_file;
   uint64_t kv_block_bytes = 0;
@@ -106,6 +111,7 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(str("serving_cores", o.serving_cores, "--serving-cores"));
   RETURN_IF_ERROR(str("decoder", o.decoder, "--decoder"));
   RETURN_IF_ERROR(str("state_dir", o.state_dir, "--state-dir"));
+  RETURN_IF_ERROR(str("http_ca_file", o.http_ca_file, "--http-ca-file"));
   auto uint = [&](const char* key, uint64_t& dst, const char* flag) -> Status {
     if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
     if (!j[key].is_number_unsigned()) {
@@ -115,6 +121,9 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
     return Status::Ok();
   };
   RETURN_IF_ERROR(uint("plan_buffer_bytes", o.plan_buffer_bytes, "--plan-buffer-bytes"));
+  RETURN_IF_ERROR(uint("http_timeout", o.http_timeout, "--http-timeout"));
+  RETURN_IF_ERROR(uint("http_total_timeout", o.http_total_timeout, "--http-total-timeout"));
+  RETURN_IF_ERROR(uint("http_attempts", o.http_attempts, "--http-attempts"));
   RETURN_IF_ERROR(uint("kv_block_bytes", o.kv_block_bytes, "--kv-block-bytes"));
   RETURN_IF_ERROR(uint("kv_capacity_slots", o.kv_capacity_slots, "--kv-capacity-slots"));
   if (j.contains("kv_host_fraction") && cmd.count("--kv-host-fraction") == 0) {
@@ -128,6 +137,26 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
     o.max_body_bytes = j["max_body_bytes"].get<uint64_t>();
   }
   return Status::Ok();
+}
+
+// The HTTP(S) store options, checked here so a bad value stops the sidecar at start-up, not
+// at its first sync.
+StatusOr<sidecar::HttpStoreOptions> HttpStoreOptionsFrom(const SidecarOpts& o) {
+  sidecar::HttpStoreOptions h;
+  if (o.http_timeout < 1 || o.http_timeout > 86400)
+    return InvalidArgument("--http-timeout must be 1..86400 seconds");
+  if (o.http_total_timeout > 7 * 86400)
+    return InvalidArgument("--http-total-timeout must be 0..604800 seconds");
+  if (o.http_attempts < 1 || o.http_attempts > 100)
+    return InvalidArgument("--http-attempts must be 1..100");
+  if (!o.http_ca_file.empty() && access(o.http_ca_file.c_str(), R_OK) != 0) {
+    return InvalidArgument(ErrnoMessage("--http-ca-file: cannot read", o.http_ca_file, errno));
+  }
+  h.timeout_seconds = static_cast<int>(o.http_timeout);
+  h.total_timeout_seconds = static_cast<int>(o.http_total_timeout);
+  h.attempts = static_cast<int>(o.http_attempts);
+  h.ca_file = o.http_ca_file;
+  return h;
 }
 
 int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
@@ -151,6 +180,8 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   }
   auto cores = ParseCpuList(o.serving_cores);
   if (!cores.ok()) return ReportError("sidecar", cores.status(), false);
+  auto http_store = HttpStoreOptionsFrom(o);
+  if (!http_store.ok()) return ReportError("sidecar", http_store.status(), false);
   size_t colon = o.listen.rfind(':');
   if (colon == std::string::npos)
     return ReportError("sidecar", InvalidArgument("--listen must be HOST:PORT"), false);
@@ -186,6 +217,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   eo.decoder = o.decoder;
   eo.state_dir = o.state_dir;
   eo.plan_buffer_bytes = o.plan_buffer_bytes;
+  eo.http = *http_store;
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
   std::vector<unsigned> serving = *cores;
@@ -230,6 +262,18 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
                   "Bound on write-plan bytes in flight to all ranks (the sidecar's plan memory)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{256} << 10, uint64_t{1} << 40));
+  cmd->add_option("--http-ca-file", o->http_ca_file,
+                  "PEM CA certificates that verify https:// delta stores (default: the system's)");
+  cmd->add_option("--http-timeout", o->http_timeout,
+                  "HTTP(S) delta stores: connect timeout, and how long a transfer may stall, in "
+                  "seconds")
+      ->capture_default_str();
+  cmd->add_option("--http-total-timeout", o->http_total_timeout,
+                  "HTTP(S) delta stores: limit on one request, in seconds (0 = none)")
+      ->capture_default_str();
+  cmd->add_option("--http-attempts", o->http_attempts,
+                  "HTTP(S) delta stores: tries per request, with exponential backoff")
+      ->capture_default_str();
   cmd->add_option("--port-file", o->port_file, "Write the bound port here (with --listen HOST:0)");
   cmd->add_option("--kv-block-bytes", o->kv_block_bytes,
                   "Host KV tier: bytes per block slot (0 = no KV pool); pool '<shm-name>.kv'");

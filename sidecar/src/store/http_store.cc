@@ -1,9 +1,24 @@
-// ObjectStore over HTTP: GET with Range headers, retries with exponential backoff on
-// connection errors and 5xx, no retry on 4xx.
-#include <httplib.h>
+// ObjectStore over HTTP and HTTPS, on libcurl: HEAD for sizes, Range GETs, whole-object GETs
+// under a byte cap. Connection errors, timeouts, stalls and 5xx answers are retried with
+// exponential backoff; 4xx answers and certificate failures are final.
+//
+// A call takes a curl easy handle for itself from the store's pool and gives it back after, so
+// one store serves several threads at once and later calls reuse open connections. libcurl's
+// global state is set up once per process.
+#include <curl/curl.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "deltasync/delta_manifest.h"
 #include "store/open_store.h"
@@ -11,84 +26,479 @@
 namespace deltakv::sidecar {
 namespace {
 
+Status CurlGlobalInit() {
+  static const CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (rc != CURLE_OK) {
+    return Internal(std::string("libcurl initialization failed: ") + curl_easy_strerror(rc));
+  }
+  return Status::Ok();
+}
+
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (Lower(s[i]) != Lower(prefix[i])) return false;
+  }
+  return true;
+}
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && StartsWithNoCase(a, b);
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+std::optional<uint64_t> ParseUint(std::string_view s) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// "bytes 100-199/1000" -> 100.
+std::optional<uint64_t> ContentRangeStart(std::string_view value) {
+  if (!StartsWithNoCase(value, "bytes ")) return std::nullopt;
+  value.remove_prefix(6);
+  return ParseUint(value.substr(0, value.find('-')));
+}
+
+// Transport failures worth another try; anything else libcurl reports is final.
+bool IsTransient(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsCertificateError(CURLcode rc) {
+  switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A location fit for messages: "user:password@" becomes "***@", a query or fragment "...".
+std::string Redact(const std::string& location) {
+  const size_t query = location.find_first_of("?#");
+  std::string out = location.substr(0, query);
+  const size_t sep = out.find("://");
+  const size_t start = sep == std::string::npos ? 0 : sep + 3;
+  const size_t at = out.substr(0, out.find('/', start)).rfind('@');
+  if (at != std::string::npos && at >= start) out.replace(start, at - start, "***");
+  return query == std::string::npos ? out : out + "...";
+}
+
+enum class Want { kHead, kRange, kObject };
+
+// Why the callbacks ended a transfer early (libcurl then reports CURLE_WRITE_ERROR).
+enum class Stop {
+  kNone,
+  kErrorStatus,  // a non-2xx answer: its body is not read
+  kHaveRange,    // a 200 answer to a Range GET: the asked bytes are in, the rest is not read
+  kOverCap,      // the object is larger than the caller's cap
+  kOverRange,    // a 206 answer longer than the asked range
+};
+
+// One request and what came back, shared with the libcurl callbacks.
+struct Transfer {
+  Want want = Want::kObject;
+  uint64_t offset = 0;  // kRange
+  uint64_t length = 0;  // kRange
+  uint64_t cap = 0;     // kObject
+
+  // Filled in by the callbacks; cleared before each try.
+  long status = 0;
+  std::optional<uint64_t> content_length;
+  std::string content_range;
+  uint64_t received = 0;  // body bytes the server sent, kept or not
+  std::string body;
+  Stop stop = Stop::kNone;
+
+  void Clear() {
+    status = 0;
+    content_length.reset();
+    content_range.clear();
+    received = 0;
+    body.clear();
+    stop = Stop::kNone;
+  }
+};
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t bytes = size * count;
+  std::string_view line(data, bytes);
+  if (StartsWithNoCase(line, "HTTP/")) {  // a status line starts each response (1xx included)
+    t->status = 0;
+    t->content_length.reset();
+    t->content_range.clear();
+    size_t sp = line.find(' ');
+    if (sp != std::string_view::npos) {
+      if (auto code = ParseUint(line.substr(sp + 1, 3))) t->status = static_cast<long>(*code);
+    }
+    return bytes;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos) {  // the blank line that ends the headers
+    if (t->want == Want::kObject && t->status == 200 && t->content_length &&
+        *t->content_length > t->cap) {
+      t->stop = Stop::kOverCap;
+      return 0;
+    }
+    return bytes;
+  }
+  std::string_view name = line.substr(0, colon);
+  std::string_view value = Trim(line.substr(colon + 1));
+  if (EqualsNoCase(name, "Content-Length")) {
+    t->content_length = ParseUint(value);
+  } else if (EqualsNoCase(name, "Content-Range")) {
+    t->content_range = std::string(value);
+  }
+  return bytes;
+}
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t bytes = size * count;
+  const uint64_t at = t->received;  // where `data` starts in the response body
+  t->received += bytes;
+  if (t->status != 200 && t->status != 206) {
+    t->stop = Stop::kErrorStatus;
+    return 0;
+  }
+  if (at == 0) {
+    uint64_t expect = t->want == Want::kRange ? t->length : t->content_length.value_or(0);
+    t->body.reserve(std::min<uint64_t>(expect, t->want == Want::kObject ? t->cap : expect));
+  }
+  switch (t->want) {
+    case Want::kHead:
+      return bytes;
+    case Want::kObject:
+      if (t->body.size() + bytes > t->cap) {
+        t->stop = Stop::kOverCap;
+        return 0;
+      }
+      t->body.append(data, bytes);
+      return bytes;
+    case Want::kRange: {
+      if (t->status == 206) {
+        if (t->body.size() + bytes > t->length) {
+          t->stop = Stop::kOverRange;
+          return 0;
+        }
+        t->body.append(data, bytes);
+        return bytes;
+      }
+      // 200: the server ignored the Range header and sends the whole object.
+      const uint64_t end = t->offset + t->length;
+      const uint64_t lo = std::max(at, t->offset);
+      const uint64_t hi = std::min(at + bytes, end);
+      if (lo < hi) t->body.append(data + (lo - at), hi - lo);
+      if (at + bytes >= end) {
+        t->stop = Stop::kHaveRange;
+        return 0;
+      }
+      return bytes;
+    }
+  }
+  return bytes;
+}
+
+struct CurlCleanup {
+  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+};
+using CurlHandle = std::unique_ptr<CURL, CurlCleanup>;
+
 class HttpStore final : public deltasync::ObjectStore {
  public:
-  HttpStore(std::string origin, std::string prefix, HttpStoreOptions opt)
-      : origin_(std::move(origin)), prefix_(std::move(prefix)), opt_(opt) {}
+  // `base` is what libcurl fetches (credentials included); `shown` is the same location with
+  // the credentials replaced, for messages.
+  HttpStore(std::string base, std::string shown, std::string secret, HttpStoreOptions opt)
+      : base_(std::move(base)),
+        shown_(std::move(shown)),
+        secret_(std::move(secret)),
+        opt_(std::move(opt)) {}
 
   StatusOr<uint64_t> Size(const std::string& name) override {
-    ASSIGN_OR_RETURN(auto res, Get(name, "", /*head=*/true));
-    auto it = res.headers.find("Content-Length");
-    if (it == res.headers.end()) return IoError(Url(name) + ": no Content-Length");
-    return std::stoull(it->second);
+    Transfer t;
+    t.want = Want::kHead;
+    RETURN_IF_ERROR(Fetch(name, t));
+    if (t.status != 200) return Unexpected(name, t);
+    if (!t.content_length) return IoError(Url(name) + ": no Content-Length in the HEAD answer");
+    return *t.content_length;
   }
 
   StatusOr<std::string> ReadRange(const std::string& name, uint64_t offset,
                                   uint64_t length) override {
     if (length == 0) return std::string();
-    std::string range =
-        "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-    ASSIGN_OR_RETURN(auto res, Get(name, range, false));
-    if (res.status == 200) {  // server ignored the range
-      if (res.body.size() < offset + length) return Short(name, offset, length);
-      return res.body.substr(offset, length);
+    if (offset > std::numeric_limits<uint64_t>::max() - length) {
+      return InvalidArgument(Url(name) + ": range [" + std::to_string(offset) + ", +" +
+                             std::to_string(length) + ") overflows");
     }
-    if (res.body.size() != length) return Short(name, offset, length);
-    return std::move(res.body);
+    Transfer t;
+    t.want = Want::kRange;
+    t.offset = offset;
+    t.length = length;
+    RETURN_IF_ERROR(Fetch(name, t));
+    if (t.status == 206) {
+      std::optional<uint64_t> start = ContentRangeStart(t.content_range);
+      if (!start || *start != offset) {
+        return IoError(Url(name) + ": asked for bytes from " + std::to_string(offset) +
+                       ", the server answered Content-Range '" + t.content_range + "'");
+      }
+    } else if (t.status != 200) {
+      return Unexpected(name, t);
+    }
+    if (t.body.size() < length) {
+      const uint64_t ends = t.status == 206 ? offset + t.body.size() : t.received;
+      return DataLoss(Url(name) + ": the object ends at byte " + std::to_string(ends) +
+                      ", before byte " + std::to_string(offset + length) + " (truncated object?)");
+    }
+    return std::move(t.body);
   }
 
   StatusOr<std::string> ReadObject(const std::string& name, uint64_t max_bytes) override {
-    ASSIGN_OR_RETURN(auto res, Get(name, "", false));
-    if (res.body.size() > max_bytes) {
-      return ResourceExhausted(Url(name) + " is larger than " + std::to_string(max_bytes) +
-                               " bytes");
-    }
-    return std::move(res.body);
+    Transfer t;
+    t.want = Want::kObject;
+    t.cap = max_bytes;
+    RETURN_IF_ERROR(Fetch(name, t));
+    if (t.status != 200) return Unexpected(name, t);
+    return std::move(t.body);
   }
 
-  std::string Describe() const override { return origin_ + prefix_; }
+  std::string Describe() const override { return shown_; }
 
  private:
-  std::string Url(const std::string& name) const { return origin_ + prefix_ + "/" + name; }
+  std::string Url(const std::string& name) const { return shown_ + "/" + name; }
 
-  Status Short(const std::string& name, uint64_t offset, uint64_t length) const {
-    return DataLoss(Url(name) + ": fewer bytes than [" + std::to_string(offset) + ", +" +
-                    std::to_string(length) + ") (truncated object?)");
+  // libcurl's messages do not carry the URL's credentials, but make sure.
+  std::string Scrub(std::string text) const {
+    if (secret_.empty()) return text;
+    for (size_t at = text.find(secret_); at != std::string::npos; at = text.find(secret_, at)) {
+      text.replace(at, secret_.size(), "***");
+    }
+    return text;
   }
 
-  StatusOr<httplib::Response> Get(const std::string& name, const std::string& range, bool head) {
-    if (!deltasync::IsSafeObjectName(name))
-      return InvalidArgument("unsafe object name '" + name + "'");
-    httplib::Client client(origin_);
-    client.set_connection_timeout(opt_.timeout_seconds, 0);
-    client.set_read_timeout(opt_.timeout_seconds, 0);
-    httplib::Headers headers;
-    if (!range.empty()) headers.emplace("Range", range);
-    const std::string path = prefix_ + "/" + name;
-    int backoff = opt_.initial_backoff_ms;
-    std::string last;
-    for (int attempt = 1; attempt <= opt_.attempts; ++attempt) {
-      auto res = head ? client.Head(path, headers) : client.Get(path, headers);
-      if (res) {
-        if (res->status == 200 || res->status == 206) return *res;
-        if (res->status == 404) return NotFound(Url(name) + ": 404 not found");
-        last = "HTTP " + std::to_string(res->status);
-        if (res->status < 500) return IoError(Url(name) + ": " + last);
-      } else {
-        last = httplib::to_string(res.error());
-      }
-      if (attempt < opt_.attempts) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
-        backoff *= 2;
+  Status Unexpected(const std::string& name, const Transfer& t) const {
+    return IoError(Url(name) + ": unexpected HTTP " + std::to_string(t.status) + " answer");
+  }
+
+  Status Configure(CURL* c, const std::string& url, const std::string& range, Transfer& t,
+                   char* errbuf) const {
+    CURLcode rc = CURLE_OK;
+    auto set = [&rc](CURLcode r) {
+      if (rc == CURLE_OK) rc = r;
+    };
+    set(curl_easy_setopt(c, CURLOPT_URL, url.c_str()));
+    set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
+    set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
+    set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf));
+    set(curl_easy_setopt(c, CURLOPT_USERAGENT, "deltakv"));
+    set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
+    set(curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader));
+    set(curl_easy_setopt(c, CURLOPT_HEADERDATA, static_cast<void*>(&t)));
+    set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody));
+    set(curl_easy_setopt(c, CURLOPT_WRITEDATA, static_cast<void*>(&t)));
+    set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, static_cast<long>(opt_.timeout_seconds)));
+    set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(opt_.timeout_seconds)));
+    set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT,
+                         static_cast<long>(std::min<uint64_t>(opt_.low_speed_bytes_per_second,
+                                                              std::numeric_limits<long>::max()))));
+    set(curl_easy_setopt(c, CURLOPT_TIMEOUT, static_cast<long>(opt_.total_timeout_seconds)));
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L));
+    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
+    if (!opt_.ca_file.empty()) set(curl_easy_setopt(c, CURLOPT_CAINFO, opt_.ca_file.c_str()));
+    if (t.want == Want::kHead) set(curl_easy_setopt(c, CURLOPT_NOBODY, 1L));
+    if (!range.empty()) set(curl_easy_setopt(c, CURLOPT_RANGE, range.c_str()));
+    if (rc != CURLE_OK) {
+      return Internal(std::string("libcurl refused an option: ") + curl_easy_strerror(rc) +
+                      " (libcurl " + curl_version_info(CURLVERSION_NOW)->version + ")");
+    }
+    return Status::Ok();
+  }
+
+  std::string CaHint() const {
+    if (opt_.ca_file.empty()) {
+      return "checked against the system CA store; set the CA that signed it with "
+             "--http-ca-file (config: http_ca_file)";
+    }
+    return "checked against the CA file '" + opt_.ca_file + "'";
+  }
+
+  // An idle handle from the pool, or a new one.
+  CurlHandle Acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        CurlHandle c = std::move(idle_.back());
+        idle_.pop_back();
+        return c;
       }
     }
-    return IoError(Url(name) + ": " + last + " after " + std::to_string(opt_.attempts) + " tries");
+    return CurlHandle(curl_easy_init());
   }
 
-  std::string origin_;
-  std::string prefix_;
+  // Back to the pool with its options cleared; its open connections stay for the next call.
+  void Release(CurlHandle c) {
+    curl_easy_reset(c.get());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() < kMaxIdleHandles) idle_.push_back(std::move(c));
+  }
+
+  // Runs the request, retrying transient failures. OK means a 200 or 206 answer is in `t`.
+  Status Fetch(const std::string& name, Transfer& t) {
+    if (!deltasync::IsSafeObjectName(name)) {
+      return InvalidArgument("unsafe object name '" + name + "'");
+    }
+    RETURN_IF_ERROR(CurlGlobalInit());
+    CurlHandle handle = Acquire();
+    if (!handle) return Internal("curl_easy_init failed");
+    Status s = Fetch(handle.get(), name, t);
+    Release(std::move(handle));
+    return s;
+  }
+
+  Status Fetch(CURL* curl, const std::string& name, Transfer& t) const {
+    const std::string url = base_ + "/" + name;
+    const std::string range = t.want == Want::kRange ? std::to_string(t.offset) + "-" +
+                                                           std::to_string(t.offset + t.length - 1)
+                                                     : std::string();
+    char errbuf[CURL_ERROR_SIZE];
+    RETURN_IF_ERROR(Configure(curl, url, range, t, errbuf));
+
+    const int attempts = std::max(1, opt_.attempts);
+    int backoff_ms = std::max(0, opt_.initial_backoff_ms);
+    std::string last;
+    bool cut_short = false;  // the last try's body ended before its Content-Length
+    for (int attempt = 1; attempt <= attempts; ++attempt) {
+      t.Clear();
+      errbuf[0] = '\0';
+      CURLcode rc = curl_easy_perform(curl);
+      if (rc == CURLE_WRITE_ERROR && t.stop != Stop::kNone) rc = CURLE_OK;  // we ended it
+      if (rc == CURLE_OK) {
+        if (t.stop == Stop::kOverCap) {
+          return ResourceExhausted(Url(name) + " is larger than " + std::to_string(t.cap) +
+                                   " bytes");
+        }
+        if (t.stop == Stop::kOverRange) {
+          return IoError(Url(name) + ": the server sent more than the " + std::to_string(t.length) +
+                         " bytes asked for");
+        }
+        if (t.status == 200 || t.status == 206) return Status::Ok();
+        if (t.status == 404) return NotFound(Url(name) + ": HTTP 404 not found");
+        if (t.status == 416) {
+          return DataLoss(Url(name) + ": HTTP 416: the object ends before byte " +
+                          std::to_string(t.offset) + " (truncated object?)");
+        }
+        last = "HTTP " + std::to_string(t.status);
+        cut_short = false;
+        if (t.status < 500) {
+          return IoError(
+              Url(name) + ": " + last +
+              (t.status >= 300 && t.status < 400 ? " (redirects are not followed)" : ""));
+        }
+      } else {
+        last = Scrub(errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc));
+        if (IsCertificateError(rc)) {
+          return IoError(Url(name) + ": TLS: the server's certificate was not accepted (" + last +
+                         "); " + CaHint());
+        }
+        if (!IsTransient(rc)) return IoError(Url(name) + ": " + last);
+        cut_short = rc == CURLE_PARTIAL_FILE;
+      }
+      if (attempt < attempts) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+        backoff_ms = std::min(backoff_ms * 2, 30000);
+      }
+    }
+    const std::string tries = std::to_string(attempts) + (attempts == 1 ? " try" : " tries");
+    if (cut_short) {
+      std::string announced =
+          t.content_length ? " of the " + std::to_string(*t.content_length) + " announced" : "";
+      return DataLoss(Url(name) + ": truncated: the server sent " + std::to_string(t.received) +
+                      announced + " bytes and closed the connection (" + tries + ")");
+    }
+    return IoError(Url(name) + ": " + last + " (after " + tries + ")");
+  }
+
+  static constexpr size_t kMaxIdleHandles = 8;
+
+  std::string base_;
+  std::string shown_;
+  std::string secret_;
   HttpStoreOptions opt_;
+  std::mutex mu_;
+  std::vector<CurlHandle> idle_;  // GUARDED_BY(mu_)
 };
+
+StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::string& location,
+                                                                const HttpStoreOptions& opt) {
+  const size_t scheme_end = location.find("://") + 3;
+  const bool https = location.rfind("https://", 0) == 0;
+  const size_t query = location.find_first_of("?#");
+  const std::string url = location.substr(0, query);
+  const size_t slash = url.find('/', scheme_end);
+  const std::string authority = url.substr(scheme_end, slash - scheme_end);
+  std::string prefix = slash == std::string::npos ? "" : url.substr(slash);
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  const size_t at = authority.rfind('@');
+  const std::string userinfo = at == std::string::npos ? "" : authority.substr(0, at);
+  const std::string host = at == std::string::npos ? authority : authority.substr(at + 1);
+  const std::string scheme = url.substr(0, scheme_end);
+  const std::string shown = scheme + (userinfo.empty() ? "" : "***@") + host + prefix;
+
+  if (query != std::string::npos) {
+    return InvalidArgument("delta location '" + Redact(location) +
+                           "' has a query or fragment; objects are read as <location>/<name>");
+  }
+  if (host.empty() || host[0] == ':') {
+    return InvalidArgument("delta location '" + Redact(location) + "' has no host");
+  }
+  for (char c : url) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
+      return InvalidArgument("delta location '" + Redact(location) +
+                             "' has a space or control character (percent-encode it)");
+    }
+  }
+  if (https && !opt.ca_file.empty() && access(opt.ca_file.c_str(), R_OK) != 0) {
+    return InvalidArgument("HTTP CA file '" + opt.ca_file + "': " + std::strerror(errno));
+  }
+  // The secret to keep out of messages: the password, or a user-only token.
+  const size_t colon = userinfo.find(':');
+  std::string secret = colon == std::string::npos ? userinfo : userinfo.substr(colon + 1);
+  return std::unique_ptr<deltasync::ObjectStore>(
+      new HttpStore(scheme + authority + prefix, shown, std::move(secret), opt));
+}
 
 }  // namespace
 
@@ -96,20 +506,11 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
                                                             const HttpStoreOptions& http) {
   if (location.rfind("file://", 0) == 0) return deltasync::MakeFileStore(location.substr(7));
   if (!location.empty() && location[0] == '/') return deltasync::MakeFileStore(location);
-  if (location.rfind("http://", 0) == 0) {
-    size_t slash = location.find('/', 7);
-    std::string origin = slash == std::string::npos ? location : location.substr(0, slash);
-    std::string prefix = slash == std::string::npos ? "" : location.substr(slash);
-    while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-    return std::unique_ptr<deltasync::ObjectStore>(new HttpStore(origin, prefix, http));
+  if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
+    return OpenHttpStore(location, http);
   }
-  if (location.rfind("https://", 0) == 0) {
-    return InvalidArgument(
-        "https:// delta locations are not supported by this build; use http:// "
-        "behind a TLS terminator or file://");
-  }
-  return InvalidArgument("delta location '" + location +
-                         "' must be an absolute path, file://..., or http://...");
+  return InvalidArgument("delta location '" + Redact(location) +
+                         "' must be an absolute path, file://..., http://... or https://...");
 }
 
 }  // namespace deltakv::sidecar

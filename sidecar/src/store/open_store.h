@@ -1,10 +1,21 @@
 // OpenStore: the object store behind a sync request's "delta" location.
 //   "/abs/dir" or "file:///abs/dir"  -> a directory
-//   "http://host[:port]/prefix"      -> HTTP Range GETs under the prefix, retried with backoff
-// InvalidArgument for other schemes (https:// is not supported by this build: put a TLS
-// terminator in front or use file://).
+//   "http://host[:port]/prefix"      -> HTTP under the prefix: HEAD for sizes, Range GETs,
+//   "https://host[:port]/prefix"        whole-object GETs under the caller's byte cap
+// Both HTTP schemes use libcurl. https:// verifies the server's certificate chain and host name
+// against the system CA store, or against HttpStoreOptions::ca_file when it is set (sidecar:
+// --http-ca-file); there is no switch that turns verification off. "user:password@" in the
+// location is sent as HTTP basic auth and shown as "***@" in messages and Describe(); a location
+// with a query or fragment is refused (objects are read as <location>/<name>).
+//
+// Connection errors, timeouts, stalled transfers and 5xx answers are retried with exponential
+// backoff; 4xx answers and rejected certificates are not. 404 is NotFound; an object that ends
+// before the asked range (or a body cut short on every try) is DataLoss; one above the cap is
+// ResourceExhausted, and its transfer is stopped as soon as the cap is passed.
+// InvalidArgument for other schemes, a malformed location or an unreadable ca_file.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,7 +27,14 @@ namespace deltakv::sidecar {
 struct HttpStoreOptions {
   int attempts = 4;              // tries per request
   int initial_backoff_ms = 100;  // doubled after each failed try
+  // Connect timeout (TCP and TLS handshake), and the stall window: a transfer that moves fewer
+  // than low_speed_bytes_per_second for this many seconds fails (and is retried).
   int timeout_seconds = 30;
+  uint64_t low_speed_bytes_per_second = 1024;
+  // Limit on one whole request, transfer included (shards can be GiBs); 0 = none.
+  int total_timeout_seconds = 1800;
+  // PEM file of CA certificates that verify https:// servers; "" = the system CA store.
+  std::string ca_file;
 };
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
