@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends.h"
 #include "shim/device_backend.h"
 
 namespace deltakv::shim {
@@ -76,10 +77,6 @@ class CpuBackend final : public DeviceBackend {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(std::string_view name) {
-  if (name.empty() || name == "cpu") return std::unique_ptr<DeviceBackend>(new CpuBackend());
-  return InvalidArgument("device backend '" + std::string(name) +
-                         "' is not available in this build (have: cpu)");
-}
+std::unique_ptr<DeviceBackend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace deltakv::shim

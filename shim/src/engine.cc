@@ -216,7 +216,9 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   ASSIGN_OR_RETURN(std::vector<StagedTensor> staged, StagePlan(reader, locals_, *backend_));
   for (size_t t = 0; t < staged.size(); ++t) in.staged[t].Merge(staged[t]);
   ASSIGN_OR_RETURN(ScatterBatch batch, PackScatter(reader, locals_));
-  in.pc.batches.push_back(std::move(batch));
+  ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> prepared,
+                   backend_->PrepareScatter(std::move(batch)));
+  in.pc.prepared.push_back(std::move(prepared));
   if (callbacks_.derived != nullptr) {
     // The touched regions per tensor, merged where adjacent, for the derived-weights hook.
     RETURN_IF_ERROR(reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
@@ -321,8 +323,8 @@ StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
     return Internal("the engine's pause callback failed; weights unchanged");
   }
   Status s;
-  for (const ScatterBatch& b : pc.batches) {
-    s = CommitPlan(b.ops, *backend_);
+  for (const std::unique_ptr<PreparedScatter>& p : pc.prepared) {
+    s = backend_->CommitScatter(*p);
     if (!s.ok()) break;
   }
   if (s.ok() && callbacks_.derived != nullptr) {

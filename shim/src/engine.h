@@ -56,8 +56,8 @@ class Engine {
   struct PendingCommit {
     uint64_t sync_id = 0;
     std::string version;
-    // Prepared before the pause, one batch per plan part (the new bytes, packed).
-    std::vector<ScatterBatch> batches;
+    // Prepared before the pause by the device backend, one per plan part.
+    std::vector<std::unique_ptr<PreparedScatter>> prepared;
     // Touched local regions per registered tensor (only when a derived hook is set).
     std::map<uint32_t, std::vector<deltakv_region>> regions;
   };

@@ -7,6 +7,11 @@
 // of that call are unspecified (Scatter errors are reported as Internal: the caller cannot
 // roll a partial scatter back, which is why scatter happens only after verification).
 //
+// A commit's scatter is split in two so the engine's pause covers only the writes:
+// PrepareScatter (before the pause) takes a packed batch and moves whatever it needs where the
+// writes will come from (the cuda backend uploads bytes and destinations to device memory);
+// CommitScatter (in the pause) performs the writes. A prepared scatter may be committed once.
+//
 // Thread-safety: one backend object per engine handle, used by one thread at a time.
 #pragma once
 
@@ -14,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -25,6 +31,21 @@ struct CopyOp {
   size_t bytes = 0;
 };
 
+// New bytes packed back to back in `data`, and one CopyOp per destination range whose `host`
+// points into `data`. Moving a batch keeps the ops valid.
+struct ScatterBatch {
+  std::vector<uint8_t> data;
+  std::vector<CopyOp> ops;
+};
+
+// A scatter made ready by DeviceBackend::PrepareScatter.
+class PreparedScatter {
+ public:
+  virtual ~PreparedScatter() = default;
+  virtual uint64_t ops() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -33,9 +54,14 @@ class DeviceBackend {
   virtual Status Gather(std::span<const CopyOp> ops) = 0;
   // host -> device for every op.
   virtual Status Scatter(std::span<const CopyOp> ops) = 0;
+  // Takes the batch; the default keeps it in host memory for Scatter.
+  virtual StatusOr<std::unique_ptr<PreparedScatter>> PrepareScatter(ScatterBatch batch);
+  // Writes a prepared batch (prepared by this backend). Internal on failure.
+  virtual Status CommitScatter(PreparedScatter& prepared);
 };
 
-// "cpu" (and "" for the default); InvalidArgument for names this build does not have.
+// "cpu" (and "" for the default), and "cuda" in builds with CUDA; InvalidArgument for names
+// this build does not have, FailedPrecondition for "cuda" without a usable device.
 StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(std::string_view name);
 
 }  // namespace deltakv::shim

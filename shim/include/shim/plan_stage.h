@@ -50,14 +50,8 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
                                               const std::vector<LocalTensor>& tensors,
                                               DeviceBackend& backend);
 
-// What a commit writes: the new bytes of staged records packed back to back in `data`, and one
-// CopyOp per record (device range <- its bytes in `data`). Moving a batch keeps the ops valid.
-struct ScatterBatch {
-  std::vector<uint8_t> data;
-  std::vector<CopyOp> ops;
-};
-
-// Packs a staged plan's records into a batch, validated against the registered tensors, so
+// Packs a staged plan's records into a batch (one CopyOp per record: device range <- its new
+// bytes), validated against the registered tensors, so
 // the plan buffer can be dropped and the pause itself is only the copy. REQUIRES: StagePlan
 // succeeded on this plan.
 StatusOr<ScatterBatch> PackScatter(const deltasync::WritePlanReader& plan,

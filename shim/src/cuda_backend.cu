@@ -1,0 +1,304 @@
+// The cuda device backend: engine weights are CUDA device memory on one device.
+//
+// Sparse deltas change a few bytes at millions of places, so copies are never issued one by
+// one. Every batch becomes an array of descriptors {device address, staging offset, length}
+// (long ranges split into pieces of at most kPieceBytes) and one kernel moves all of them
+// between the device addresses and a contiguous device staging buffer; staging crosses
+// PCIe in one copy. PrepareScatter uploads a commit's bytes and descriptors to device memory
+// before the pause, so CommitScatter, the part inside the pause, is a single kernel launch.
+//
+// Errors: InvalidArgument for a pointer that is not device memory of the backend's device;
+// Internal for CUDA runtime failures (with cudaGetErrorString), ResourceExhausted when device
+// or pinned memory cannot be allocated.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends.h"
+#include "shim/device_backend.h"
+
+namespace deltakv::shim {
+namespace {
+
+// Bytes one thread moves at most; longer ranges are split.
+constexpr uint32_t kPieceBytes = 64;
+// Staging bytes per round trip of an unprepared Gather.
+constexpr uint64_t kGatherChunkBytes = 256ull << 20;
+
+struct Desc {
+  uint64_t device;   // device address
+  uint32_t staging;  // offset in the staging buffer (< 4 GiB per launch)
+  uint32_t length;   // <= kPieceBytes
+};
+static_assert(sizeof(Desc) == 16);
+
+__device__ inline void CopyPiece(uint8_t* dst, const uint8_t* src, uint32_t n) {
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 7) == 0) {
+    for (uint32_t i = 0; i < n; i += 8) {
+      *reinterpret_cast<uint64_t*>(dst + i) = *reinterpret_cast<const uint64_t*>(src + i);
+    }
+  } else {
+    for (uint32_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+// kToDevice: staging -> device addresses (scatter); otherwise device addresses -> staging.
+template <bool kToDevice>
+__global__ void MovePieces(const Desc* descs, uint64_t count, uint8_t* staging) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < count;
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    const Desc d = descs[i];
+    uint8_t* dev = reinterpret_cast<uint8_t*>(d.device);
+    if (kToDevice) {
+      CopyPiece(dev, staging + d.staging, d.length);
+    } else {
+      CopyPiece(staging + d.staging, dev, d.length);
+    }
+  }
+}
+
+Status CudaError(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  if (e == cudaErrorMemoryAllocation) {
+    return ResourceExhausted(std::string(what) + ": " + cudaGetErrorString(e));
+  }
+  return Internal(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+
+#define CUDA_RETURN_IF_ERROR(expr, what) RETURN_IF_ERROR(CudaError((expr), what))
+
+// Appends descriptors for one op (split into pieces) whose bytes sit at staging offset `at`.
+void AddPieces(uint64_t device, uint64_t at, uint64_t bytes, std::vector<Desc>* out) {
+  for (uint64_t done = 0; done < bytes; done += kPieceBytes) {
+    out->push_back({device + done, static_cast<uint32_t>(at + done),
+                    static_cast<uint32_t>(std::min<uint64_t>(kPieceBytes, bytes - done))});
+  }
+}
+
+unsigned Blocks(uint64_t count) {
+  return static_cast<unsigned>(std::clamp<uint64_t>((count + 255) / 256, 1, 1u << 20));
+}
+
+// Device memory freed on destruction.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  uint64_t size = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+  Status Reserve(uint64_t n) {
+    if (n <= size) return Status::Ok();
+    if (ptr != nullptr) cudaFree(ptr);
+    ptr = nullptr;
+    size = 0;
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, std::max<uint64_t>(n, 1)), "cudaMalloc");
+    size = n;
+    return Status::Ok();
+  }
+};
+
+// Pinned host memory freed on destruction.
+struct PinnedBuffer {
+  void* ptr = nullptr;
+  uint64_t size = 0;
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr != nullptr) cudaFreeHost(ptr);
+  }
+  Status Reserve(uint64_t n) {
+    if (n <= size) return Status::Ok();
+    if (ptr != nullptr) cudaFreeHost(ptr);
+    ptr = nullptr;
+    size = 0;
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, std::max<uint64_t>(n, 1)), "cudaMallocHost");
+    size = n;
+    return Status::Ok();
+  }
+  uint8_t* bytes() { return static_cast<uint8_t*>(ptr); }
+};
+
+class CudaPreparedScatter final : public PreparedScatter {
+ public:
+  uint64_t ops() const override { return ops_; }
+  uint64_t bytes() const override { return data.size; }
+
+  DeviceBuffer data;
+  DeviceBuffer descs;
+  uint64_t pieces = 0;
+  uint64_t ops_ = 0;
+  int device = 0;
+};
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  explicit CudaBackend(int device_count) : device_count_(device_count) {}
+  ~CudaBackend() override {
+    if (stream_ != nullptr) {
+      cudaSetDevice(device_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  std::string_view name() const override { return "cuda"; }
+
+  Status Gather(std::span<const CopyOp> ops) override {
+    if (ops.empty()) return Status::Ok();
+    RETURN_IF_ERROR(Bind(ops));
+    size_t begin = 0;
+    while (begin < ops.size()) {
+      // One round trip: ops [begin, end) whose bytes fit the chunk (a larger op alone).
+      std::vector<Desc> descs;
+      uint64_t staged = 0;
+      size_t end = begin;
+      while (end < ops.size() &&
+             (end == begin || staged + ops[end].bytes <= kGatherChunkBytes)) {
+        AddPieces(reinterpret_cast<uint64_t>(ops[end].device), staged, ops[end].bytes, &descs);
+        staged += ops[end].bytes;
+        ++end;
+      }
+      if (staged > UINT32_MAX) return InvalidArgument("one gather op is larger than 4 GiB");
+      RETURN_IF_ERROR(staging_.Reserve(staged));
+      RETURN_IF_ERROR(descs_.Reserve(descs.size() * sizeof(Desc)));
+      RETURN_IF_ERROR(pinned_.Reserve(std::max<uint64_t>(staged, descs.size() * sizeof(Desc))));
+      std::memcpy(pinned_.ptr, descs.data(), descs.size() * sizeof(Desc));
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(descs_.ptr, pinned_.ptr, descs.size() * sizeof(Desc),
+                                           cudaMemcpyHostToDevice, stream_),
+                           "descriptor upload");
+      MovePieces<false><<<Blocks(descs.size()), 256, 0, stream_>>>(
+          static_cast<const Desc*>(descs_.ptr), descs.size(), static_cast<uint8_t*>(staging_.ptr));
+      CUDA_RETURN_IF_ERROR(cudaGetLastError(), "gather kernel launch");
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.ptr, staging_.ptr, staged,
+                                           cudaMemcpyDeviceToHost, stream_),
+                           "staging download");
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "gather");
+      uint64_t at = 0;
+      for (size_t i = begin; i < end; ++i) {
+        std::memcpy(ops[i].host, pinned_.bytes() + at, ops[i].bytes);
+        at += ops[i].bytes;
+      }
+      begin = end;
+    }
+    return Status::Ok();
+  }
+
+  Status Scatter(std::span<const CopyOp> ops) override {
+    if (ops.empty()) return Status::Ok();
+    ScatterBatch batch;
+    uint64_t total = 0;
+    for (const CopyOp& op : ops) total += op.bytes;
+    batch.data.resize(total);
+    uint8_t* at = batch.data.data();
+    for (const CopyOp& op : ops) {
+      std::memcpy(at, op.host, op.bytes);
+      batch.ops.push_back({op.device, at, op.bytes});
+      at += op.bytes;
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> p, PrepareScatter(std::move(batch)));
+    return CommitScatter(*p);
+  }
+
+  StatusOr<std::unique_ptr<PreparedScatter>> PrepareScatter(ScatterBatch batch) override {
+    auto p = std::make_unique<CudaPreparedScatter>();
+    p->ops_ = batch.ops.size();
+    if (batch.ops.empty()) return std::unique_ptr<PreparedScatter>(std::move(p));
+    if (batch.data.size() > UINT32_MAX) {
+      return InvalidArgument("a scatter batch above 4 GiB must be split into parts");
+    }
+    RETURN_IF_ERROR(Bind(batch.ops));
+    std::vector<Desc> descs;
+    descs.reserve(batch.ops.size());
+    for (const CopyOp& op : batch.ops) {
+      const uint64_t at = static_cast<const uint8_t*>(op.host) - batch.data.data();
+      if (at > batch.data.size() || op.bytes > batch.data.size() - at) {
+        return InvalidArgument("scatter op's bytes are not inside its batch");
+      }
+      AddPieces(reinterpret_cast<uint64_t>(op.device), at, op.bytes, &descs);
+    }
+    p->device = device_;
+    p->pieces = descs.size();
+    RETURN_IF_ERROR(p->data.Reserve(batch.data.size()));
+    RETURN_IF_ERROR(p->descs.Reserve(descs.size() * sizeof(Desc)));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(p->data.ptr, batch.data.data(), batch.data.size(),
+                                    cudaMemcpyHostToDevice),
+                         "scatter bytes upload");
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(p->descs.ptr, descs.data(), descs.size() * sizeof(Desc),
+                                    cudaMemcpyHostToDevice),
+                         "scatter descriptor upload");
+    return std::unique_ptr<PreparedScatter>(std::move(p));
+  }
+
+  Status CommitScatter(PreparedScatter& prepared) override {
+    auto* p = dynamic_cast<CudaPreparedScatter*>(&prepared);
+    if (p == nullptr) return Internal("scatter prepared by another backend");
+    if (p->pieces == 0) return Status::Ok();
+    if (p->device != device_ || stream_ == nullptr) {
+      return Internal("scatter prepared for another device");
+    }
+    Status s = CudaError(cudaSetDevice(device_), "cudaSetDevice");
+    if (s.ok()) {
+      MovePieces<true><<<Blocks(p->pieces), 256, 0, stream_>>>(
+          static_cast<const Desc*>(p->descs.ptr), p->pieces, static_cast<uint8_t*>(p->data.ptr));
+      s = CudaError(cudaGetLastError(), "scatter kernel launch");
+    }
+    if (s.ok()) s = CudaError(cudaStreamSynchronize(stream_), "scatter");
+    if (!s.ok()) return Internal("scatter failed: " + s.message());
+    return Status::Ok();
+  }
+
+ private:
+  // Finds the device of the ops' memory (the first op decides; every op must agree), makes it
+  // current on this thread and creates the stream on first use.
+  Status Bind(std::span<const CopyOp> ops) {
+    for (size_t i = 0; i < ops.size(); i += std::max<size_t>(1, ops.size() / 8)) {
+      cudaPointerAttributes attr{};
+      CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, ops[i].device),
+                           "cudaPointerGetAttributes");
+      if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+        return InvalidArgument("weight pointer is not CUDA device memory");
+      }
+      if (stream_ != nullptr && attr.device != device_) {
+        return InvalidArgument("weights on CUDA device " + std::to_string(attr.device) +
+                               " and " + std::to_string(device_) + ": one backend per device");
+      }
+      if (stream_ == nullptr) {
+        if (attr.device < 0 || attr.device >= device_count_)
+          return InvalidArgument("weight pointer names no CUDA device");
+        device_ = attr.device;
+        CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+        CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                             "cudaStreamCreate");
+      }
+    }
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+    return Status::Ok();
+  }
+
+  int device_count_ = 0;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer staging_;
+  DeviceBuffer descs_;
+  PinnedBuffer pinned_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DeviceBackend>> MakeCudaBackend() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    return FailedPrecondition(std::string("the cuda backend needs a CUDA device: ") +
+                              (e != cudaSuccess ? cudaGetErrorString(e) : "none found"));
+  }
+  return std::unique_ptr<DeviceBackend>(new CudaBackend(count));
+}
+
+}  // namespace deltakv::shim

@@ -1,0 +1,48 @@
+#include <string>
+
+#include "backends.h"
+#include "shim/device_backend.h"
+
+namespace deltakv::shim {
+
+namespace {
+
+// The default prepared scatter: the packed batch, kept in host memory.
+class HostPreparedScatter final : public PreparedScatter {
+ public:
+  explicit HostPreparedScatter(ScatterBatch batch) : batch_(std::move(batch)) {}
+  uint64_t ops() const override { return batch_.ops.size(); }
+  uint64_t bytes() const override { return batch_.data.size(); }
+  const ScatterBatch& batch() const { return batch_; }
+
+ private:
+  ScatterBatch batch_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PreparedScatter>> DeviceBackend::PrepareScatter(ScatterBatch batch) {
+  return std::unique_ptr<PreparedScatter>(new HostPreparedScatter(std::move(batch)));
+}
+
+Status DeviceBackend::CommitScatter(PreparedScatter& prepared) {
+  auto* host = dynamic_cast<HostPreparedScatter*>(&prepared);
+  if (host == nullptr) return Internal("scatter prepared by another backend");
+  Status s = Scatter(host->batch().ops);
+  if (!s.ok()) return Internal("scatter failed: " + s.message());
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(std::string_view name) {
+  if (name.empty() || name == "cpu") return MakeCpuBackend();
+#ifdef DELTAKV_HAVE_CUDA
+  if (name == "cuda") return MakeCudaBackend();
+  constexpr const char* kHave = "cpu, cuda";
+#else
+  constexpr const char* kHave = "cpu";
+#endif
+  return InvalidArgument("device backend '" + std::string(name) +
+                         "' is not available in this build (have: " + kHave + ")");
+}
+
+}  // namespace deltakv::shim
