@@ -4,7 +4,7 @@ checkpoint into the same engine (the baseline) in the same run; sidecar peak RSS
 
   python3 bench/sync_bench.py --deltakv build/sidecar/deltakv \
       --engine build/shim/deltakv-demo-engine [--size-mib 4096] [--densities 0.001,0.01,0.05] \
-      [--tp 1,4] [--dir $TMPDIR]
+      [--tp 1,4] [--dir $TMPDIR] [--sidecar-args "--decode-threads 1"]
 
 The deltas form a chain v1 -> v2 -> v3 -> ... (one density per step), synced in order; after
 each sync the engine reloads the same new checkpoint in full, which leaves its bytes unchanged
@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--densities", default="0.001,0.01,0.05")
     ap.add_argument("--tp", default="1,4")
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
+    ap.add_argument("--sidecar-args", default="", help="extra sidecar flags, space-separated")
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
     tps = [int(x) for x in a.tp.split(",")]
@@ -71,7 +72,8 @@ def main():
         for tp in tps:
             shm = f"dkv-bench-{os.getpid()}-{tp}"
             sidecar = subprocess.Popen([a.deltakv, "sidecar", "--listen", "127.0.0.1:0", "--port-file",
-                                        t(f"sc{tp}.port"), "--token-file", t("token"), "--shm-name", shm],
+                                        t(f"sc{tp}.port"), "--token-file", t("token"), "--shm-name", shm,
+                                        *a.sidecar_args.split()],
                                        stderr=subprocess.DEVNULL)
             url = f"http://127.0.0.1:{wait_file(t(f'sc{tp}.port'), sidecar, 'sidecar')}"
             ports = t(f"ports{tp}")

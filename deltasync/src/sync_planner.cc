@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <future>
 
 #include "deltasync/applier.h"
@@ -83,6 +84,26 @@ class PlanSink final : public NonzeroSink {
 struct FrameRef {
   uint32_t tensor;
   const DeltaFrame* frame;
+};
+
+// One frame's runs, decoded on a worker thread and replayed later in frame order.
+struct CollectedFrame {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;  // (position, length)
+  std::vector<uint8_t> bytes;                       // the runs' bytes, back to back
+  StatusOr<DecodeResult> result = DecodeResult{};
+};
+
+class CollectSink final : public NonzeroSink {
+ public:
+  explicit CollectSink(CollectedFrame* out) : out_(out) {}
+  Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
+    out_->runs.push_back({pos, bytes.size()});
+    out_->bytes.insert(out_->bytes.end(), bytes.begin(), bytes.end());
+    return Status::Ok();
+  }
+
+ private:
+  CollectedFrame* out_;
 };
 
 // One ranged read: [offset, offset + length) of an object, covering whole frames.
@@ -207,22 +228,69 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
     const std::string& bytes = *got;
     stats.bytes_fetched += bytes.size();
     auto t1 = Clock::now();
-    for (const FrameRef& fr : w.frames) {
-      const DeltaTensor& t = m.tensors[fr.tensor];
-      const DeltaFrame& f = *fr.frame;
-      auto it = dense.find(fr.tensor);
-      PlanSink sink(*layouts[fr.tensor], fr.tensor, f.offset, out,
-                    it == dense.end() ? nullptr : &it->second);
-      std::span<const uint8_t> input(
+    auto input_of = [&](const DeltaFrame& f) {
+      return std::span<const uint8_t>(
           reinterpret_cast<const uint8_t*>(bytes.data()) + (f.object_offset - w.offset),
           f.compressed_length);
-      ASSIGN_OR_RETURN(DecodeResult r,
-                       DecodeDeltaFrame(*decoder, input, f.length, opt.max_window_log, sink,
-                                        "tensor '" + t.name + "' frame at offset " +
-                                            std::to_string(f.offset)));
-      RETURN_IF_ERROR(sink.Flush());
+    };
+    auto where = [&](const FrameRef& fr) {
+      return "tensor '" + m.tensors[fr.tensor].name + "' frame at offset " +
+             std::to_string(fr.frame->offset);
+    };
+    auto sink_for = [&](const FrameRef& fr) {
+      auto it = dense.find(fr.tensor);
+      return PlanSink(*layouts[fr.tensor], fr.tensor, fr.frame->offset, out,
+                      it == dense.end() ? nullptr : &it->second);
+    };
+    auto account = [&](const DecodeResult& r) {
       stats.nonzero_bytes += r.nonzero_bytes;
       ++stats.frames;
+    };
+    if (opt.decode_threads <= 1) {
+      for (const FrameRef& fr : w.frames) {
+        PlanSink sink = sink_for(fr);
+        ASSIGN_OR_RETURN(DecodeResult r,
+                         DecodeDeltaFrame(*decoder, input_of(*fr.frame), fr.frame->length,
+                                          opt.max_window_log, sink, where(fr)));
+        RETURN_IF_ERROR(sink.Flush());
+        account(r);
+      }
+    } else {
+      // Up to decode_threads frames decode at once; the oldest is replayed into the output
+      // while the others run. Every future is drained before `bytes` goes away (a returning
+      // error waits for them in the futures' destructors).
+      std::deque<std::future<CollectedFrame>> inflight;
+      auto replay = [&](size_t index) -> Status {
+        CollectedFrame c = inflight.front().get();
+        inflight.pop_front();
+        if (!c.result.ok()) return c.result.status();
+        PlanSink sink = sink_for(w.frames[index]);
+        uint64_t at = 0;
+        for (const auto& [pos, len] : c.runs) {
+          RETURN_IF_ERROR(sink.OnRun(pos, std::span<const uint8_t>(c.bytes.data() + at, len)));
+          at += len;
+        }
+        RETURN_IF_ERROR(sink.Flush());
+        account(*c.result);
+        return Status::Ok();
+      };
+      size_t replayed = 0;
+      for (const FrameRef& fr : w.frames) {
+        if (inflight.size() >= opt.decode_threads) RETURN_IF_ERROR(replay(replayed++));
+        inflight.push_back(std::async(std::launch::async, [&, fr] {
+          CollectedFrame c;
+          auto d = MakeXorDecoder(opt.decoder);
+          if (!d.ok()) {
+            c.result = d.status();
+            return c;
+          }
+          CollectSink sink(&c);
+          c.result = DecodeDeltaFrame(**d, input_of(*fr.frame), fr.frame->length,
+                                      opt.max_window_log, sink, where(fr));
+          return c;
+        }));
+      }
+      while (!inflight.empty()) RETURN_IF_ERROR(replay(replayed++));
     }
     stats.decode_ms += MsSince(t1);
     if (opt.progress) opt.progress(wi + 1, windows.size());

@@ -223,19 +223,45 @@ TEST(PlanApply, SmallPartsAndFetchWindowsGiveTheSameResult) {
   PublishOptions po{f.tmp / "v1", f.tmp / "v2", f.tmp / "d12"};
   po.frame_bytes = 1024;
   ASSERT_TRUE(PublishDelta(po).ok());
-  for (bool prefetch : {true, false}) {
+  for (unsigned threads : {1u, 3u}) {
+    for (bool prefetch : {true, false}) {
     for (uint64_t window : {uint64_t{1}, uint64_t{700}, uint64_t{1} << 20}) {
       auto engine = f.Slice(f.tmp / "v1");
       PlannerOptions opt;
       opt.prefetch = prefetch;
       opt.fetch_window_bytes = window;
+      opt.decode_threads = threads;
       size_t parts = 0;
       Status s = SyncOnce(f, f.tmp / "d12", engine, /*part_bytes=*/256, opt, &parts);
       ASSERT_TRUE(s.ok()) << s.ToString();
       EXPECT_GT(parts, 10u);
-      EXPECT_EQ(engine, f.Slice(f.tmp / "v2")) << "prefetch " << prefetch << " window " << window;
+      EXPECT_EQ(engine, f.Slice(f.tmp / "v2"))
+          << "threads " << threads << " prefetch " << prefetch << " window " << window;
+    }
     }
   }
+}
+
+TEST(PlanApply, CorruptFrameFailsWithParallelDecode) {
+  Fixture f;
+  ASSERT_TRUE(GenerateCheckpoint(f.tmp / "v1", f.layout, 3).ok());
+  MutationOptions mo;
+  mo.density = 0.3;
+  ASSERT_TRUE(MutateCheckpoint(f.tmp / "v1", f.tmp / "v2", mo).ok());
+  PublishOptions po{f.tmp / "v1", f.tmp / "v2", f.tmp / "d12"};
+  po.frame_bytes = 1024;
+  ASSERT_TRUE(PublishDelta(po).ok());
+  // Corrupt the middle of the shard: one frame fails while others decode beside it.
+  std::string shard = f.tmp / "d12/shard-00000.zst";
+  std::string data = ReadAll(shard);
+  data[data.size() / 2] ^= 0x55;
+  deltakv::testing::WriteAll(shard, data);
+  auto engine = f.Slice(f.tmp / "v1");
+  PlannerOptions opt;
+  opt.decode_threads = 4;
+  Status s = SyncOnce(f, f.tmp / "d12", engine, 1 << 20, opt);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tensor '"), std::string::npos) << s.ToString();
 }
 
 TEST(PlanApply, WrongParentFailsVerificationAndChangesNothing) {

@@ -4,10 +4,10 @@
 // Each shard object is fetched from the store once, in windows of whole frames (ranged reads
 // of at most PlannerOptions::fetch_window_bytes unless one frame is larger), the next window
 // fetched on a second thread while the current one decodes. Every frame is decoded by an
-// XorDecoder into runs of nonzero XOR bytes; each run is split by the tensor's layout into
+// XorDecoder (up to decode_threads frames at once) into runs of nonzero XOR bytes; each run is split by the tensor's layout into
 // per-rank pieces (rank, local offset, canonical offset) and handed to a PlanOutput. Memory is
-// bounded by two fetch windows plus what the output keeps: the planner never holds an object,
-// a tensor or a plan.
+// bounded by two fetch windows, the runs of decode_threads frames and what the output keeps:
+// the planner never holds an object, a tensor or a plan.
 // Tensors shorter than kFullVerifyBelowBytes are planned in full (every byte, XOR zero where
 // unchanged) and flagged, so ranks can return full-checksum partial sums for them.
 //
@@ -66,6 +66,10 @@ struct PlannerOptions {
   uint64_t fetch_window_bytes = 32ull << 20;
   // Fetch the next window while the current one decodes.
   bool prefetch = true;
+  // Frames decoded at once (each by its own decoder, on its own thread); their runs are
+  // collected and handed to the PlanOutput in frame order. 1 = decode on the calling thread,
+  // straight into the output.
+  unsigned decode_threads = 1;
   // Called after each fetch window with (windows done, windows total).
   std::function<void(size_t, size_t)> progress;
 };

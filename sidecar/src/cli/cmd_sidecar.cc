@@ -79,6 +79,7 @@ struct SidecarOpts {
   std::string state_dir;
   uint64_t max_body_bytes = 64 << 10;
   uint64_t plan_buffer_bytes = 128ull << 20;
+  uint64_t decode_threads = 0;
   std::string http_ca_file;    // HTTP(S) delta stores (store/open_store.h)
   uint64_t http_timeout = 30;  // seconds: connect, and the longest stall
   uint64_t http_total_timeout = 1800;
@@ -121,6 +122,7 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
     return Status::Ok();
   };
   RETURN_IF_ERROR(uint("plan_buffer_bytes", o.plan_buffer_bytes, "--plan-buffer-bytes"));
+  RETURN_IF_ERROR(uint("decode_threads", o.decode_threads, "--decode-threads"));
   RETURN_IF_ERROR(uint("http_timeout", o.http_timeout, "--http-timeout"));
   RETURN_IF_ERROR(uint("http_total_timeout", o.http_total_timeout, "--http-total-timeout"));
   RETURN_IF_ERROR(uint("http_attempts", o.http_attempts, "--http-attempts"));
@@ -217,6 +219,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   eo.decoder = o.decoder;
   eo.state_dir = o.state_dir;
   eo.plan_buffer_bytes = o.plan_buffer_bytes;
+  eo.decode_threads = static_cast<unsigned>(o.decode_threads);
   eo.http = *http_store;
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
@@ -262,6 +265,9 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
                   "Bound on write-plan bytes in flight to all ranks (the sidecar's plan memory)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{256} << 10, uint64_t{1} << 40));
+  cmd->add_option("--decode-threads", o->decode_threads,
+                  "Delta frames decoded at once (0: one per CPU the sync worker may use)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{256}));
   cmd->add_option("--http-ca-file", o->http_ca_file,
                   "PEM CA certificates that verify https:// delta stores (default: the system's)");
   cmd->add_option("--http-timeout", o->http_timeout,

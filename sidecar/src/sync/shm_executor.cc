@@ -1,5 +1,6 @@
 #include "sync/shm_executor.h"
 
+#include <sched.h>
 #include <signal.h>
 
 #include <cstdlib>
@@ -201,6 +202,13 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   po.decoder = options_.decoder;
   po.max_window_log = options_.max_window_log;
   po.fetch_window_bytes = std::max<uint64_t>(options_.plan_buffer_bytes / 8, 1 << 20);
+  po.decode_threads = options_.decode_threads;
+  if (po.decode_threads == 0) {  // the CPUs this (pinned, low-priority) worker may use
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    po.decode_threads = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  }
+  po.decode_threads = std::clamp(po.decode_threads, 1u, 256u);
   auto planned = deltasync::BuildSyncPlans(m, *store, rank_tables, streamer, po);
   if (!planned.ok()) return abort_all(planned.status());
   const deltasync::PlanStats& stats = *planned;

@@ -38,6 +38,8 @@ struct ShmExecutorOptions {
   // Bound on plan bytes in flight to all ranks together (parts being written or not yet taken
   // by their rank), and so on the sidecar's plan memory; fetch windows are an eighth of it.
   uint64_t plan_buffer_bytes = 128ull << 20;
+  // Frames decoded at once; 0 = as many as the CPUs the sync worker may run on.
+  unsigned decode_threads = 0;
   HttpStoreOptions http;
 };
 
