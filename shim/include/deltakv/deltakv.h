@@ -22,12 +22,17 @@
  * poll, policy_version and last_error may be called from the engine's scheduler thread while
  * the background thread runs.
  * Errors: every call returns a deltakv_status; deltakv_engine_last_error() gives the message.
+ *
+ * The host KV tier (store and reload KV blocks through the sidecar's pool) is declared in
+ * deltakv/deltakv_kv.h, included below.
  */
 #ifndef DELTAKV_DELTAKV_H_
 #define DELTAKV_DELTAKV_H_
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "deltakv/deltakv_kv.h"
 
 #ifdef __cplusplus
 extern "C" {
