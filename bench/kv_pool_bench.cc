@@ -4,7 +4,8 @@
 //   store_reload: PrepareStore + memcpy in + CommitStore, then PinPrefix + memcpy out + unpin,
 //                for blocks of 64 KiB..4 MiB with 1 and 2 threads, next to plain memcpy of the
 //                same bytes in and out (the baseline; target >= 80 % of it for >= 512 KiB).
-// Prints one JSON line per result. Usage: kv_pool_bench [lookup|store_reload|all]
+// Prints one JSON line per result.
+// Usage: kv_pool_bench [lookup|store_reload|all] [--lookup-keys N (default 1048576)]
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,8 +30,7 @@ std::string PoolName(const std::string& tag) {
 
 PoolKey KeyOf(uint64_t i) { return PoolKey{i * 0x9E3779B97F4A7C15ull + 7, i ^ 0xABCDEF}; }
 
-void RunLookup() {
-  const uint64_t n = 1 << 20;
+void RunLookup(uint64_t n) {
   kvtier::SlotPoolOptions options;
   options.block_bytes = 64;  // the index is what is measured; keep the data area small
   options.capacity_slots = n;
@@ -182,8 +182,12 @@ void RunStoreReload() {
 
 int main(int argc, char** argv) {
   std::string which = argc > 1 ? argv[1] : "all";
+  uint64_t lookup_keys = 1 << 20;
+  for (int i = 2; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--lookup-keys") lookup_keys = std::stoull(argv[i + 1]);
+  }
   deltakv::bench::PrintEnvironment("kv_pool_bench");
-  if (which == "lookup" || which == "all") deltakv::bench::RunLookup();
+  if (which == "lookup" || which == "all") deltakv::bench::RunLookup(lookup_keys);
   if (which == "store_reload" || which == "all") deltakv::bench::RunStoreReload();
   return 0;
 }

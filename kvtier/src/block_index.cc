@@ -100,21 +100,77 @@ void BlockIndex::RepairBucket(uint64_t bucket) {
 }
 
 void BlockIndex::Prefetch(const PoolKey& key) const {
-  __builtin_prefetch(&buckets_[Home(key)].key_lo[0]);
+  const IndexBucket& bucket = buckets_[Home(key)];
+  __builtin_prefetch(&bucket.key_lo[0]);
+  __builtin_prefetch(&bucket.slot_ref[0]);
+  __builtin_prefetch(&bucket.key_hi[0]);
+}
+
+bool BlockIndex::FindCommitted(const PoolKey& key) const {
+  const uint64_t home = Home(key);
+  const uint64_t end = home + kProbeBuckets + 1;
+  {
+    // The three lines a hit reads, requested together rather than one after the other.
+    const IndexBucket& bucket = buckets_[home];
+    __builtin_prefetch(&bucket.slot_ref[0]);
+    __builtin_prefetch(&bucket.key_hi[0]);
+  }
+  for (uint64_t b = home; b < end; ++b) {
+    const IndexBucket& bucket = buckets_[b];
+    for (uint32_t e = 0; e < kEntriesPerBucket; ++e) {
+      if (bucket.key_lo[e].load(std::memory_order_relaxed) != key.lo) continue;
+      // A concurrent mark or reuse of the entry fails the consistency check: read it again.
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        uint64_t ref, lo, hi;
+        if (!ReadEntry(bucket, e, &ref, &lo, &hi)) continue;
+        if (lo == key.lo && hi == key.hi && SlotRefCommitted(ref)) return true;
+        break;
+      }
+    }
+    if (bucket.overflow.load(std::memory_order_acquire) == 0) break;
+  }
+  return false;
+}
+
+bool BlockIndex::MarkCommitted(const PoolKey& key, SlotRef ref) {
+  const uint64_t home = Home(key);
+  const uint64_t end = home + kProbeBuckets + 1;
+  const uint64_t packed = MakeSlotRef(ref.slot, ref.generation);
+  for (uint64_t b = home; b < end; ++b) {
+    IndexBucket& bucket = buckets_[b];
+    for (uint32_t e = 0; e < kEntriesPerBucket; ++e) {
+      uint64_t r = bucket.slot_ref[e].load(std::memory_order_relaxed);
+      if ((r & ~kSlotRefCommitted) != packed) continue;
+      // Only this slot generation's entry holds `packed`, and that generation holds `key`; the
+      // CAS fails harmlessly if the entry was erased (0) or reused meanwhile.
+      return SlotRefCommitted(r) ||
+             bucket.slot_ref[e].compare_exchange_strong(r, packed | kSlotRefCommitted,
+                                                        std::memory_order_release,
+                                                        std::memory_order_relaxed);
+    }
+    if (bucket.overflow.load(std::memory_order_acquire) == 0) break;
+  }
+  return false;
 }
 
 std::optional<SlotRef> BlockIndex::Find(const PoolKey& key, uint32_t state_mask) const {
   const uint64_t home = Home(key);
   const uint64_t end = home + kProbeBuckets + 1;
+  // A hit in the home bucket reads its key_lo and slot_ref lines: start both loads at once.
+  __builtin_prefetch(&buckets_[home].slot_ref[0]);
   for (uint64_t b = home; b < end; ++b) {
     const IndexBucket& bucket = buckets_[b];
     for (uint32_t e = 0; e < kEntriesPerBucket; ++e) {
       if (bucket.key_lo[e].load(std::memory_order_relaxed) != key.lo) continue;
-      uint64_t ref, lo, hi;
-      if (!ReadEntry(bucket, e, &ref, &lo, &hi) || lo != key.lo || hi != key.hi) continue;
-      uint32_t slot = SlotRefSlot(ref);
+      // The entry is a hint (ORDERING.md §4): key_lo and slot_ref may belong to different
+      // occupants of the entry, and key_hi is not read at all. SlotMatches accepts the slot only
+      // if it holds exactly `key` at the entry's generation in a wanted state, which is the
+      // whole acceptance rule, so no consistent snapshot of the entry is needed.
+      const uint64_t ref = bucket.slot_ref[e].load(std::memory_order_acquire);
+      if (ref == 0) continue;
+      const uint32_t slot = SlotRefSlot(ref);
       if (slot >= slot_count_) continue;
-      uint32_t generation = SlotRefGeneration(ref);
+      const uint32_t generation = SlotRefGeneration(ref);
       if (SlotMatches(slots_[slot], key, generation, state_mask)) {
         return SlotRef{slot, generation};
       }
@@ -194,7 +250,8 @@ StatusOr<bool> BlockIndex::Erase(const PoolKey& key, SlotRef ref) {
     IndexBucket& bucket = buckets_[b];
     for (uint32_t e = 0; e < kEntriesPerBucket; ++e) {
       uint64_t r, lo, hi;
-      if (!ReadEntry(bucket, e, &r, &lo, &hi) || r != packed || lo != key.lo || hi != key.hi) {
+      if (!ReadEntry(bucket, e, &r, &lo, &hi) || (r & ~kSlotRefCommitted) != packed ||
+          lo != key.lo || hi != key.hi) {
         continue;
       }
       bucket.slot_ref[e].store(0, std::memory_order_release);
@@ -216,7 +273,19 @@ StatusOr<size_t> BlockIndex::SweepStale() {
   for (uint64_t b = 0; b < total; ++b) {
     for (uint32_t e = 0; e < kEntriesPerBucket; ++e) {
       uint64_t r, lo, hi;
-      if (!ReadEntry(buckets_[b], e, &r, &lo, &hi) || EntryIsLive(r, lo, hi)) continue;
+      if (!ReadEntry(buckets_[b], e, &r, &lo, &hi)) continue;
+      if (EntryIsLive(r, lo, hi)) {
+        // A committer that died between its READY CAS and its mark: mark for it.
+        const uint32_t slot = SlotRefSlot(r);
+        if (!SlotRefCommitted(r) &&
+            SlotMatches(slots_[slot], PoolKey{lo, hi}, SlotRefGeneration(r),
+                        StateBit(SlotState::kReady))) {
+          buckets_[b].slot_ref[e].compare_exchange_strong(r, r | kSlotRefCommitted,
+                                                          std::memory_order_release,
+                                                          std::memory_order_relaxed);
+        }
+        continue;
+      }
       PoolKey key{lo, hi};
       const uint64_t home = Home(key);
       if (home > b) continue;  // not a valid position for this key; RepairBucket's business

@@ -39,7 +39,7 @@ uint64_t SlotStride(uint64_t block_bytes) {
 }
 
 StatusOr<PoolGeometry> ComputeGeometry(uint64_t block_bytes, uint64_t slot_count,
-                                       uint64_t chunk_bytes) {
+                                       uint64_t chunk_bytes, uint64_t event_capacity) {
   if (block_bytes == 0 || block_bytes > kMaxBlockBytes) {
     return InvalidArgument("kv pool: block_bytes " + std::to_string(block_bytes) +
                            " must be in [1, " + std::to_string(kMaxBlockBytes) + "]");
@@ -48,14 +48,23 @@ StatusOr<PoolGeometry> ComputeGeometry(uint64_t block_bytes, uint64_t slot_count
     return InvalidArgument("kv pool: capacity " + std::to_string(slot_count) +
                            " slots must be in [1, " + std::to_string(kMaxSlots) + "]");
   }
+  if (event_capacity > kMaxEventCapacity || (event_capacity & (event_capacity - 1)) != 0) {
+    return InvalidArgument("kv pool: event capacity " + std::to_string(event_capacity) +
+                           " must be 0 or a power of two up to " +
+                           std::to_string(kMaxEventCapacity));
+  }
   PoolGeometry g;
   g.block_bytes = block_bytes;
   g.slot_stride = SlotStride(block_bytes);
   g.slot_count = slot_count;
   g.chunk_slots = std::max<uint64_t>(1, std::min(slot_count, chunk_bytes / g.slot_stride));
   g.bucket_count = NextPowerOfTwo((slot_count + 3) / 4);
-  g.slots_offset = kPoolHeaderOffset + sizeof(PoolHeader);
-  g.buckets_offset = g.slots_offset + sizeof(SlotMeta) * slot_count;
+  g.event_capacity = static_cast<uint32_t>(event_capacity);
+  g.counters_offset = kPoolHeaderOffset + sizeof(PoolHeader);
+  g.events_offset = g.counters_offset + sizeof(PoolCounterShard) * kCounterShards;
+  g.slots_offset =
+      RoundUp(g.events_offset + sizeof(PoolEventEntry) * event_capacity, kRegionAlignment);
+  g.buckets_offset = RoundUp(g.slots_offset + sizeof(SlotMeta) * slot_count, kRegionAlignment);
   const uint64_t buckets_end =
       g.buckets_offset + sizeof(IndexBucket) * (g.bucket_count + kProbeBuckets);
   g.data_offset = RoundUp(buckets_end, kDataAlignment);
@@ -84,11 +93,13 @@ Status ValidatePoolHeader(const PoolHeader& h, uint64_t segment_size) {
   }
   if (h.max_pin_holders != kMaxPinHolders || h.slot_meta_size != sizeof(SlotMeta) ||
       h.bucket_size != sizeof(IndexBucket) || h.entries_per_bucket != kEntriesPerBucket ||
-      h.probe_buckets != kProbeBuckets) {
+      h.probe_buckets != kProbeBuckets || h.counter_shards != kCounterShards ||
+      h.counter_shard_size != sizeof(PoolCounterShard) ||
+      h.event_entry_size != sizeof(PoolEventEntry)) {
     return bad("structure sizes disagree with this build");
   }
   if ((h.flags & ~kPoolKnownFlags) != 0) return bad("unknown flag bits " + std::to_string(h.flags));
-  StatusOr<PoolGeometry> g = ComputeGeometry(h.block_bytes, h.slot_count, 0);
+  StatusOr<PoolGeometry> g = ComputeGeometry(h.block_bytes, h.slot_count, 0, h.event_capacity);
   if (!g.ok()) return bad(g.status().message());
   if (h.slot_stride != g->slot_stride) return bad("slot_stride " + std::to_string(h.slot_stride));
   if (h.chunk_slots == 0 || h.chunk_slots > h.slot_count) {
@@ -96,7 +107,8 @@ Status ValidatePoolHeader(const PoolHeader& h, uint64_t segment_size) {
   }
   if (h.bucket_count != g->bucket_count)
     return bad("bucket_count " + std::to_string(h.bucket_count));
-  if (h.slots_offset != g->slots_offset || h.buckets_offset != g->buckets_offset ||
+  if (h.counters_offset != g->counters_offset || h.events_offset != g->events_offset ||
+      h.slots_offset != g->slots_offset || h.buckets_offset != g->buckets_offset ||
       h.data_offset != g->data_offset) {
     return bad("region offsets disagree with the geometry");
   }

@@ -1,10 +1,12 @@
 #include "kvtier/slot_pool.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <unordered_map>
 #include <utility>
@@ -19,6 +21,11 @@ namespace deltakv::kvtier {
 namespace {
 
 constexpr uint64_t kFreeScanWindow = 1024;
+// How long a writer waits for an event entry held by another writer before checking whether
+// that writer is alive (a live one finishes within a few hundred nanoseconds unless preempted).
+constexpr uint64_t kEventLockWaitNs = 50'000;
+// How long a reader spins on an event whose sequence number is taken but not yet written.
+constexpr uint64_t kEventReadSpinNs = 20'000;
 
 uint64_t Word(uint32_t pid, SlotState state, uint32_t generation) {
   return SlotWord{pid, state, generation}.Encode();
@@ -26,6 +33,32 @@ uint64_t Word(uint32_t pid, SlotState state, uint32_t generation) {
 
 std::string RefText(SlotRef ref) {
   return "slot " + std::to_string(ref.slot) + " generation " + std::to_string(ref.generation);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Per thread: the counter shard this thread uses for each of (up to) the last few attachments it
+// counted into, keyed by the attachment's process-unique id (never reused, so an entry of a
+// destroyed attachment simply never matches again).
+struct ShardCacheEntry {
+  uint64_t local_id = 0;
+  PoolCounterShard* shard = nullptr;
+};
+constexpr size_t kShardCacheEntries = 4;
+thread_local ShardCacheEntry t_shard_cache[kShardCacheEntries];
+thread_local uint32_t t_shard_cache_next = 0;
+
+std::atomic<uint64_t> g_next_local_id{1};
+
+// Best effort: a kernel without shmem THP (or with it set to never/deny) declines.
+void AdviseHugePages(const shm::Segment& segment) {
+  (void)madvise(segment.data(), segment.size(), MADV_HUGEPAGE);
 }
 
 }  // namespace
@@ -59,15 +92,62 @@ void PinnedBlocks::Release() {
 
 // ---- Construction ----------------------------------------------------------------------------
 
+// This process's attachment to the segment: the mapping plus the counter shards its threads
+// claimed. Destroying it gives the shards back (release, so the next owner sees the counts)
+// before the segment is unmapped.
+struct SlotPool::Attachment {
+  explicit Attachment(shm::Segment s)
+      : segment(std::move(s)), local_id(g_next_local_id.fetch_add(1, std::memory_order_relaxed)) {}
+  ~Attachment() {
+    for (const auto& [thread, shard] : claimed) shard->owner.store(0, std::memory_order_release);
+  }
+  Attachment(const Attachment&) = delete;
+  Attachment& operator=(const Attachment&) = delete;
+
+  shm::Segment segment;
+  const uint64_t local_id;
+  std::mutex mu;
+  std::vector<std::pair<pthread_t, PoolCounterShard*>> claimed;  // GUARDED_BY(mu)
+  uint32_t claim_hint = 0;                                       // GUARDED_BY(mu)
+};
+
+// Adds to the calling thread's shard: a plain load and store when the thread owns the shard
+// (it is the only writer), an atomic add on the shared shard 0.
+class SlotPool::CounterWriter {
+ public:
+  CounterWriter(PoolCounterShard* shard, bool shared) : shard_(shard), shared_(shared) {}
+  void Add(PoolCounter counter, uint64_t value) const {
+    std::atomic<uint64_t>& v = shard_->value[static_cast<uint32_t>(counter)];
+    if (shared_) {
+      v.fetch_add(value, std::memory_order_relaxed);
+    } else {
+      v.store(v.load(std::memory_order_relaxed) + value, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  PoolCounterShard* shard_;
+  bool shared_;
+};
+
 SlotPool::SlotPool() = default;
 SlotPool::SlotPool(SlotPool&&) noexcept = default;
 SlotPool& SlotPool::operator=(SlotPool&&) noexcept = default;
 SlotPool::~SlotPool() = default;
 
+const shm::Segment& SlotPool::segment() const { return attach_->segment; }
+
 SlotPool::SlotPool(shm::Segment segment, const SlotPoolClientOptions& client)
-    : segment_(std::move(segment)) {
-  uint8_t* base = segment_.data();
+    : attach_(std::make_unique<Attachment>(std::move(segment))) {
+  local_id_ = attach_->local_id;
+  uint8_t* base = attach_->segment.data();
   header_ = reinterpret_cast<PoolHeader*>(base + kPoolHeaderOffset);
+  shards_ = reinterpret_cast<PoolCounterShard*>(base + header_->counters_offset);
+  events_ = reinterpret_cast<PoolEventEntry*>(base + header_->events_offset);
+  event_capacity_ = header_->event_capacity;
+  event_mask_ = event_capacity_ == 0 ? 0 : event_capacity_ - 1;
+  attachment_id_ =
+      static_cast<uint32_t>(header_->next_client_id.fetch_add(1, std::memory_order_relaxed) + 1);
   slots_ = reinterpret_cast<SlotMeta*>(base + header_->slots_offset);
   data_ = base + header_->data_offset;
   slot_count_ = header_->slot_count;
@@ -75,6 +155,8 @@ SlotPool::SlotPool(shm::Segment segment, const SlotPoolClientOptions& client)
   block_bytes_ = header_->block_bytes;
   chunk_slots_ = header_->chunk_slots;
   poison_ = (header_->flags & kPoolFlagPoisonFreed) != 0;
+  // Huge pages are decided per mapping at fault time: every process advises its own.
+  if ((header_->flags & kPoolFlagHugePages) != 0) AdviseHugePages(attach_->segment);
   index_ = BlockIndex(reinterpret_cast<IndexBucket*>(base + header_->buckets_offset),
                       header_->bucket_count, slots_, slot_count_);
   pid_ = static_cast<uint32_t>(getpid());
@@ -91,12 +173,16 @@ SlotPool::SlotPool(shm::Segment segment, const SlotPoolClientOptions& client)
 StatusOr<SlotPool> SlotPool::Create(const std::string& name, const SlotPoolOptions& options,
                                     const SlotPoolClientOptions& client) {
   ASSIGN_OR_RETURN(PoolGeometry g, ComputeGeometry(options.block_bytes, options.capacity_slots,
-                                                   options.chunk_bytes));
+                                                   options.chunk_bytes, options.event_capacity));
   shm::CreateOptions create;
   create.if_exists = options.if_exists;
   create.unlink_on_destroy = options.unlink_on_destroy;
   ASSIGN_OR_RETURN(shm::Segment segment,
                    shm::Segment::Create(name, g.total_size, shm::SegmentKind::kKvPool, create));
+  if (options.hugepages) AdviseHugePages(segment);  // before the index pages are first touched
+  if (options.place_memory) {
+    RETURN_IF_ERROR(options.place_memory(segment.bytes()).WithPrefix("kv pool '" + name + "'"));
+  }
   auto* h = new (segment.data() + kPoolHeaderOffset) PoolHeader{};
   h->magic = kPoolMagic;
   h->layout_version = kPoolLayoutVersion;
@@ -117,7 +203,14 @@ StatusOr<SlotPool> SlotPool::Create(const std::string& name, const SlotPoolOptio
   h->slot_meta_size = sizeof(SlotMeta);
   h->bucket_size = sizeof(IndexBucket);
   h->entries_per_bucket = kEntriesPerBucket;
-  // Slot metadata and index entries are zero bytes already: all FREE, generation 0, empty.
+  h->counters_offset = g.counters_offset;
+  h->events_offset = g.events_offset;
+  h->counter_shards = kCounterShards;
+  h->event_capacity = g.event_capacity;
+  h->event_entry_size = sizeof(PoolEventEntry);
+  h->counter_shard_size = sizeof(PoolCounterShard);
+  // Counters, events, slot metadata and index entries are zero bytes already: all unowned,
+  // never written, FREE with generation 0, empty.
   RETURN_IF_ERROR(
       BlockIndex::InitBuckets(reinterpret_cast<IndexBucket*>(segment.data() + g.buckets_offset),
                               g.bucket_count + kProbeBuckets));
@@ -133,6 +226,206 @@ StatusOr<SlotPool> SlotPool::Open(const std::string& name, const SlotPoolClientO
     return s.WithPrefix("kv pool '" + name + "'");
   }
   return SlotPool(std::move(segment), client);
+}
+
+// ---- Counters --------------------------------------------------------------------------------
+
+inline PoolCounterShard* SlotPool::ThreadShard() {
+  for (const ShardCacheEntry& e : t_shard_cache) {
+    if (e.local_id == local_id_) return e.shard;
+  }
+  return ClaimThreadShard();
+}
+
+PoolCounterShard* SlotPool::ClaimThreadShard() {
+  Attachment& a = *attach_;
+  PoolCounterShard* shard = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    const pthread_t self = pthread_self();
+    // A thread that fell out of its cache, or a new thread reusing an exited thread's id: the
+    // earlier owner is gone, so the shard still has a single writer.
+    for (const auto& [thread, claimed] : a.claimed) {
+      if (pthread_equal(thread, self)) shard = claimed;
+    }
+    for (uint32_t i = 0; shard == nullptr && i + 1 < kCounterShards; ++i) {
+      const uint32_t index = 1 + (a.claim_hint + i) % (kCounterShards - 1);
+      uint64_t expected = 0;
+      if (shards_[index].owner.load(std::memory_order_relaxed) == 0 &&
+          shards_[index].owner.compare_exchange_strong(expected, pid_,
+                                                       std::memory_order_acq_rel)) {
+        shard = &shards_[index];
+        a.claimed.emplace_back(self, shard);
+        a.claim_hint = index;
+      }
+    }
+  }
+  if (shard == nullptr) shard = &shards_[0];  // every shard is owned: share shard 0
+  t_shard_cache[t_shard_cache_next++ % kShardCacheEntries] = ShardCacheEntry{local_id_, shard};
+  return shard;
+}
+
+SlotPool::CounterWriter SlotPool::Counters() {
+  PoolCounterShard* shard = ThreadShard();
+  return CounterWriter(shard, shard == &shards_[0]);
+}
+
+uint64_t SlotPool::Counter(PoolCounter counter) const {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < kCounterShards; ++i) {
+    sum += shards_[i].value[static_cast<uint32_t>(counter)].load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+void SlotPool::RecordCopy(bool into_pool, bool ok, uint64_t blocks, uint64_t bytes,
+                          uint64_t busy_ns) {
+  CounterWriter w = Counters();
+  if (into_pool) {
+    w.Add(PoolCounter::kCopyBatchesIn, 1);
+    if (ok) w.Add(PoolCounter::kBytesIn, bytes);
+    w.Add(PoolCounter::kCopyBusyNsIn, busy_ns);
+  } else {
+    w.Add(PoolCounter::kCopyBatchesOut, 1);
+    if (ok) {
+      w.Add(PoolCounter::kLoadsCompleted, blocks);
+      w.Add(PoolCounter::kBytesOut, bytes);
+    }
+    w.Add(PoolCounter::kCopyBusyNsOut, busy_ns);
+  }
+  if (!ok) w.Add(PoolCounter::kFailedCopies, 1);
+}
+
+// ---- Events ----------------------------------------------------------------------------------
+
+bool SlotPool::LockEventEntry(PoolEventEntry& entry) {
+  uint64_t holder = 0;
+  if (entry.lock.compare_exchange_strong(holder, pid_, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+    return true;
+  }
+  const uint64_t deadline = shm::MonotonicNowNs() + kEventLockWaitNs;
+  for (uint32_t spin = 1;; ++spin) {
+    holder = entry.lock.load(std::memory_order_relaxed);
+    if (holder == 0) {
+      if (entry.lock.compare_exchange_strong(holder, pid_, std::memory_order_acquire,
+                                             std::memory_order_relaxed)) {
+        return true;
+      }
+      continue;
+    }
+    if (spin % 64 == 0 && shm::MonotonicNowNs() > deadline) break;
+    CpuRelax();
+  }
+  // Held for a long time. A dead holder will never write again: take the entry over. A live one
+  // (or this process) keeps it; the caller drops its event rather than wait or interleave.
+  if (holder == pid_ || shm::IsProcessAlive(static_cast<pid_t>(holder))) return false;
+  return entry.lock.compare_exchange_strong(holder, pid_, std::memory_order_acquire,
+                                            std::memory_order_relaxed);
+}
+
+void SlotPool::PublishEvent(PoolEventKind kind, const PoolKey& key, uint32_t slot,
+                            uint32_t generation, uint32_t pid, uint32_t attachment) {
+  if (event_capacity_ == 0) return;
+  const uint64_t ticket = header_->event_tail.fetch_add(1, std::memory_order_relaxed);
+  PoolEventEntry& e = events_[ticket & event_mask_];
+  CounterWriter w = Counters();
+  if (!LockEventEntry(e)) {
+    w.Add(PoolCounter::kEventsDropped, 1);
+    return;
+  }
+  const uint64_t writing = 2 * ticket + 1;
+  if (e.seq.load(std::memory_order_relaxed) >= writing) {
+    // A later ticket already wrote here (this writer was delayed by a full ring): drop.
+    e.lock.store(0, std::memory_order_release);
+    w.Add(PoolCounter::kEventsDropped, 1);
+    return;
+  }
+  e.seq.store(writing, std::memory_order_relaxed);
+  // Orders the odd seq before every payload store: a reader that sees any of them sees seq move.
+  std::atomic_thread_fence(std::memory_order_release);
+  e.key_lo.store(key.lo, std::memory_order_relaxed);
+  e.key_hi.store(key.hi, std::memory_order_relaxed);
+  e.info.store(EventInfo(slot, generation, kind), std::memory_order_relaxed);
+  e.origin.store(static_cast<uint64_t>(attachment) << 32 | pid, std::memory_order_relaxed);
+  e.time_ns.store(shm::MonotonicNowNs(), std::memory_order_relaxed);
+  e.seq.store(writing + 1, std::memory_order_release);  // ticket published
+  e.lock.store(0, std::memory_order_release);
+  w.Add(PoolCounter::kEventsPublished, 1);
+}
+
+PoolEventCursor SlotPool::OpenEventCursor() const {
+  return PoolEventCursor{header_->event_tail.load(std::memory_order_acquire), 0};
+}
+
+PoolEventRead SlotPool::ReadEvents(PoolEventCursor* cursor, std::vector<PoolEvent>* out,
+                                   size_t max_events, std::chrono::nanoseconds skip_after) const {
+  PoolEventRead result;
+  const uint64_t tail = header_->event_tail.load(std::memory_order_acquire);
+  if (event_capacity_ == 0 || cursor->next > tail) {
+    cursor->next = tail;
+    cursor->pending_since_ns = 0;
+    return result;
+  }
+  if (tail - cursor->next > event_capacity_) {  // the ring overran this reader
+    result.lost += tail - event_capacity_ - cursor->next;
+    cursor->next = tail - event_capacity_;
+    cursor->pending_since_ns = 0;
+  }
+  const auto skip_ns = static_cast<uint64_t>(std::max<int64_t>(0, skip_after.count()));
+  while (cursor->next < tail && result.read < max_events) {
+    const uint64_t ticket = cursor->next;
+    const PoolEventEntry& e = events_[ticket & event_mask_];
+    const uint64_t published = 2 * ticket + 2;
+    uint64_t seq = e.seq.load(std::memory_order_acquire);
+    if (seq < published) {
+      // Taken but not written: a live writer is a few stores away from publishing it.
+      const uint64_t spin_until = shm::MonotonicNowNs() + kEventReadSpinNs;
+      for (uint32_t spin = 1; seq < published; ++spin) {
+        if (spin % 64 == 0 && shm::MonotonicNowNs() > spin_until) break;
+        CpuRelax();
+        seq = e.seq.load(std::memory_order_acquire);
+      }
+      if (seq < published) {
+        const uint64_t now = shm::MonotonicNowNs();
+        if (cursor->pending_since_ns == 0) cursor->pending_since_ns = now;
+        if (now - cursor->pending_since_ns < skip_ns) {
+          result.waiting = true;
+          break;
+        }
+        ++result.lost;  // its writer died or stalled: skip it
+        ++cursor->next;
+        cursor->pending_since_ns = 0;
+        continue;
+      }
+    }
+    cursor->pending_since_ns = 0;
+    ++cursor->next;
+    if (seq != published) {  // a later ticket overwrote it
+      ++result.lost;
+      continue;
+    }
+    PoolEvent ev;
+    ev.key.lo = e.key_lo.load(std::memory_order_relaxed);
+    ev.key.hi = e.key_hi.load(std::memory_order_relaxed);
+    const uint64_t info = e.info.load(std::memory_order_relaxed);
+    const uint64_t origin = e.origin.load(std::memory_order_relaxed);
+    ev.time_ns = e.time_ns.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.seq.load(std::memory_order_relaxed) != published) {  // overwritten while copying
+      ++result.lost;
+      continue;
+    }
+    ev.kind = static_cast<PoolEventKind>(info >> 60);
+    ev.ref = SlotRef{static_cast<uint32_t>(info),
+                     static_cast<uint32_t>(info >> 32) & kGenerationMask};
+    ev.pid = static_cast<uint32_t>(origin);
+    ev.attachment = static_cast<uint32_t>(origin >> 32);
+    ev.sequence = ticket;
+    out->push_back(ev);
+    ++result.read;
+  }
+  return result;
 }
 
 // ---- Allocation ------------------------------------------------------------------------------
@@ -204,7 +497,7 @@ int64_t SlotPool::ClaimFromFreeScan() {
   return -1;
 }
 
-bool SlotPool::TryEvict(uint32_t slot, uint32_t generation) {
+bool SlotPool::TryEvict(uint32_t slot, uint32_t generation, PoolEventKind kind) {
   SlotMeta& meta = Meta(slot);
   uint64_t ready = Word(0, SlotState::kReady, generation);
   // seq_cst: pairs with Pin's holder increment followed by its state load (Dekker).
@@ -219,6 +512,8 @@ bool SlotPool::TryEvict(uint32_t slot, uint32_t generation) {
   meta.state.store(Word(pid_, SlotState::kFreeing, generation), std::memory_order_release);
   PoolKey key{meta.key_lo.load(std::memory_order_relaxed),
               meta.key_hi.load(std::memory_order_relaxed)};
+  // Committed: the block is gone for every reader from here on, so tell them.
+  PublishEvent(kind, key, slot, generation, pid_, attachment_id_);
   (void)index_.Erase(key, SlotRef{slot, generation});
   Poison(slot);
   return true;
@@ -246,12 +541,12 @@ StatusOr<int64_t> SlotPool::AllocateSlot(std::vector<EvictionCandidate>* candida
           return generation;
         }
       } else if (w.state == SlotState::kReady && w.generation == c.generation &&
-                 TryEvict(c.slot, c.generation)) {
+                 TryEvict(c.slot, c.generation, PoolEventKind::kEvicted)) {
         const uint32_t generation = NextGeneration(c.generation);
         Meta(c.slot).state.store(Word(pid_, SlotState::kWriting, generation),
                                  std::memory_order_release);
         std::atomic_thread_fence(std::memory_order_release);
-        header_->evictions.fetch_add(1, std::memory_order_relaxed);
+        Counters().Add(PoolCounter::kEvictions, 1);
         *slot = c.slot;
         *evicted = true;
         return generation;
@@ -364,8 +659,9 @@ StatusOr<PrepareStoreResult> SlotPool::PrepareStore(std::span<const PoolKey> key
     }
   }
   for (const SlotRef& ref : protect) (void)Unpin(ref);
-  header_->stores_prepared.fetch_add(result.allocated, std::memory_order_relaxed);
-  header_->stores_refused.fetch_add(result.refused, std::memory_order_relaxed);
+  const CounterWriter w = Counters();
+  w.Add(PoolCounter::kStoresPrepared, result.allocated);
+  w.Add(PoolCounter::kStoresRefused, result.refused);
   if (result.allocated == 0 && result.refused > 0) {
     return ResourceExhausted("kv pool: refused all " + std::to_string(result.refused) +
                              " blocks: every slot is pinned or being written");
@@ -377,6 +673,9 @@ Status SlotPool::CommitStore(SlotRef ref) {
   if (ref.slot >= slot_count_) return InvalidArgument("kv pool: " + RefText(ref) + " out of range");
   SlotMeta& meta = Meta(ref.slot);
   meta.lru_tick.store(clock_->Now(), std::memory_order_relaxed);
+  // Read while the slot is still ours: once READY it may be evicted and reused at any moment.
+  const PoolKey key{meta.key_lo.load(std::memory_order_relaxed),
+                    meta.key_hi.load(std::memory_order_relaxed)};
   uint64_t expected = Word(pid_, SlotState::kWriting, ref.generation);
   // The publication: every byte the owner wrote happens-before any acquire of READY.
   if (!meta.state.compare_exchange_strong(expected, Word(0, SlotState::kReady, ref.generation),
@@ -386,14 +685,18 @@ Status SlotPool::CommitStore(SlotRef ref) {
                               std::string(SlotStateName(w.state)) + " generation " +
                               std::to_string(w.generation) + " pid " + std::to_string(w.pid));
   }
-  header_->stores_committed.fetch_add(1, std::memory_order_relaxed);
+  Counters().Add(PoolCounter::kStoresCommitted, 1);
+  // Lookup answers from the index: mark the entry (a death before this is repaired by
+  // ReclaimDead's sweep; until then Lookup under-reports the block, nothing worse).
+  (void)index_.MarkCommitted(key, ref);
+  PublishEvent(PoolEventKind::kStored, key, ref.slot, ref.generation, pid_, attachment_id_);
   return Status::Ok();
 }
 
 Status SlotPool::AbortStore(SlotRef ref) {
   if (ref.slot >= slot_count_) return InvalidArgument("kv pool: " + RefText(ref) + " out of range");
   RETURN_IF_ERROR(FreeOwned(ref, /*erase_index=*/true));
-  header_->stores_aborted.fetch_add(1, std::memory_order_relaxed);
+  Counters().Add(PoolCounter::kStoresAborted, 1);
   return Status::Ok();
 }
 
@@ -405,11 +708,12 @@ size_t SlotPool::Lookup(std::span<const PoolKey> keys) {
   size_t hits = 0;
   for (; hits < keys.size(); ++hits) {
     if (hits + kPrefetchDistance < keys.size()) index_.Prefetch(keys[hits + kPrefetchDistance]);
-    if (!index_.Find(keys[hits], StateBit(SlotState::kReady))) break;
+    if (!index_.FindCommitted(keys[hits])) break;
   }
-  header_->lookups.fetch_add(1, std::memory_order_relaxed);
-  header_->hits.fetch_add(hits, std::memory_order_relaxed);
-  if (hits < keys.size()) header_->misses.fetch_add(1, std::memory_order_relaxed);
+  const CounterWriter w = Counters();
+  w.Add(PoolCounter::kLookups, 1);
+  w.Add(PoolCounter::kHitBlocks, hits);
+  w.Add(PoolCounter::kMissBlocks, keys.size() - hits);
   return hits;
 }
 
@@ -443,7 +747,7 @@ Status SlotPool::Pin(SlotRef ref) {
     return NotFound("kv pool: " + RefText(ref) + " no longer holds that block");
   }
   meta.lru_tick.store(clock_->Now(), std::memory_order_relaxed);
-  header_->pins.fetch_add(1, std::memory_order_relaxed);
+  Counters().Add(PoolCounter::kPins, 1);
   return Status::Ok();
 }
 
@@ -469,9 +773,7 @@ PinnedBlocks SlotPool::PinPrefix(std::span<const PoolKey> keys) {
     if (!found || !Pin(*found).ok()) break;
     refs.push_back(*found);
   }
-  header_->lookups.fetch_add(1, std::memory_order_relaxed);
-  header_->hits.fetch_add(refs.size(), std::memory_order_relaxed);
-  if (refs.size() < keys.size()) header_->misses.fetch_add(1, std::memory_order_relaxed);
+  Counters().Add(PoolCounter::kPrefixPins, 1);
   return PinnedBlocks(this, std::move(refs));
 }
 
@@ -490,14 +792,14 @@ size_t SlotPool::Touch(std::span<const PoolKey> keys) {
 Status SlotPool::Remove(const PoolKey& key) {
   std::optional<SlotRef> found = index_.Find(key, kIndexedStates);
   if (!found) return NotFound("kv pool: key not present");
-  if (!TryEvict(found->slot, found->generation)) {
+  if (!TryEvict(found->slot, found->generation, PoolEventKind::kRemoved)) {
     return FailedPrecondition("kv pool: " + RefText(*found) +
                               " is pinned, being written or being evicted");
   }
   Meta(found->slot)
       .state.store(Word(0, SlotState::kFree, found->generation), std::memory_order_release);
   NoteFreed();
-  header_->removals.fetch_add(1, std::memory_order_relaxed);
+  Counters().Add(PoolCounter::kRemovals, 1);
   return Status::Ok();
 }
 
@@ -538,7 +840,12 @@ StatusOr<ReclaimReport> SlotPool::ReclaimDead() {
       }
       continue;
     }
-    // WRITING (never published) or FREEING (committed eviction): erase and free.
+    // WRITING (never published) or FREEING (committed eviction): erase and free. The dead
+    // evictor may have died before publishing its event: publish it on its behalf (a reader
+    // may see it twice; removing a block twice is harmless, missing a removal is not).
+    if (w.state == SlotState::kFreeing) {
+      PublishEvent(PoolEventKind::kEvicted, key, slot, w.generation, w.pid, 0);
+    }
     (void)index_.Erase(key, ref);
     Poison(slot);
     if (meta.state.compare_exchange_strong(word, Word(0, SlotState::kFree, w.generation),
@@ -552,6 +859,14 @@ StatusOr<ReclaimReport> SlotPool::ReclaimDead() {
     }
   }
   ASSIGN_OR_RETURN(report.index_entries, index_.SweepStale());
+  // Counter shards of dead processes: the counts stay, the shard becomes claimable.
+  for (uint32_t i = 1; i < kCounterShards; ++i) {
+    uint64_t owner = shards_[i].owner.load(std::memory_order_acquire);
+    if (owner != 0 && !is_alive(static_cast<uint32_t>(owner)) &&
+        shards_[i].owner.compare_exchange_strong(owner, 0, std::memory_order_acq_rel)) {
+      header_->reclaimed_shards.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   header_->reclaimed_writes.fetch_add(report.writes, std::memory_order_relaxed);
   header_->reclaimed_evictions.fetch_add(report.evictions, std::memory_order_relaxed);
   header_->reclaimed_pins.fetch_add(report.pins, std::memory_order_relaxed);
@@ -586,19 +901,41 @@ PoolStats SlotPool::Stats() const {
   s.ready_bytes = s.ready_slots * block_bytes_;
   s.index_entries = index_.CountEntries();
   auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  s.lookups = get(header_->lookups);
-  s.hits = get(header_->hits);
-  s.misses = get(header_->misses);
-  s.stores_prepared = get(header_->stores_prepared);
-  s.stores_committed = get(header_->stores_committed);
-  s.stores_aborted = get(header_->stores_aborted);
-  s.stores_refused = get(header_->stores_refused);
-  s.evictions = get(header_->evictions);
-  s.removals = get(header_->removals);
-  s.pins = get(header_->pins);
+  uint64_t c[static_cast<uint32_t>(PoolCounter::kCount)] = {};
+  for (uint32_t i = 0; i < kCounterShards; ++i) {
+    for (uint32_t k = 0; k < static_cast<uint32_t>(PoolCounter::kCount); ++k) {
+      c[k] += get(shards_[i].value[k]);
+    }
+    if (i > 0 && get(shards_[i].owner) != 0) ++s.counter_shards_owned;
+  }
+  auto at = [&c](PoolCounter k) { return c[static_cast<uint32_t>(k)]; };
+  s.lookups = at(PoolCounter::kLookups);
+  s.hits = at(PoolCounter::kHitBlocks);
+  s.misses = at(PoolCounter::kMissBlocks);
+  s.prefix_pins = at(PoolCounter::kPrefixPins);
+  s.stores_prepared = at(PoolCounter::kStoresPrepared);
+  s.stores_committed = at(PoolCounter::kStoresCommitted);
+  s.stores_aborted = at(PoolCounter::kStoresAborted);
+  s.stores_refused = at(PoolCounter::kStoresRefused);
+  s.evictions = at(PoolCounter::kEvictions);
+  s.removals = at(PoolCounter::kRemovals);
+  s.pins = at(PoolCounter::kPins);
+  s.loads_completed = at(PoolCounter::kLoadsCompleted);
+  s.bytes_in = at(PoolCounter::kBytesIn);
+  s.bytes_out = at(PoolCounter::kBytesOut);
+  s.copy_busy_ns_in = at(PoolCounter::kCopyBusyNsIn);
+  s.copy_busy_ns_out = at(PoolCounter::kCopyBusyNsOut);
+  s.copy_batches_in = at(PoolCounter::kCopyBatchesIn);
+  s.copy_batches_out = at(PoolCounter::kCopyBatchesOut);
+  s.failed_copies = at(PoolCounter::kFailedCopies);
+  s.events_published = at(PoolCounter::kEventsPublished);
+  s.events_dropped = at(PoolCounter::kEventsDropped);
+  s.event_sequence = get(header_->event_tail);
+  s.event_capacity = event_capacity_;
   s.reclaimed_writes = get(header_->reclaimed_writes);
   s.reclaimed_evictions = get(header_->reclaimed_evictions);
   s.reclaimed_pins = get(header_->reclaimed_pins);
+  s.reclaimed_shards = get(header_->reclaimed_shards);
   s.chunks_touched = get(header_->chunks_touched);
   return s;
 }

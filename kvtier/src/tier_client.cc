@@ -1,5 +1,7 @@
 #include "kvtier/tier_client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cassert>
 #include <unordered_map>
@@ -78,6 +80,7 @@ struct KvTierClient::Counters {
   std::atomic<uint64_t> stores_allocated{0}, stores_already{0}, stores_in_flight{0};
   std::atomic<uint64_t> stores_refused{0}, stores_committed{0}, stores_aborted{0};
   std::atomic<uint64_t> evictions{0}, removals{0}, events_dropped{0};
+  std::atomic<uint64_t> pool_events{0}, events_lost{0};
 
   struct Direction {
     TierDirectionStats stats;
@@ -184,7 +187,7 @@ void StoreHandle::Finish(Status* result) {
       Status c = pool.CommitStore(slots_[i].ref);
       if (c.ok()) {
         ++committed;
-        events.push_back(TierEvent{TierEventKind::kStored, keys_[i]});
+        events.push_back(TierEvent{TierEventKind::kStored, keys_[i], client_->pid_});
       } else if (outcome.ok()) {
         outcome = c.WithPrefix("kv tier: commit of key " + keys_[i].ToHex());
       }
@@ -214,7 +217,9 @@ KvTierClient::KvTierClient(SlotPool pool, KvLayout layout, CopyEngine* engine,
       layout_(std::move(layout)),
       engine_(engine),
       options_(std::move(options)),
-      counters_(std::make_unique<Counters>()) {}
+      counters_(std::make_unique<Counters>()),
+      pid_(static_cast<uint32_t>(getpid())),
+      cursor_(pool_.OpenEventCursor()) {}
 
 KvTierClient::~KvTierClient() {
   assert(live_handles_.load() == 0 && "a LoadHandle or StoreHandle outlived its KvTierClient");
@@ -335,7 +340,7 @@ StatusOr<StoreHandle> KvTierClient::PrepareStore(std::span<const PoolKey> keys,
         if (s.outcome != StoreOutcome::kAllocated || events.size() >= prepared->evicted) continue;
         auto it = by_slot.find(s.ref.slot);
         if (it != by_slot.end() && NextGeneration(it->second->generation) == s.ref.generation) {
-          events.push_back(TierEvent{TierEventKind::kEvicted, it->second->key});
+          events.push_back(TierEvent{TierEventKind::kEvicted, it->second->key, pid_});
         }
       }
       counters_->evictions.fetch_add(prepared->evicted, std::memory_order_relaxed);
@@ -418,7 +423,7 @@ size_t KvTierClient::Touch(std::span<const PoolKey> keys) { return pool_.Touch(k
 Status KvTierClient::Remove(const PoolKey& key) {
   RETURN_IF_ERROR(pool_.Remove(key));
   counters_->removals.fetch_add(1, std::memory_order_relaxed);
-  Emit({TierEvent{TierEventKind::kRemoved, key}});
+  Emit({TierEvent{TierEventKind::kRemoved, key, pid_}});
   return Status::Ok();
 }
 
@@ -442,7 +447,35 @@ void KvTierClient::Emit(std::vector<TierEvent> events) {
   }
 }
 
+size_t KvTierClient::PollPoolEvents() {
+  if (!options_.pool_events) return 0;
+  bool idle = false;
+  // One poller at a time keeps the pool's order; a callback that drains meanwhile skips polling.
+  if (!polling_.compare_exchange_strong(idle, true, std::memory_order_acquire)) return 0;
+  struct Done {
+    std::atomic<bool>* polling;
+    ~Done() { polling->store(false, std::memory_order_release); }
+  } done{&polling_};  // also if on_event throws
+  std::vector<PoolEvent> read;
+  const PoolEventRead r =
+      pool_.ReadEvents(&cursor_, &read, SIZE_MAX,
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           options_.pool_event_skip_after));
+  std::vector<TierEvent> events;
+  events.reserve(read.size());
+  for (const PoolEvent& e : read) {
+    if (e.attachment == pool_.attachment_id()) continue;  // this client's own: reported already
+    events.push_back(TierEvent{static_cast<TierEventKind>(e.kind), e.key, e.pid});
+  }
+  const size_t n = events.size();
+  counters_->pool_events.fetch_add(n, std::memory_order_relaxed);
+  counters_->events_lost.fetch_add(r.lost, std::memory_order_relaxed);
+  Emit(std::move(events));
+  return n;
+}
+
 void KvTierClient::DrainEvents(std::vector<TierEvent>* out) {
+  (void)PollPoolEvents();
   std::lock_guard<std::mutex> lock(events_mu_);
   out->insert(out->end(), events_.begin(), events_.end());
   events_.clear();
@@ -452,20 +485,27 @@ void KvTierClient::NoteCopy(CopyDirection direction, const CopyCompletion& compl
                             uint64_t blocks, uint64_t bytes) {
   if (!completion.valid()) return;  // nothing was copied (no allocated slot)
   const CopyTiming t = completion.Timing();
-  std::lock_guard<std::mutex> lock(counters_->copy_mu);
-  Counters::Direction& d = direction == CopyDirection::kToPool ? counters_->store : counters_->load;
-  ++d.stats.batches;
-  if (ok) {
-    d.stats.blocks += blocks;
-    d.stats.bytes += bytes;
-  } else {
-    ++d.stats.failed_batches;
+  uint64_t added_busy_ns = 0;
+  {
+    std::lock_guard<std::mutex> lock(counters_->copy_mu);
+    Counters::Direction& d =
+        direction == CopyDirection::kToPool ? counters_->store : counters_->load;
+    ++d.stats.batches;
+    if (ok) {
+      d.stats.blocks += blocks;
+      d.stats.bytes += bytes;
+    } else {
+      ++d.stats.failed_batches;
+    }
+    if (t.done_ns != 0 && t.done_ns >= t.submit_ns) {
+      const uint64_t start = std::max(t.submit_ns, d.busy_until_ns);
+      if (t.done_ns > start) added_busy_ns = t.done_ns - start;
+      d.busy_ns += added_busy_ns;
+      d.busy_until_ns = std::max(d.busy_until_ns, t.done_ns);
+    }
   }
-  if (t.done_ns != 0 && t.done_ns >= t.submit_ns) {
-    const uint64_t start = std::max(t.submit_ns, d.busy_until_ns);
-    if (t.done_ns > start) d.busy_ns += t.done_ns - start;
-    d.busy_until_ns = std::max(d.busy_until_ns, t.done_ns);
-  }
+  // The pool-wide counters get the same numbers, so they are the sums of every client's.
+  pool_.RecordCopy(direction == CopyDirection::kToPool, ok, blocks, bytes, added_busy_ns);
 }
 
 TierStats KvTierClient::Stats() const {
@@ -486,6 +526,8 @@ TierStats KvTierClient::Stats() const {
   s.evictions = get(c.evictions);
   s.removals = get(c.removals);
   s.events_dropped = get(c.events_dropped);
+  s.pool_events = get(c.pool_events);
+  s.events_lost = get(c.events_lost);
   {
     std::lock_guard<std::mutex> lock(c.copy_mu);
     auto finish = [](const Counters::Direction& d) {

@@ -1,13 +1,19 @@
 // Multi-process tests of the slot pool over real POSIX shared memory: forked processes store,
 // load and evict at once against a byte oracle (a block's bytes are a function of its key), and
 // SIGKILL tests kill a process between PrepareStore and CommitStore or while it holds pins.
+// Pool-wide counters add up exactly over processes and threads (a killed process's counts
+// included); the event ring survives writers killed mid-entry.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "kvtier/slot_pool.h"
@@ -259,6 +265,247 @@ TEST(PoolMultiProcessTest, KillDuringStressThenReclaim) {
       EXPECT_TRUE(MatchesKey(key, p.data(0), pool.block_bytes())) << k;
     }
   }
+}
+
+void StoreKeys(SlotPool& pool, const std::vector<PoolKey>& keys) {
+  StatusOr<PrepareStoreResult> r = pool.PrepareStore(keys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(r->slots[i].outcome, StoreOutcome::kAllocated);
+    FillForKey(keys[i], r->slots[i].data, pool.block_bytes());
+    ASSERT_TRUE(pool.CommitStore(r->slots[i].ref).ok());
+  }
+}
+
+PoolHeader* HeaderOf(const SlotPool& pool) {
+  return reinterpret_cast<PoolHeader*>(pool.segment().data() + kPoolHeaderOffset);
+}
+
+TEST(PoolMultiProcessTest, CountersFromSeveralProcessesAddUpExactly) {
+  const std::string name = UniquePoolName("counters");
+  SlotPool pool = CreatePool(name, 64, 4096, /*poison=*/false);
+  StoreKeys(pool, {KeyOf(0), KeyOf(1)});
+  const PoolStats base = pool.Stats();
+  constexpr int kProcesses = 3, kThreads = 2, kLookups = 20000, kLoads = 100;
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    children.push_back(Spawn([&name] {
+      StatusOr<SlotPool> opened = SlotPool::Open(name);
+      if (!opened.ok()) return 1;
+      SlotPool& mine = *opened;
+      const std::vector<PoolKey> probe = {KeyOf(0), KeyOf(1), KeyOf(99)};  // 2 hits, 1 miss
+      std::atomic<int> bad{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&] {
+          for (int i = 0; i < kLookups; ++i) {
+            if (mine.Lookup(probe) != 2) ++bad;
+          }
+          for (int i = 0; i < kLoads; ++i) {
+            if (mine.PinPrefix(probe).size() != 2) ++bad;
+            mine.RecordCopy(/*into_pool=*/false, /*ok=*/true, 2, 2 * 4096, 7);
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      return bad.load() == 0 ? 0 : 2;
+    }));
+  }
+  // One more process counts and is killed without closing anything.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t killed = Spawn([&] {
+    StatusOr<SlotPool> p = SlotPool::Open(name);
+    if (!p.ok()) return 1;
+    const std::vector<PoolKey> probe = {KeyOf(0)};
+    for (int i = 0; i < 1000; ++i) (void)p->Lookup(probe);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) return 3;
+    for (;;) pause();
+  });
+  for (pid_t pid : children) EXPECT_EQ(WaitExit(pid), 0);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  kill(killed, SIGKILL);
+  EXPECT_EQ(WaitExit(killed), 128 + SIGKILL);
+  close(ready[0]);
+  close(ready[1]);
+
+  const uint64_t calls = uint64_t{kProcesses} * kThreads;
+  PoolStats s = pool.Stats();
+  EXPECT_EQ(s.lookups - base.lookups, calls * kLookups + 1000);
+  EXPECT_EQ(s.hits - base.hits, 2 * calls * kLookups + 1000);
+  EXPECT_EQ(s.misses - base.misses, calls * kLookups);
+  EXPECT_EQ(s.prefix_pins - base.prefix_pins, calls * kLoads);
+  EXPECT_EQ(s.pins - base.pins, 2 * calls * kLoads);
+  EXPECT_EQ(s.loads_completed, 2 * calls * kLoads);
+  EXPECT_EQ(s.bytes_out, 2 * 4096 * calls * kLoads);
+  EXPECT_EQ(s.copy_busy_ns_out, 7 * calls * kLoads);
+  EXPECT_EQ(s.copy_batches_out, calls * kLoads);
+  // The exited processes gave their shards back; the killed one's is returned by ReclaimDead.
+  const uint64_t owned = s.counter_shards_owned;
+  EXPECT_GE(owned, 1u);
+  StatusOr<ReclaimReport> report = pool.ReclaimDead();
+  ASSERT_TRUE(report.ok());
+  s = pool.Stats();
+  EXPECT_EQ(s.reclaimed_shards, 1u);
+  EXPECT_EQ(s.counter_shards_owned, owned - 1);
+  EXPECT_EQ(s.lookups - base.lookups, calls * kLookups + 1000);  // its counts stay
+}
+
+// A writer SIGKILLed between locking an event entry and publishing it: readers skip its event
+// after the bounded wait and read everything after it, and the next writer whose sequence
+// number lands on the entry takes the dead writer's lock over.
+TEST(PoolMultiProcessTest, EventWriterKilledMidEntryWedgesNobody) {
+  const std::string name = UniquePoolName("evkill");
+  SlotPoolOptions options;
+  options.block_bytes = 64;
+  options.capacity_slots = 64;
+  options.event_capacity = 8;
+  StatusOr<SlotPool> created = SlotPool::Create(name, options);
+  ASSERT_TRUE(created.ok());
+  SlotPool& pool = *created;
+  PoolEventCursor cursor = pool.OpenEventCursor();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t writer = Spawn([&] {
+    StatusOr<SlotPool> p = SlotPool::Open(name);
+    if (!p.ok()) return 1;
+    PoolHeader* h = HeaderOf(*p);
+    auto* ring = reinterpret_cast<PoolEventEntry*>(p->segment().data() + h->events_offset);
+    // The first steps of a publication (pool_layout.h, Event ring), then death.
+    const uint64_t ticket = h->event_tail.fetch_add(1);
+    PoolEventEntry& e = ring[ticket % h->event_capacity];
+    uint64_t unlocked = 0;
+    if (!e.lock.compare_exchange_strong(unlocked, static_cast<uint64_t>(getpid()))) return 2;
+    e.seq.store(2 * ticket + 1);
+    e.key_lo.store(0xDEAD);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) return 3;
+    for (;;) pause();
+  });
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  kill(writer, SIGKILL);
+  EXPECT_EQ(WaitExit(writer), 128 + SIGKILL);
+  close(ready[0]);
+  close(ready[1]);
+
+  StoreKeys(pool, {KeyOf(1), KeyOf(2), KeyOf(3)});  // sequence numbers 1-3
+  const auto skip_after = std::chrono::milliseconds(20);
+  std::vector<PoolEvent> events;
+  PoolEventRead r = pool.ReadEvents(&cursor, &events, SIZE_MAX, skip_after);
+  EXPECT_TRUE(r.waiting);
+  EXPECT_EQ(r.read, 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  r = pool.ReadEvents(&cursor, &events, SIZE_MAX, skip_after);
+  EXPECT_EQ(r.lost, 1u);
+  ASSERT_EQ(r.read, 3u);
+  EXPECT_EQ(events[0].key, KeyOf(1));
+  EXPECT_EQ(events[0].sequence, 1u);
+
+  // Sequence number 8 lands on the dead writer's entry.
+  std::vector<PoolKey> more;
+  for (uint64_t i = 10; i < 18; ++i) more.push_back(KeyOf(i));
+  StoreKeys(pool, more);
+  events.clear();
+  r = pool.ReadEvents(&cursor, &events, SIZE_MAX, skip_after);
+  EXPECT_EQ(r.lost, 0u);
+  ASSERT_EQ(r.read, 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(events[i].key, more[i]);
+    EXPECT_EQ(events[i].sequence, 4 + i);
+  }
+  EXPECT_EQ(pool.Stats().events_dropped, 0u);
+  auto* ring =
+      reinterpret_cast<PoolEventEntry*>(pool.segment().data() + HeaderOf(pool)->events_offset);
+  EXPECT_EQ(ring[0].lock.load(), 0u);
+  EXPECT_EQ(ring[0].seq.load(), 2u * 8 + 2);
+}
+
+// Writers storing and removing at full speed are SIGKILLed at random points while a reader
+// follows the ring: every event it accepts is whole (key words, slot and kind of one event),
+// and after the kills the ring still carries every new event to the reader.
+TEST(PoolMultiProcessTest, EventsStayWholeWhenWritersAreKilled) {
+  const std::string name = UniquePoolName("evstress");
+  SlotPoolOptions options;
+  options.block_bytes = 256;
+  options.capacity_slots = 16;
+  options.event_capacity = 32;
+  StatusOr<SlotPool> created = SlotPool::Create(name, options);
+  ASSERT_TRUE(created.ok());
+  SlotPool& pool = *created;
+  PoolEventCursor cursor = pool.OpenEventCursor();
+  constexpr uint64_t kUniverse = 48;
+  // Both key words of one of the keys used, a slot of the pool, a known kind.
+  auto valid = [&](const PoolEvent& e) {
+    bool key_ok = false;
+    for (uint64_t i = 0; i < kUniverse + 10 && !key_ok; ++i) key_ok = e.key == KeyOf(i);
+    return key_ok && e.ref.slot < 16 && static_cast<uint8_t>(e.kind) <= 2 && e.pid != 0;
+  };
+  std::vector<pid_t> writers;
+  for (uint32_t w = 0; w < 3; ++w) {
+    writers.push_back(Spawn([&name, w] {
+      StatusOr<SlotPool> p = SlotPool::Open(name);
+      if (!p.ok()) return 1;
+      std::mt19937_64 rng(w);
+      for (;;) {
+        PoolKey key = KeyOf(rng() % kUniverse);
+        if (rng() % 3 == 0) {
+          (void)p->Remove(key);
+          continue;
+        }
+        StatusOr<PrepareStoreResult> r = p->PrepareStore(std::span<const PoolKey>(&key, 1));
+        if (r.ok() && r->slots[0].outcome == StoreOutcome::kAllocated) {
+          (void)p->CommitStore(r->slots[0].ref);
+        }
+      }
+    }));
+  }
+  uint64_t seen = 0, lost = 0, bad = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  std::vector<PoolEvent> events;
+  while (std::chrono::steady_clock::now() < until) {
+    events.clear();
+    PoolEventRead r = pool.ReadEvents(&cursor, &events, SIZE_MAX, std::chrono::milliseconds(20));
+    seen += r.read;
+    lost += r.lost;
+    for (const PoolEvent& e : events) bad += valid(e) ? 0 : 1;
+  }
+  for (pid_t pid : writers) kill(pid, SIGKILL);
+  for (pid_t pid : writers) WaitExit(pid);
+  EXPECT_GT(seen, 100u);
+  EXPECT_EQ(bad, 0u);
+  ASSERT_TRUE(pool.ReclaimDead().ok());
+
+  // Whatever the writers left half done, new events reach the reader.
+  std::vector<PoolKey> fresh;
+  for (uint64_t i = 0; i < 10; ++i) fresh.push_back(KeyOf(kUniverse + i));
+  for (const PoolKey& k : fresh) {
+    StatusOr<PrepareStoreResult> r = pool.PrepareStore(std::span<const PoolKey>(&k, 1));
+    ASSERT_TRUE(r.ok());
+    if (r->slots[0].outcome == StoreOutcome::kAllocated) {
+      ASSERT_TRUE(pool.CommitStore(r->slots[0].ref).ok());
+    }
+  }
+  std::set<uint64_t> fresh_stored;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (fresh_stored.size() < fresh.size() && std::chrono::steady_clock::now() < deadline) {
+    events.clear();
+    (void)pool.ReadEvents(&cursor, &events, SIZE_MAX, std::chrono::milliseconds(20));
+    for (const PoolEvent& e : events) {
+      EXPECT_TRUE(valid(e));
+      for (size_t i = 0; i < fresh.size(); ++i) {
+        if (e.kind == PoolEventKind::kStored && e.key == fresh[i] &&
+            e.pid == static_cast<uint32_t>(getpid())) {
+          fresh_stored.insert(i);
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(fresh_stored.size(), fresh.size());
+  EXPECT_EQ(pool.ReadEvents(&cursor, &events).waiting, false);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // order, pins, refusal, generations, poison fill, header validation, host memory sizing.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "kvtier/host_memory.h"
@@ -251,7 +253,233 @@ TEST_F(PoolTest, OpenValidatesHeader) {
   header->layout_version = 99;
   EXPECT_EQ(SlotPool::Open(name).status().code(), StatusCode::kFailedPrecondition);
   header->layout_version = kPoolLayoutVersion;
+  header->events_offset += 64;
+  EXPECT_EQ(SlotPool::Open(name).status().code(), StatusCode::kDataLoss);
+  header->events_offset -= 64;
+  header->event_capacity = 3;
+  EXPECT_EQ(SlotPool::Open(name).status().code(), StatusCode::kDataLoss);
+  header->event_capacity = kDefaultEventCapacity;
+  header->counter_shard_size = 128;
+  EXPECT_EQ(SlotPool::Open(name).status().code(), StatusCode::kDataLoss);
+  header->counter_shard_size = sizeof(PoolCounterShard);
   EXPECT_TRUE(SlotPool::Open(name).ok());
+}
+
+TEST_F(PoolTest, CountersAreSummedOverAttachmentsAndThreads) {
+  SlotPoolOptions options;
+  options.block_bytes = 4096;
+  options.capacity_slots = 16;
+  const std::string name = UniquePoolName("counters");
+  StatusOr<SlotPool> owner = SlotPool::Create(name, options);
+  ASSERT_TRUE(owner.ok());
+  StoreAll(*owner, {KeyOf(0), KeyOf(1), KeyOf(2)});
+  StatusOr<SlotPool> a = SlotPool::Open(name);
+  StatusOr<SlotPool> b = SlotPool::Open(name);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->attachment_id(), b->attachment_id());
+  const std::vector<PoolKey> probe = {KeyOf(0), KeyOf(1), KeyOf(9), KeyOf(2)};  // 2 hits, 2 misses
+  constexpr int kThreads = 4, kCalls = 5000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      SlotPool& pool = t % 2 == 0 ? *a : *b;
+      for (int i = 0; i < kCalls; ++i) ASSERT_EQ(pool.Lookup(probe), 2u);
+      PinnedBlocks pinned = pool.PinPrefix(probe);
+      ASSERT_EQ(pinned.size(), 2u);
+    });
+  }
+  for (auto& t : threads) t.join();
+  PoolStats s = owner->Stats();
+  EXPECT_EQ(s.lookups, uint64_t{kThreads} * kCalls);
+  EXPECT_EQ(s.hits, 2ull * kThreads * kCalls);
+  EXPECT_EQ(s.misses, 2ull * kThreads * kCalls);
+  EXPECT_EQ(s.prefix_pins, uint64_t{kThreads});
+  EXPECT_EQ(s.pins, 2ull * kThreads);
+  EXPECT_EQ(s.stores_committed, 3u);
+  EXPECT_EQ(owner->Counter(PoolCounter::kHitBlocks), s.hits);
+  // One shard per (attachment, thread) that counted: the owner's thread and four workers.
+  EXPECT_EQ(s.counter_shards_owned, 5u);
+  a = Status(StatusCode::kNotFound, "closed");  // gives its shards back; the counts stay
+  EXPECT_EQ(owner->Stats().counter_shards_owned, 3u);
+  EXPECT_EQ(owner->Stats().lookups, uint64_t{kThreads} * kCalls);
+
+  owner->RecordCopy(/*into_pool=*/true, /*ok=*/true, 3, 3 * 4096, 1000);
+  owner->RecordCopy(/*into_pool=*/false, /*ok=*/true, 2, 2 * 4096, 500);
+  owner->RecordCopy(/*into_pool=*/false, /*ok=*/false, 2, 2 * 4096, 70);
+  s = owner->Stats();
+  EXPECT_EQ(s.bytes_in, 3u * 4096);
+  EXPECT_EQ(s.bytes_out, 2u * 4096);
+  EXPECT_EQ(s.loads_completed, 2u);
+  EXPECT_EQ(s.copy_busy_ns_in, 1000u);
+  EXPECT_EQ(s.copy_busy_ns_out, 570u);
+  EXPECT_EQ(s.copy_batches_in, 1u);
+  EXPECT_EQ(s.copy_batches_out, 2u);
+  EXPECT_EQ(s.failed_copies, 1u);
+}
+
+TEST_F(PoolTest, CountersStayExactWhenShardsRunOut) {
+  SlotPool pool = MakePool(4);
+  StoreAll(pool, {KeyOf(0)});
+  const std::vector<PoolKey> probe = {KeyOf(0)};
+  constexpr int kThreads = kCounterShards + 12;  // more threads than shards: some share shard 0
+  std::barrier all_counted(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) (void)pool.Lookup(probe);
+      all_counted.arrive_and_wait();  // every thread holds its shard at once
+    });
+  }
+  for (auto& t : threads) t.join();
+  PoolStats s = pool.Stats();
+  EXPECT_EQ(s.counter_shards_owned, kCounterShards - 1);
+  EXPECT_EQ(s.lookups, 100u * kThreads);
+  EXPECT_EQ(s.hits, 100u * kThreads);
+}
+
+TEST_F(PoolTest, LookupAnswersFromCommittedIndexEntries) {
+  SlotPool pool = MakePool(4);
+  StatusOr<PrepareStoreResult> r = pool.PrepareStore(std::vector<PoolKey>{KeyOf(1)});
+  ASSERT_TRUE(r.ok());
+  const SlotRef ref = r->slots[0].ref;
+  EXPECT_FALSE(pool.index().FindCommitted(KeyOf(1)));  // WRITING: indexed, not committed
+  ASSERT_TRUE(pool.CommitStore(ref).ok());
+  EXPECT_TRUE(pool.index().FindCommitted(KeyOf(1)));
+  // A committer that died between its READY CAS and its mark: Lookup misses the block until
+  // ReclaimDead's sweep marks it.
+  StatusOr<PrepareStoreResult> r2 = pool.PrepareStore(std::vector<PoolKey>{KeyOf(2)});
+  ASSERT_TRUE(r2.ok());
+  const SlotRef ref2 = r2->slots[0].ref;
+  uint8_t* base = pool.segment().data();
+  const auto* header = reinterpret_cast<const PoolHeader*>(base + kPoolHeaderOffset);
+  SlotMeta& meta = reinterpret_cast<SlotMeta*>(base + header->slots_offset)[ref2.slot];
+  uint64_t writing =
+      SlotWord{static_cast<uint32_t>(getpid()), SlotState::kWriting, ref2.generation}.Encode();
+  ASSERT_TRUE(meta.state.compare_exchange_strong(
+      writing, SlotWord{0, SlotState::kReady, ref2.generation}.Encode()));  // the READY CAS only
+  EXPECT_EQ(pool.Lookup(std::vector<PoolKey>{KeyOf(2)}), 0u);
+  EXPECT_EQ(pool.PinPrefix(std::vector<PoolKey>{KeyOf(2)}).size(), 1u);  // the slot is READY
+  ASSERT_TRUE(pool.ReclaimDead().ok());
+  EXPECT_EQ(pool.Lookup(std::vector<PoolKey>{KeyOf(2)}), 1u);
+  // Removal and eviction erase the entry before they return.
+  ASSERT_TRUE(pool.Remove(KeyOf(1)).ok());
+  EXPECT_EQ(pool.Lookup(std::vector<PoolKey>{KeyOf(1)}), 0u);
+  EXPECT_TRUE(pool.Remove(KeyOf(2)).ok());
+}
+
+TEST_F(PoolTest, EventRingRecordsStoresEvictionsAndRemovals) {
+  SlotPool pool = MakePool(2);
+  StatusOr<SlotPool> reader = SlotPool::Open(pool.segment().name());
+  ASSERT_TRUE(reader.ok());
+  PoolEventCursor cursor = reader->OpenEventCursor();
+  StoreAll(pool, {KeyOf(0), KeyOf(1)});
+  StoreAll(pool, {KeyOf(2)});  // evicts KeyOf(0), the oldest
+  ASSERT_TRUE(pool.Remove(KeyOf(1)).ok());
+  std::vector<PoolEvent> events;
+  PoolEventRead r = reader->ReadEvents(&cursor, &events);
+  EXPECT_EQ(r.lost, 0u);
+  EXPECT_FALSE(r.waiting);
+  ASSERT_EQ(r.read, 5u);
+  std::vector<std::pair<PoolEventKind, PoolKey>> got;
+  for (const PoolEvent& e : events) got.emplace_back(e.kind, e.key);
+  std::vector<std::pair<PoolEventKind, PoolKey>> want = {{PoolEventKind::kStored, KeyOf(0)},
+                                                         {PoolEventKind::kStored, KeyOf(1)},
+                                                         {PoolEventKind::kEvicted, KeyOf(0)},
+                                                         {PoolEventKind::kStored, KeyOf(2)},
+                                                         {PoolEventKind::kRemoved, KeyOf(1)}};
+  EXPECT_EQ(got, want);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].sequence, i);
+    EXPECT_EQ(events[i].pid, static_cast<uint32_t>(getpid()));
+    EXPECT_EQ(events[i].attachment, pool.attachment_id());
+    EXPECT_GT(events[i].time_ns, 0u);
+  }
+  EXPECT_EQ(events[2].ref, events[0].ref);  // evicted where it was stored
+  EXPECT_EQ(events[3].ref.slot, events[0].ref.slot);  // and the slot reused at once
+  EXPECT_EQ(events[3].ref.generation, NextGeneration(events[0].ref.generation));
+  events.clear();
+  EXPECT_EQ(reader->ReadEvents(&cursor, &events).read, 0u);
+  PoolStats s = pool.Stats();
+  EXPECT_EQ(s.events_published, 5u);
+  EXPECT_EQ(s.event_sequence, 5u);
+  EXPECT_EQ(s.events_dropped, 0u);
+}
+
+TEST_F(PoolTest, EventRingOverrunIsReportedAsLost) {
+  SlotPoolOptions options;
+  options.block_bytes = 64;
+  options.capacity_slots = 64;
+  options.event_capacity = 8;
+  StatusOr<SlotPool> pool = SlotPool::Create(UniquePoolName("overrun"), options);
+  ASSERT_TRUE(pool.ok());
+  PoolEventCursor cursor = pool->OpenEventCursor();
+  std::vector<PoolKey> keys;
+  for (uint64_t i = 0; i < 20; ++i) keys.push_back(KeyOf(i));
+  StoreAll(*pool, keys);
+  std::vector<PoolEvent> events;
+  PoolEventRead r = pool->ReadEvents(&cursor, &events);
+  EXPECT_EQ(r.lost, 12u);
+  ASSERT_EQ(r.read, 8u);
+  for (size_t i = 0; i < 8; ++i) {  // the newest eight survive
+    EXPECT_EQ(events[i].key, KeyOf(12 + i));
+    EXPECT_EQ(events[i].sequence, 12 + i);
+  }
+  // A bounded read resumes where it stopped.
+  StoreAll(*pool, {KeyOf(100), KeyOf(101), KeyOf(102)});
+  events.clear();
+  r = pool->ReadEvents(&cursor, &events, 2);
+  EXPECT_EQ(r.read, 2u);
+  r = pool->ReadEvents(&cursor, &events, 2);
+  EXPECT_EQ(r.read, 1u);
+  EXPECT_EQ(r.lost, 0u);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].key, KeyOf(102));
+}
+
+TEST_F(PoolTest, EventReaderSkipsAnEventThatIsNeverWritten) {
+  SlotPoolOptions options;
+  options.block_bytes = 64;
+  options.capacity_slots = 8;
+  options.event_capacity = 16;
+  StatusOr<SlotPool> pool = SlotPool::Create(UniquePoolName("stuck"), options);
+  ASSERT_TRUE(pool.ok());
+  PoolEventCursor cursor = pool->OpenEventCursor();
+  StoreAll(*pool, {KeyOf(0)});
+  // A writer that took a sequence number and never wrote its entry (stalled or dead).
+  auto* header = reinterpret_cast<PoolHeader*>(pool->segment().data() + kPoolHeaderOffset);
+  header->event_tail.fetch_add(1);
+  StoreAll(*pool, {KeyOf(1)});
+  std::vector<PoolEvent> events;
+  PoolEventRead r = pool->ReadEvents(&cursor, &events, SIZE_MAX, std::chrono::milliseconds(30));
+  EXPECT_EQ(r.read, 1u);  // stops at the unwritten one
+  EXPECT_TRUE(r.waiting);
+  EXPECT_EQ(r.lost, 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  r = pool->ReadEvents(&cursor, &events, SIZE_MAX, std::chrono::milliseconds(30));
+  EXPECT_EQ(r.lost, 1u);
+  EXPECT_EQ(r.read, 1u);
+  EXPECT_FALSE(r.waiting);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].key, KeyOf(1));
+  EXPECT_EQ(events[1].sequence, 2u);
+}
+
+TEST_F(PoolTest, EventCapacityIsValidated) {
+  SlotPoolOptions options;
+  options.block_bytes = 64;
+  options.capacity_slots = 8;
+  options.event_capacity = 12;
+  EXPECT_EQ(SlotPool::Create(UniquePoolName("evcap"), options).status().code(),
+            StatusCode::kInvalidArgument);
+  options.event_capacity = 0;  // no ring: nothing is published, readers read nothing
+  StatusOr<SlotPool> pool = SlotPool::Create(UniquePoolName("evcap"), options);
+  ASSERT_TRUE(pool.ok());
+  PoolEventCursor cursor = pool->OpenEventCursor();
+  StoreAll(*pool, {KeyOf(0)});
+  std::vector<PoolEvent> events;
+  EXPECT_EQ(pool->ReadEvents(&cursor, &events).read, 0u);
+  EXPECT_EQ(pool->Stats().events_published, 0u);
+  EXPECT_TRUE(SlotPool::Open(pool->segment().name()).ok());
 }
 
 TEST_F(PoolTest, CreateRejectsBadSizes) {

@@ -1,13 +1,17 @@
 // KvTierClient across processes: two forked engine processes share the pool (one stores a
 // prefix, the other looks it up and loads identical bytes), and an engine SIGKILLed in the
 // middle of a Store (or while holding load pins) leaves nothing readable, after which the
-// sidecar's ReclaimDead frees its slots.
+// sidecar's ReclaimDead frees its slots. An engine sees the blocks another engine evicted or
+// removed (pool events), and the pool-wide counters are the sums of the engines' own.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <numeric>
+#include <set>
 
 #include "kvtier/keys.h"
 #include "kvtier/tier_client.h"
@@ -244,6 +248,143 @@ TEST(TierClientMultiProcessTest, KilledWhileLoadingLeavesPinsForReclaim) {
   PoolStats s = pool.Stats();
   EXPECT_EQ(s.pinned_slots, 0u);
   EXPECT_EQ(s.ready_slots, keys.size());
+}
+
+TEST(TierClientMultiProcessTest, EngineSeesBlocksEvictedAndRemovedByAnotherEngine) {
+  const std::string name = UniquePoolName("tier-events");
+  SlotPool pool = CreatePool(name, 8);
+  const std::vector<PoolKey> mine = PromptKeys(8);
+  std::vector<PoolKey> theirs;
+  for (uint64_t i = 0; i < 5; ++i) theirs.push_back(PoolKey{0xA000 + i, i});
+  int stored[2], done[2];
+  ASSERT_EQ(pipe(stored), 0);
+  ASSERT_EQ(pipe(done), 0);
+  // Engine A removes one of B's blocks and stores five of its own, evicting four more of B's.
+  pid_t a = Spawn([&]() -> int {
+    if (!ReadByte(stored[0])) return 10;
+    auto engine = Engine();
+    FakeEngineKv mem(FakeLayoutKind::kPerLayerKV, kLayers, 8, kTensorBytes);
+    StatusOr<std::unique_ptr<KvTierClient>> client =
+        KvTierClient::Open(name, mem.Layout(), engine.get());
+    if (!client.ok()) return 11;
+    if (!(*client)->Remove(mine[0]).ok()) return 12;
+    StatusOr<StoreHandle> h = (*client)->PrepareStore(theirs);
+    if (!h.ok() || h->allocated() != theirs.size()) return 13;
+    if (!(*client)->Store(*h, Iota(0, theirs.size())).ok()) return 14;
+    if (!(*client)->CompleteStore(*h).ok()) return 15;
+    WriteByte(done[1]);
+    return 0;
+  });
+  pid_t b = Spawn([&]() -> int {
+    auto engine = Engine();
+    FakeEngineKv mem(FakeLayoutKind::kPerLayerKV, kLayers, 8, kTensorBytes);
+    KvTierClientOptions options;
+    options.pool_events = true;
+    StatusOr<std::unique_ptr<KvTierClient>> client =
+        KvTierClient::Open(name, mem.Layout(), engine.get(), options);
+    if (!client.ok()) return 20;
+    StatusOr<StoreHandle> h = (*client)->PrepareStore(mine);
+    if (!h.ok() || h->allocated() != mine.size()) return 21;
+    if (!(*client)->Store(*h, Iota(0, mine.size())).ok()) return 22;
+    if (!(*client)->CompleteStore(*h).ok()) return 23;
+    WriteByte(stored[1]);
+    if (!ReadByte(done[0])) return 24;
+    std::vector<TierEvent> events;
+    (*client)->DrainEvents(&events);
+    // Its own 8 stores (reported when they happened), then A's removal, evictions and stores.
+    if (events.size() != 8 + 1 + 4 + 5) return 25;
+    const uint32_t me = static_cast<uint32_t>(getpid());
+    for (size_t i = 0; i < 8; ++i) {
+      if (events[i].kind != TierEventKind::kStored || events[i].key != mine[i] ||
+          events[i].origin_pid != me) {
+        return 26;
+      }
+    }
+    if (events[8].kind != TierEventKind::kRemoved || events[8].key != mine[0]) return 27;
+    std::set<size_t> evicted;
+    size_t stores = 0;
+    for (size_t i = 8; i < events.size(); ++i) {
+      if (events[i].origin_pid != static_cast<uint32_t>(a)) return 28;
+      if (events[i].kind == TierEventKind::kEvicted) {
+        auto it = std::find(mine.begin() + 1, mine.end(), events[i].key);
+        if (it == mine.end()) return 29;
+        evicted.insert(static_cast<size_t>(it - mine.begin()));
+      } else if (events[i].kind == TierEventKind::kStored) {
+        if (events[i].key != theirs[stores++]) return 30;
+      }
+    }
+    if (evicted.size() != 4 || stores != theirs.size()) return 31;
+    // What the events say is what the pool holds: the evicted and removed keys are gone.
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const bool gone = i == 0 || evicted.count(i) > 0;
+      if ((*client)->Lookup(std::span<const PoolKey>(&mine[i], 1)) != (gone ? 0u : 1u)) return 32;
+    }
+    TierStats s = (*client)->Stats();
+    return s.events_lost == 0 && s.pool_events == 10 ? 0 : 33;
+  });
+  EXPECT_EQ(WaitExit(a), 0);
+  EXPECT_EQ(WaitExit(b), 0);
+  for (int fd : {stored[0], stored[1], done[0], done[1]}) close(fd);
+}
+
+TEST(TierClientMultiProcessTest, PoolCountersAreTheSumOfTheEngines) {
+  const std::string name = UniquePoolName("tier-counters");
+  SlotPool pool = CreatePool(name, 48);
+  const std::vector<PoolKey> keys = PromptKeys(32);
+  constexpr size_t kFields = 9;
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  std::vector<pid_t> engines;
+  for (uint64_t e = 0; e < 2; ++e) {
+    engines.push_back(Spawn([&, e]() -> int {
+      auto engine = Engine();
+      FakeEngineKv mem(FakeLayoutKind::kPerLayerKV, kLayers, 32, kTensorBytes);
+      StatusOr<std::unique_ptr<KvTierClient>> opened =
+          KvTierClient::Open(name, mem.Layout(), engine.get());
+      if (!opened.ok()) return 10;
+      KvTierClient& client = **opened;
+      // Each engine stores its half of the prompt in rounds, then looks up and loads prefixes
+      // of the whole prompt, racing the other engine.
+      for (size_t round = 0; round < 50; ++round) {
+        const size_t first = e * 16 + (round % 4) * 4;
+        std::vector<PoolKey> part(keys.begin() + first, keys.begin() + first + 4);
+        StatusOr<StoreHandle> h = client.PrepareStore(part);
+        if (!h.ok()) return 11;
+        if (!client.Store(*h, Iota(0, 4)).ok() || !client.CompleteStore(*h).ok()) return 12;
+        const size_t hits = client.Lookup(keys);
+        StatusOr<LoadHandle> l = client.PrepareLoad(keys, hits);
+        if (!l.ok()) continue;  // evicted in between
+        if (!client.Load(*l, Iota(0, hits)).ok() || !client.CompleteLoad(*l).ok()) return 13;
+      }
+      TierStats s = client.Stats();
+      std::array<uint64_t, kFields> out = {s.lookups,        s.hit_blocks,       s.miss_blocks,
+                                           s.store.bytes,    s.load.bytes,       s.load.blocks,
+                                           s.stores_committed, s.evictions, s.removals};
+      return write(report[1], out.data(), sizeof(out)) == sizeof(out) ? 0 : 14;
+    }));
+  }
+  std::array<uint64_t, kFields> sum{};
+  for (size_t i = 0; i < engines.size(); ++i) {
+    std::array<uint64_t, kFields> got{};
+    ASSERT_EQ(read(report[0], got.data(), sizeof(got)), static_cast<ssize_t>(sizeof(got)));
+    for (size_t f = 0; f < kFields; ++f) sum[f] += got[f];
+  }
+  for (pid_t pid : engines) EXPECT_EQ(WaitExit(pid), 0);
+  close(report[0]);
+  close(report[1]);
+  const PoolStats p = pool.Stats();
+  EXPECT_EQ(p.lookups, sum[0]);
+  EXPECT_EQ(p.hits, sum[1]);
+  EXPECT_EQ(p.misses, sum[2]);
+  EXPECT_EQ(p.bytes_in, sum[3]);
+  EXPECT_EQ(p.bytes_out, sum[4]);
+  EXPECT_EQ(p.loads_completed, sum[5]);
+  EXPECT_EQ(p.stores_committed, sum[6]);
+  EXPECT_EQ(p.evictions, sum[7]);
+  EXPECT_EQ(p.removals, sum[8]);
+  EXPECT_GT(p.bytes_out, 0u);
+  EXPECT_EQ(p.bytes_in, p.stores_committed * kBlockBytes);
+  EXPECT_EQ(p.counter_shards_owned, 0u);  // both engines closed their clients
 }
 
 }  // namespace

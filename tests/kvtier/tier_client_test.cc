@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <numeric>
 #include <thread>
@@ -298,6 +300,115 @@ TEST_F(TierClientTest, EventsAreQueuedOrDeliveredToTheCallback) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].key, KeyOf(1));
   EXPECT_EQ(small_client->Stats().events_dropped, 1u);
+}
+
+TEST_F(TierClientTest, PoolEventsReportWhatOtherClientsDid) {
+  MakePool(4, BlockBytes(FakeLayoutKind::kCrossLayer));
+  FakeEngineKv mem(FakeLayoutKind::kCrossLayer, kLayers, 8, kTensorBytes);
+  KvTierClientOptions watching;
+  watching.pool_events = true;
+  auto watcher = OpenClient(mem, nullptr, watching);
+  auto other = OpenClient(mem);
+  const uint32_t me = static_cast<uint32_t>(getpid());
+  StoreAll(*other, mem, Keys(0, 4), Iota(0, 4));
+  std::vector<PoolKey> recent = Keys(0, 2);
+  EXPECT_EQ(other->Touch(recent), 2u);
+  StoreAll(*other, mem, Keys(10, 2), Iota(4, 2));  // evicts KeyOf(2) and KeyOf(3)
+  ASSERT_TRUE(other->Remove(KeyOf(0)).ok());
+  ASSERT_TRUE(watcher->Remove(KeyOf(1)).ok());  // the watcher's own: reported once, at once
+  std::vector<TierEvent> events;
+  watcher->DrainEvents(&events);
+  std::vector<std::pair<TierEventKind, PoolKey>> got;
+  for (const TierEvent& e : events) {
+    got.emplace_back(e.kind, e.key);
+    EXPECT_EQ(e.origin_pid, me);
+  }
+  std::vector<std::pair<TierEventKind, PoolKey>> want = {
+      {TierEventKind::kRemoved, KeyOf(1)},  // local, queued when it happened
+      {TierEventKind::kStored, KeyOf(0)},   {TierEventKind::kStored, KeyOf(1)},
+      {TierEventKind::kStored, KeyOf(2)},   {TierEventKind::kStored, KeyOf(3)},
+      {TierEventKind::kEvicted, KeyOf(2)},  {TierEventKind::kEvicted, KeyOf(3)},
+      {TierEventKind::kStored, KeyOf(10)},  {TierEventKind::kStored, KeyOf(11)},
+      {TierEventKind::kRemoved, KeyOf(0)}};
+  EXPECT_EQ(got, want);
+  TierStats ws = watcher->Stats();
+  EXPECT_EQ(ws.pool_events, 9u);
+  EXPECT_EQ(ws.events_lost, 0u);
+  // Without pool_events a client sees only its own.
+  events.clear();
+  other->DrainEvents(&events);
+  EXPECT_EQ(events.size(), 9u);
+  EXPECT_EQ(other->PollPoolEvents(), 0u);
+  EXPECT_EQ(other->Stats().pool_events, 0u);
+
+  // With a callback, polled events are delivered to it.
+  std::vector<TierEvent> seen;
+  KvTierClientOptions callback = watching;
+  callback.on_event = [&seen](const TierEvent& e) { seen.push_back(e); };
+  auto cb = OpenClient(mem, nullptr, callback);
+  ASSERT_TRUE(other->Remove(KeyOf(10)).ok());
+  EXPECT_TRUE(seen.empty());  // nothing until polled
+  EXPECT_EQ(cb->PollPoolEvents(), 1u);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].kind, TierEventKind::kRemoved);
+  EXPECT_EQ(seen[0].key, KeyOf(10));
+}
+
+TEST_F(TierClientTest, PoolEventsOverrunIsCountedAsLost) {
+  name_ = UniquePoolName("tier-overrun");
+  SlotPoolOptions o;
+  o.block_bytes = BlockBytes(FakeLayoutKind::kCrossLayer);
+  o.capacity_slots = 32;
+  o.event_capacity = 8;
+  StatusOr<SlotPool> pool = SlotPool::Create(name_, o);
+  ASSERT_TRUE(pool.ok());
+  engine_ = std::move(CpuCopyEngine::Create({})).value();
+  FakeEngineKv mem(FakeLayoutKind::kCrossLayer, kLayers, 32, kTensorBytes);
+  KvTierClientOptions watching;
+  watching.pool_events = true;
+  auto watcher = OpenClient(mem, nullptr, watching);
+  auto other = OpenClient(mem);
+  StoreAll(*other, mem, Keys(0, 20), Iota(0, 20));
+  std::vector<TierEvent> events;
+  watcher->DrainEvents(&events);
+  ASSERT_EQ(events.size(), 8u);
+  EXPECT_EQ(events[0].key, KeyOf(12));
+  EXPECT_EQ(watcher->Stats().events_lost, 12u);
+}
+
+TEST_F(TierClientTest, PoolCountersAreTheSumOfTheClients) {
+  const uint64_t bb = BlockBytes(FakeLayoutKind::kPerLayerKV);
+  MakePool(8, bb);
+  FakeEngineKv mem(FakeLayoutKind::kPerLayerKV, kLayers, 16, kTensorBytes);
+  auto a = OpenClient(mem);
+  auto b = OpenClient(mem);
+  StoreAll(*a, mem, Keys(0, 6), Iota(0, 6));
+  StoreAll(*b, mem, Keys(6, 4), Iota(6, 4));  // two evictions
+  EXPECT_EQ(a->Lookup(Keys(0, 10)), 0u);       // the first two were evicted
+  EXPECT_EQ(b->Lookup(Keys(4, 6)), 6u);
+  EXPECT_EQ(LoadAndCheck(*a, mem, Keys(4, 3), Iota(10, 3)), 3u);
+  EXPECT_EQ(LoadAndCheck(*b, mem, Keys(6, 4), Iota(10, 4)), 4u);
+  ASSERT_TRUE(b->Remove(KeyOf(9)).ok());
+  const TierStats sa = a->Stats(), sb = b->Stats();
+  const PoolStats p = pool_->Stats();
+  EXPECT_EQ(p.lookups, sa.lookups + sb.lookups);
+  EXPECT_EQ(p.hits, sa.hit_blocks + sb.hit_blocks);
+  EXPECT_EQ(p.misses, sa.miss_blocks + sb.miss_blocks);
+  EXPECT_EQ(p.stores_committed, sa.stores_committed + sb.stores_committed);
+  EXPECT_EQ(p.evictions, sa.evictions + sb.evictions);
+  EXPECT_EQ(p.evictions, 2u);
+  EXPECT_EQ(p.removals, 1u);
+  EXPECT_EQ(p.bytes_in, sa.store.bytes + sb.store.bytes);
+  EXPECT_EQ(p.bytes_in, 10 * bb);
+  EXPECT_EQ(p.bytes_out, sa.load.bytes + sb.load.bytes);
+  EXPECT_EQ(p.loads_completed, 7u);
+  EXPECT_EQ(p.copy_batches_in, 2u);
+  EXPECT_EQ(p.copy_batches_out, 2u);
+  EXPECT_NEAR(static_cast<double>(p.copy_busy_ns_in) * 1e-9,
+              sa.store.busy_seconds + sb.store.busy_seconds, 1e-9);
+  EXPECT_NEAR(static_cast<double>(p.copy_busy_ns_out) * 1e-9,
+              sa.load.busy_seconds + sb.load.busy_seconds, 1e-9);
+  EXPECT_EQ(sa.pool.hits, p.hits);  // every client's Stats() shows the pool-wide numbers
 }
 
 TEST_F(TierClientTest, StatsCountCallsBlocksAndBytes) {

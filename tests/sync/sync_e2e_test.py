@@ -353,11 +353,14 @@ class SyncE2ETest(unittest.TestCase):
         config = os.path.join(self.tmp, "kv-config.json")
         write(config, json.dumps({"token_file": os.path.join(self.tmp, "kvtoken"),
                                   "shm_name": shm, "kv_block_bytes": 65536,
-                                  "kv_capacity_slots": 64}))
+                                  "kv_capacity_slots": 64, "kv_numa_node": 0}))
         write(os.path.join(self.tmp, "kvtoken"), "t\n")
         port_file = os.path.join(self.tmp, "kv.port")
-        p = subprocess.Popen([DELTAKV, "sidecar", "--config", config, "--listen", "127.0.0.1:0",
-                              "--port-file", port_file], stderr=subprocess.DEVNULL)
+        log = os.path.join(self.tmp, "kv-sidecar.log")
+        with open(log, "w") as err:
+            p = subprocess.Popen([DELTAKV, "sidecar", "--config", config, "--listen",
+                                  "127.0.0.1:0", "--port-file", port_file, "--kv-hugepages"],
+                                 stderr=err)
         try:
             deadline = time.time() + 20
             while not os.path.exists(port_file):
@@ -369,7 +372,22 @@ class SyncE2ETest(unittest.TestCase):
             metrics = urllib.request.urlopen(url).read().decode()
             self.assertIn("deltakv_kv_capacity_slots 64", metrics)
             self.assertIn("deltakv_kv_block_bytes 65536", metrics)
-            self.assertIn("deltakv_kv_hits_total 0", metrics)
+            self.assertIn("deltakv_kv_occupancy 0", metrics)
+            self.assertIn("deltakv_kv_numa_node 0", metrics)
+            # Pool-wide counters of every engine process, and copy throughput per direction.
+            for series in ["deltakv_kv_hits_total", "deltakv_kv_misses_total",
+                           "deltakv_kv_evictions_total", "deltakv_kv_bytes_in_total",
+                           "deltakv_kv_bytes_out_total", "deltakv_kv_loads_total"]:
+                self.assertIn(series + " 0\n", metrics)
+            for direction in ["in", "out"]:
+                for series in ["deltakv_kv_copy_gbps", "deltakv_kv_throughput_gbps",
+                               "deltakv_kv_copy_busy_seconds_total"]:
+                    self.assertIn(f'{series}{{direction="{direction}"}} 0\n', metrics)
+            # Whether the huge-page advice can take effect is logged.
+            thp = read("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r") \
+                if os.path.exists("/sys/kernel/mm/transparent_hugepage/shmem_enabled") else ""
+            mode = thp[thp.find("[") + 1:thp.find("]")] if "[" in thp else "absent"
+            self.assertIn(f"NUMA node 0; huge pages requested, shmem THP '{mode}'", read(log, "r"))
         finally:
             p.send_signal(signal.SIGTERM)
             p.wait()
@@ -378,6 +396,18 @@ class SyncE2ETest(unittest.TestCase):
                 if f.startswith(shm):
                     os.remove(os.path.join("/dev/shm", f))
         self.assertFalse(pool_left)  # the owner removes the pool on a clean exit
+
+    def test_kv_pool_on_a_missing_numa_node_is_refused(self):
+        shm = f"dkv-kvnuma-{os.getpid()}"
+        write(os.path.join(self.tmp, "kvtoken"), "t\n")
+        r = subprocess.run([DELTAKV, "sidecar", "--token-file", os.path.join(self.tmp, "kvtoken"),
+                            "--shm-name", shm, "--listen", "127.0.0.1:0",
+                            "--kv-block-bytes", "65536", "--kv-capacity-slots", "16",
+                            "--kv-numa-node", "4095"],
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("NUMA node 4095 does not exist on this machine (nodes: 0", r.stderr)
+        self.assertFalse(any(f.startswith(shm) for f in os.listdir("/dev/shm")))
 
     def test_http_refusals(self):
         c = self.cluster(tp=1)

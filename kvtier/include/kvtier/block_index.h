@@ -22,7 +22,15 @@
 //   release-storing slot_ref; it is cleared by storing slot_ref = 0. Entries never move. A reader
 //   may see a half-written or just-reused entry, so the index is a hint: the slot metadata is the
 //   truth, and callers accept a candidate only after checking that the slot's state word has
-//   the entry's generation and the slot's key equals the key looked up (SlotMatches).
+//   the entry's generation and the slot's key equals the key looked up (SlotMatches). Find
+//   therefore reads only key_lo (to pick candidates) and slot_ref of an entry: a hit costs the
+//   bucket's first two cache lines (loaded together) and the slot's first line.
+// - FindCommitted (the advisory Lookup) answers from the entry alone: an entry whose slot_ref
+//   carries kSlotRefCommitted and whose key words read consistently (slot_ref equal before and
+//   after them; a slot_ref value names one slot generation, which holds one key). The mark is
+//   set after the slot became READY and the entry is erased before an eviction or removal
+//   returns, so a lookup reflects every completed commit, eviction and removal; it costs three
+//   lines of one bucket, all requested at once, and no slot metadata.
 //
 // Ownership: a BlockIndex is a view over memory owned by the pool's Segment; it owns nothing.
 // Thread-safety: all operations may run concurrently from any threads of any processes.
@@ -70,8 +78,16 @@ class BlockIndex {
   // The entry for `key` whose slot is in one of `state_mask`'s states, or nullopt. Lock-free.
   std::optional<SlotRef> Find(const PoolKey& key, uint32_t state_mask) const;
 
-  // Hints the CPU to load the home bucket of `key`.
+  // True if `key` has an entry marked committed (see the file comment). Lock-free, advisory:
+  // nothing is pinned or verified against the slot.
+  bool FindCommitted(const PoolKey& key) const;
+
+  // Hints the CPU to load the lines of `key`'s home bucket that FindCommitted reads.
   void Prefetch(const PoolKey& key) const;
+
+  // Marks the entry key -> ref committed. Returns false if there is no such entry (erased).
+  // REQUIRES: the slot `ref` names holds `key` READY at that generation.
+  bool MarkCommitted(const PoolKey& key, SlotRef ref);
 
   enum class InsertResult { kInserted, kPresent, kFull };
   // Inserts key -> ref unless a live entry for `key` exists (then kPresent, *existing set).
@@ -82,7 +98,8 @@ class BlockIndex {
   // Removes the entry key -> ref. Returns true if it was there.
   StatusOr<bool> Erase(const PoolKey& key, SlotRef ref);
 
-  // Drops every entry that does not name a slot currently holding its key in an indexed state.
+  // Drops every entry that does not name a slot currently holding its key in an indexed state,
+  // and marks committed the entries of READY slots whose committer died before marking them.
   // Returns how many were dropped.
   StatusOr<size_t> SweepStale();
 

@@ -26,6 +26,21 @@
 // index entries and pins of dead processes, and puts interrupted evictions back. Blocks
 // committed before a crash stay READY and readable by any process that opens the pool.
 //
+// Counters: every process adds to pool-wide counters in the segment (pool_layout.h, Counters):
+// each thread of each SlotPool claims a counter shard of its own on first use and adds to it
+// without locked instructions; Stats() sums the shards. A thread's shard stays claimed until its
+// SlotPool is destroyed (or, for a dead process, until ReclaimDead); when every shard is taken,
+// threads share shard 0 with atomic adds. Copy throughput (RecordCopy) is reported by the
+// tier clients, which see the copies.
+//
+// Events: every store commit, eviction and removal is also written to the pool's event ring
+// (pool_layout.h, Event ring) with the pid and attachment id of the process that caused it;
+// any process reads the ring with its own cursor (OpenEventCursor / ReadEvents). Writers never
+// block on readers; a reader that falls more than the ring's capacity behind is told how many
+// events it lost. Around crashes delivery is at least once for evictions (ReclaimDead reports
+// an eviction a dead process had committed) and at most once for stores (a process killed
+// between its commit and its event leaves a READY block without a kStored event).
+//
 // Ownership: a SlotPool owns its mapping of the segment; the creating SlotPool unlinks the name
 // on destruction unless told not to. PinnedBlocks unpin on destruction.
 // Thread-safety: every method may be called concurrently from any threads; all processes share
@@ -35,8 +50,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -57,11 +74,22 @@ struct SlotPoolOptions {
   // Slots are handed out in address order the first time and their pages are advised or
   // prefaulted a chunk at a time, so an empty pool costs no memory.
   uint64_t chunk_bytes = 256ull << 20;
-  bool hugepages = false;     // madvise(MADV_HUGEPAGE) each chunk (needs shmem THP = advise)
+  // madvise(MADV_HUGEPAGE) the whole segment in every process that maps it (metadata and index
+  // included: fewer TLB misses per lookup) and each data chunk when first used. Takes effect
+  // only where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows it (advise, always,
+  // within_size, force); best effort otherwise.
+  bool hugepages = false;
   bool prefault = false;      // MADV_POPULATE_WRITE each chunk when first used
   bool poison_freed = false;  // debug: fill a slot with kPoisonByte whenever it leaves use
+  // Entries of the event ring: 0 (no ring; nothing is published) or a power of two up to
+  // kMaxEventCapacity. 64 bytes each.
+  uint32_t event_capacity = kDefaultEventCapacity;
   shm::IfExists if_exists = shm::IfExists::kFail;
   bool unlink_on_destroy = true;
+  // Called by Create once the segment is mapped, before the pool writes anything past the
+  // segment header: where to bind or how to advise the memory (e.g. a NUMA policy, which for
+  // shared memory applies to every process's later page faults). An error fails Create.
+  std::function<Status(std::span<uint8_t> segment)> place_memory;
 };
 
 // Per-process settings (not stored in the segment).
@@ -104,10 +132,11 @@ struct PoolStats {
   uint64_t pinned_slots = 0;
   uint64_t ready_bytes = 0;
   uint64_t index_entries = 0;
-  // Counters since creation, all processes.
-  uint64_t lookups = 0;  // Lookup/PinPrefix calls
-  uint64_t hits = 0;     // blocks found by them
-  uint64_t misses = 0;   // calls that stopped before the last key
+  // Counters since creation, summed over every process (PoolCounter in pool_layout.h).
+  uint64_t lookups = 0;  // Lookup calls
+  uint64_t hits = 0;     // keys Lookup found (blocks)
+  uint64_t misses = 0;   // keys at and after Lookup's first miss (blocks): hits + misses = keys
+  uint64_t prefix_pins = 0;  // PinPrefix calls
   uint64_t stores_prepared = 0;
   uint64_t stores_committed = 0;
   uint64_t stores_aborted = 0;
@@ -115,10 +144,52 @@ struct PoolStats {
   uint64_t evictions = 0;
   uint64_t removals = 0;
   uint64_t pins = 0;
+  // Copies reported by tier clients (RecordCopy): blocks loaded, bytes each way, and the time a
+  // client had a copy in flight, summed over clients (bytes / busy = throughput while copying).
+  uint64_t loads_completed = 0;
+  uint64_t bytes_in = 0;   // engine -> host (stores)
+  uint64_t bytes_out = 0;  // host -> engine (loads)
+  uint64_t copy_busy_ns_in = 0;
+  uint64_t copy_busy_ns_out = 0;
+  uint64_t copy_batches_in = 0;
+  uint64_t copy_batches_out = 0;
+  uint64_t failed_copies = 0;
+  // Event ring.
+  uint64_t events_published = 0;
+  uint64_t events_dropped = 0;  // not written: the entry was held by a live, stalled writer
+  uint64_t event_sequence = 0;  // sequence number of the next event (events ever ticketed)
+  uint64_t event_capacity = 0;
+  // Recovery.
   uint64_t reclaimed_writes = 0;
   uint64_t reclaimed_evictions = 0;
   uint64_t reclaimed_pins = 0;
+  uint64_t reclaimed_shards = 0;
+  uint64_t counter_shards_owned = 0;  // counter shards claimed by threads now
   uint64_t chunks_touched = 0;
+};
+
+// One entry of the event ring as a reader sees it.
+struct PoolEvent {
+  PoolEventKind kind = PoolEventKind::kStored;
+  PoolKey key;
+  SlotRef ref;              // the slot and generation the block had
+  uint32_t pid = 0;         // the process that caused it
+  uint32_t attachment = 0;  // that process's attachment id (SlotPool::attachment_id); 0 for an
+                            // eviction ReclaimDead finished for a dead process
+  uint64_t sequence = 0;    // position in the pool-wide order of events
+  uint64_t time_ns = 0;     // CLOCK_MONOTONIC ns
+};
+
+// A reader's position in the event ring. Value type; one per reader.
+struct PoolEventCursor {
+  uint64_t next = 0;              // sequence number of the next event to read
+  uint64_t pending_since_ns = 0;  // when `next` was first found unwritten; 0 = not waiting
+};
+
+struct PoolEventRead {
+  size_t read = 0;    // events appended
+  uint64_t lost = 0;  // sequence numbers skipped: overwritten (ring overran) or never written
+  bool waiting = false;  // stopped at an event that is not written yet (see ReadEvents)
 };
 
 struct ReclaimReport {
@@ -170,7 +241,10 @@ class SlotPool {
   // version, never published) or DataLoss (a header that disagrees with itself or the size).
   static StatusOr<SlotPool> Open(const std::string& name, const SlotPoolClientOptions& client = {});
 
-  // lookup: the number of leading keys that are READY (stops at the first miss). Lock-free.
+  // lookup: the number of leading keys that are stored (stops at the first miss). Lock-free and
+  // advisory: it reads only index entries (BlockIndex::FindCommitted), so it reflects every
+  // commit, eviction and removal that completed before it and may go either way on one that
+  // runs concurrently; only PinPrefix/Pin protect and verify a block.
   size_t Lookup(std::span<const PoolKey> keys);
 
   // prepare_load: pins the longest READY prefix of `keys` and stamps it recent. The result may
@@ -209,6 +283,27 @@ class SlotPool {
   StatusOr<ReclaimReport> ReclaimDead();
 
   PoolStats Stats() const;
+  // One counter summed over all shards (no slot scan).
+  uint64_t Counter(PoolCounter counter) const;
+
+  // Adds one completed copy batch to the pool-wide counters: `into_pool` for a store's copy
+  // (engine -> host), else a load's. `ok` batches add their blocks and bytes; `busy_ns` is the
+  // time the batch added to the reporting client's busy time for that direction.
+  void RecordCopy(bool into_pool, bool ok, uint64_t blocks, uint64_t bytes, uint64_t busy_ns);
+
+  // A cursor at the current end of the event ring: it reads events published from now on.
+  PoolEventCursor OpenEventCursor() const;
+  // Appends up to `max_events` events from `cursor` on to `out`, oldest first, and advances
+  // the cursor. Events whose ring entry was overwritten before they were read are counted as
+  // lost. At an event whose sequence number was taken but whose entry is not written yet the
+  // read waits a few microseconds, then stops (`waiting`); once the same event has been
+  // pending for `skip_after` (its writer died or stalled), it is skipped as lost. Never blocks
+  // longer than that short wait; safe against writers killed at any point.
+  PoolEventRead ReadEvents(
+      PoolEventCursor* cursor, std::vector<PoolEvent>* out, size_t max_events = SIZE_MAX,
+      std::chrono::nanoseconds skip_after = std::chrono::milliseconds(100)) const;
+  // This attachment's id, written into the events it publishes (unique per pool segment).
+  uint32_t attachment_id() const { return attachment_id_; }
 
   // The state word of `slot` (tests and tools). REQUIRES: slot < capacity().
   SlotWord InspectSlot(uint32_t slot) const;
@@ -221,19 +316,32 @@ class SlotPool {
   uint64_t block_bytes() const { return block_bytes_; }
   uint64_t capacity() const { return slot_count_; }
   bool poison_freed() const { return poison_; }
-  const shm::Segment& segment() const { return segment_; }
+  uint32_t event_capacity() const { return event_capacity_; }
+  const shm::Segment& segment() const;
   const BlockIndex& index() const { return index_; }
 
  private:
+  struct Attachment;  // the mapping and this process's claimed counter shards (slot_pool.cc)
+  class CounterWriter;
+
   SlotPool(shm::Segment segment, const SlotPoolClientOptions& client);
+
+  // The calling thread's counter shard (claimed on first use; shard 0 when none is free).
+  PoolCounterShard* ThreadShard();
+  PoolCounterShard* ClaimThreadShard();
+  CounterWriter Counters();
+  void PublishEvent(PoolEventKind kind, const PoolKey& key, uint32_t slot, uint32_t generation,
+                    uint32_t pid, uint32_t attachment);
+  bool LockEventEntry(PoolEventEntry& entry);
 
   SlotMeta& Meta(uint32_t slot) const { return slots_[slot]; }
   // CAS FREE(g) -> WRITING(g+1, pid). Returns the new generation, or -1.
   int64_t TryClaimFree(uint32_t slot);
   int64_t ClaimFresh();
   int64_t ClaimFromFreeScan();
-  // READY(gen), unpinned -> FREEING(pid), index entry erased, data poisoned.
-  bool TryEvict(uint32_t slot, uint32_t generation);
+  // READY(gen), unpinned -> FREEING(pid), `kind` event published, index entry erased, data
+  // poisoned.
+  bool TryEvict(uint32_t slot, uint32_t generation, PoolEventKind kind);
   // Allocates one slot in WRITING; refills `candidates` from the policy as needed.
   StatusOr<int64_t> AllocateSlot(std::vector<EvictionCandidate>* candidates, size_t wanted,
                                  uint32_t* slot, bool* evicted);
@@ -242,8 +350,14 @@ class SlotPool {
   void NoteFreed();
   void TouchChunk(uint64_t chunk);
 
-  shm::Segment segment_;
+  std::unique_ptr<Attachment> attach_;
+  uint64_t local_id_ = 0;  // attach_'s process-unique id: keys the thread-local shard cache
   PoolHeader* header_ = nullptr;
+  PoolCounterShard* shards_ = nullptr;
+  PoolEventEntry* events_ = nullptr;
+  uint64_t event_mask_ = 0;
+  uint32_t event_capacity_ = 0;
+  uint32_t attachment_id_ = 0;
   SlotMeta* slots_ = nullptr;
   uint8_t* data_ = nullptr;
   BlockIndex index_;

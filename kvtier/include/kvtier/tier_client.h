@@ -13,7 +13,7 @@
 //                                    refused (never by evicting a pinned or in-flight block)
 //   Store(handle, engine blocks)  -> CopyCompletion of the async gather into the slots
 //   CompleteStore(handle)         -> waits for the copy, then commits (or aborts on failure)
-//   Touch(keys), Remove(key), Stats(), DrainEvents() / on_event
+//   Touch(keys), Remove(key), Stats(), DrainEvents() / on_event, PollPoolEvents()
 //
 // Ordering (kvtier/ORDERING.md): a store's slots are committed only after its copy completed
 // (S2), and a load's pins are dropped only after its copy completed (L4), on every path: the
@@ -25,10 +25,15 @@
 // its slots (nothing is published). Both block while their copy is in flight.
 //
 // Events: this client reports kStored for every block it committed, kEvicted for every block
-// its own PrepareStore evicted, and kRemoved for its own Remove calls. Evictions by other
-// processes are not seen here (the pool has no change feed). Events go to
-// KvTierClientOptions::on_event when set (called on the thread that caused them, outside the
-// client's locks), otherwise to a bounded queue read with DrainEvents.
+// its own PrepareStore evicted, and kRemoved for its own Remove calls, as they happen. With
+// KvTierClientOptions::pool_events it also reports what every other client of the pool did (in
+// any process: blocks stored, evicted to make room, removed), read from the pool's event ring
+// (kvtier/slot_pool.h, Events) by PollPoolEvents, which DrainEvents calls first. Those arrive
+// when polled, in the pool's order among themselves, and carry the pid that caused them; events
+// that the ring overwrote before they were polled, or whose writer died mid-entry, are counted
+// in TierStats::events_lost. Events go to KvTierClientOptions::on_event when set (called
+// outside the client's locks: on the thread that caused them, or the one polling), otherwise to
+// a bounded queue read with DrainEvents.
 //
 // Ownership: the client owns its SlotPool mapping; it borrows the CopyEngine and the engine
 // memory the layout names (both must outlive it). REQUIRES: every handle is destroyed or
@@ -38,6 +43,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -58,16 +64,18 @@ namespace deltakv::kvtier {
 
 class KvTierClient;
 
+// The values equal PoolEventKind's.
 enum class TierEventKind : uint8_t {
-  kStored = 0,   // this client committed the block
-  kEvicted = 1,  // this client's PrepareStore evicted it to make room (see Events above)
-  kRemoved = 2,  // this client removed it
+  kStored = 0,   // the block was committed (by this client, or by origin_pid: see Events above)
+  kEvicted = 1,  // a PrepareStore evicted it to make room
+  kRemoved = 2,  // it was removed
 };
 std::string_view TierEventKindName(TierEventKind kind);
 
 struct TierEvent {
   TierEventKind kind = TierEventKind::kStored;
   PoolKey key;
+  uint32_t origin_pid = 0;  // the process that caused it (this process for this client's own)
 };
 
 struct KvTierClientOptions {
@@ -81,6 +89,13 @@ struct KvTierClientOptions {
   // When set, receives every event instead of the queue. Must not call back into the client's
   // handle-completing methods on the same handle; may call DrainEvents/Stats.
   std::function<void(const TierEvent&)> on_event;
+  // Also report blocks stored, evicted or removed by the pool's other clients (other processes
+  // and other clients of this one), from the pool's event ring; see Events above. The feed
+  // starts when the client is opened.
+  bool pool_events = false;
+  // A ring entry whose writer took its sequence number but has not written it this long (it
+  // died or stalled) is skipped and counted in events_lost.
+  std::chrono::milliseconds pool_event_skip_after{100};
 };
 
 // Copy throughput of one direction, from the copy engine's completion timestamps.
@@ -111,9 +126,12 @@ struct TierStats {
   uint64_t evictions = 0;       // blocks this client's stores evicted
   uint64_t removals = 0;
   uint64_t events_dropped = 0;
+  uint64_t pool_events = 0;  // events of other clients reported (pool_events)
+  uint64_t events_lost = 0;  // pool events not seen: overwritten before polled, or never written
   TierDirectionStats store;  // bytes into the tier (engine -> pool)
   TierDirectionStats load;   // bytes out of the tier (pool -> engine)
-  // The pool as a whole (all processes), from a scan: occupancy and global counters.
+  // The pool as a whole (all processes), from a scan: occupancy and the pool-wide counters
+  // every client adds to (pool.hits, pool.bytes_in, pool.copy_busy_ns_in, ...).
   PoolStats pool;
   double occupancy = 0;  // pool.ready_slots / pool.capacity_slots
 };
@@ -240,7 +258,13 @@ class KvTierClient {
   // or being written.
   Status Remove(const PoolKey& key);
 
-  // Appends the queued events to `out` (oldest first) and empties the queue.
+  // With pool_events: reads the pool's event ring up to now and delivers the events of other
+  // clients (to on_event or the queue). Returns how many. Never blocks beyond a few
+  // microseconds; if another thread is polling, returns 0 at once. 0 without pool_events.
+  size_t PollPoolEvents();
+
+  // Polls the pool's events (with pool_events), then appends the queued events to `out` (oldest
+  // first) and empties the queue.
   void DrainEvents(std::vector<TierEvent>* out);
 
   TierStats Stats() const;
@@ -268,8 +292,11 @@ class KvTierClient {
   CopyEngine* engine_;
   KvTierClientOptions options_;
   std::unique_ptr<Counters> counters_;
+  uint32_t pid_ = 0;
   mutable std::mutex events_mu_;
   std::deque<TierEvent> events_;  // GUARDED_BY(events_mu_)
+  std::atomic<bool> polling_{false};
+  PoolEventCursor cursor_;  // read and written only by the thread that set polling_
   std::atomic<int64_t> live_handles_{0};
 };
 

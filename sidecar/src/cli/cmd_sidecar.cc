@@ -90,6 +90,8 @@ struct SidecarOpts {
   uint64_t kv_capacity_slots = 0;
   double kv_host_fraction = 0;
   bool kv_hugepages = false;
+  std::string kv_numa_node;  // "" (no binding), "auto" or a node number
+  std::string kv_gpu_pci_bus_id;
 };
 
 // Fills unset options from a JSON config file (flags given on the command line win).
@@ -128,6 +130,16 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(uint("http_attempts", o.http_attempts, "--http-attempts"));
   RETURN_IF_ERROR(uint("kv_block_bytes", o.kv_block_bytes, "--kv-block-bytes"));
   RETURN_IF_ERROR(uint("kv_capacity_slots", o.kv_capacity_slots, "--kv-capacity-slots"));
+  if (j.contains("kv_numa_node") && cmd.count("--kv-numa-node") == 0) {
+    if (j["kv_numa_node"].is_number_unsigned()) {
+      o.kv_numa_node = std::to_string(j["kv_numa_node"].get<uint64_t>());
+    } else if (j["kv_numa_node"].is_string()) {
+      o.kv_numa_node = j["kv_numa_node"].get<std::string>();
+    } else {
+      return InvalidArgument("config: 'kv_numa_node' must be a node number or \"auto\"");
+    }
+  }
+  RETURN_IF_ERROR(str("kv_gpu_pci_bus_id", o.kv_gpu_pci_bus_id, "--kv-gpu-pci-bus-id"));
   if (j.contains("kv_host_fraction") && cmd.count("--kv-host-fraction") == 0) {
     if (!j["kv_host_fraction"].is_number())
       return InvalidArgument("config: 'kv_host_fraction' must be a number");
@@ -205,14 +217,32 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
     kc.capacity_slots = o.kv_capacity_slots;
     kc.host_fraction = o.kv_host_fraction;
     kc.hugepages = o.kv_hugepages;
+    if (o.kv_numa_node == "auto") {
+      kc.numa_auto = true;
+      kc.gpu_pci_bus_id = o.kv_gpu_pci_bus_id;
+    } else if (!o.kv_numa_node.empty()) {
+      if (o.kv_numa_node.size() > 6 ||
+          o.kv_numa_node.find_first_not_of("0123456789") != std::string::npos) {
+        return ReportError("sidecar",
+                           InvalidArgument("--kv-numa-node must be a node number or 'auto', not '" +
+                                           o.kv_numa_node + "'"),
+                           false);
+      }
+      kc.numa_node = std::stoi(o.kv_numa_node);
+    }
+    if (!o.kv_gpu_pci_bus_id.empty() && !kc.numa_auto) {
+      return ReportError(
+          "sidecar", InvalidArgument("--kv-gpu-pci-bus-id is used with --kv-numa-node auto"),
+          false);
+    }
     auto pool = sidecar::KvPoolOwner::Create(kc);
     if (!pool.ok()) return ReportError("sidecar", pool.status().WithPrefix("KV pool"), false);
     kv_pool = std::move(pool).value();
     sidecar::KvPoolOwner* p = kv_pool.get();
     http.metrics.push_back([p] { return p->Metrics(); });
-    std::fprintf(stderr, "deltakv sidecar: KV pool '%s': %llu slots of %llu bytes\n",
+    std::fprintf(stderr, "deltakv sidecar: KV pool '%s': %llu slots of %llu bytes; %s\n",
                  kc.name.c_str(), (unsigned long long)p->config().capacity_slots,
-                 (unsigned long long)kc.block_bytes);
+                 (unsigned long long)kc.block_bytes, p->placement().Describe().c_str());
   }
   sidecar::ShmExecutorOptions eo;
   eo.shm_name = o.shm_name;
@@ -287,7 +317,13 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
   cmd->add_option("--kv-host-fraction", o->kv_host_fraction,
                   "Host KV tier: size the pool as this fraction of usable host RAM (cgroup-aware)")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_flag("--kv-hugepages", o->kv_hugepages, "Host KV tier: advise huge pages");
+  cmd->add_flag("--kv-hugepages", o->kv_hugepages,
+                "Host KV tier: advise huge pages (the log says whether shmem THP honours it)");
+  cmd->add_option("--kv-numa-node", o->kv_numa_node,
+                  "Host KV tier: bind the pool's memory to this NUMA node, or 'auto' for the node "
+                  "nearest --kv-gpu-pci-bus-id");
+  cmd->add_option("--kv-gpu-pci-bus-id", o->kv_gpu_pci_bus_id,
+                  "Host KV tier: the GPU whose NUMA node 'auto' picks, e.g. 0000:3b:00.0");
   cmd->callback([o, cmd, rc] { *rc = RunSidecar(*o, *cmd); });
 }
 
