@@ -59,7 +59,10 @@ constexpr uint32_t kDefaultOpenTimeoutMs = 1000;
 constexpr uint32_t kMaxCopyThreads = 256;
 
 // The parameter struct of the first version: every caller passes at least this much.
-constexpr size_t kParamsV1Size = sizeof(deltakv_kv_client_params);
+// Version 1 of the params ended at open_timeout_ms; later fields are read only when the
+// caller's struct_size covers them.
+constexpr size_t kParamsV1Size =
+    offsetof(deltakv_kv_client_params, open_timeout_ms) + sizeof(uint32_t);
 // Stats: the header (struct_size, version) must be there.
 constexpr size_t kStatsHeaderSize = offsetof(deltakv_kv_stats, lookups);
 
@@ -443,6 +446,15 @@ void FillStats(const kvtier::TierStats& t, uint64_t extra_dropped, deltakv_kv_st
   s->pool_reclaimed_evictions = p.reclaimed_evictions;
   s->pool_reclaimed_pins = p.reclaimed_pins;
   s->pool_chunks_touched = p.chunks_touched;
+  s->pool_events = t.pool_events;
+  s->events_lost = t.events_lost;
+  s->pool_loads_completed = p.loads_completed;
+  s->pool_bytes_in = p.bytes_in;
+  s->pool_bytes_out = p.bytes_out;
+  s->pool_copy_in_gb_per_s =
+      p.copy_busy_ns_in > 0 ? static_cast<double>(p.bytes_in) / p.copy_busy_ns_in : 0;
+  s->pool_copy_out_gb_per_s =
+      p.copy_busy_ns_out > 0 ? static_cast<double>(p.bytes_out) / p.copy_busy_ns_out : 0;
   s->occupancy = t.occupancy;
 }
 
@@ -537,11 +549,13 @@ int deltakv_kv_client_open(const deltakv_kv_client_params* params, deltakv_kv_cl
     if (params->struct_size < kParamsV1Size) {
       return InvalidArgument(
           "params->struct_size is " + std::to_string(params->struct_size) +
-          ", expected sizeof(deltakv_kv_client_params) = " + std::to_string(kParamsV1Size) +
+          ", expected at least " + std::to_string(kParamsV1Size) +
           " (start from deltakv_kv_client_default_params())");
     }
-    deltakv_kv_client_params p;
-    std::memcpy(&p, params, sizeof(p));  // fields appended by a newer caller are not read
+    deltakv_kv_client_params p = deltakv_kv_client_default_params();
+    // Only what the caller's struct holds; fields it does not know keep their defaults, and
+    // fields appended by a newer caller are not read.
+    std::memcpy(&p, params, std::min<size_t>(params->struct_size, sizeof(p)));
     const std::string pool_name = p.pool_name == nullptr ? kDefaultPoolName : p.pool_name;
     if (pool_name.empty()) return InvalidArgument("pool_name is empty");
     ASSIGN_OR_RETURN(kvtier::KvLayout layout, ToLayout(p.layout));
@@ -554,6 +568,7 @@ int deltakv_kv_client_open(const deltakv_kv_client_params* params, deltakv_kv_cl
     options.max_keys_per_call =
         p.max_keys_per_call == 0 ? kDefaultMaxKeysPerCall : p.max_keys_per_call;
     options.max_queued_events = c->max_queued_events;
+    options.pool_events = p.pool_events != 0;
     options.pool.open.init_timeout = std::chrono::milliseconds(
         p.open_timeout_ms == 0 ? kDefaultOpenTimeoutMs : p.open_timeout_ms);
     StatusOr<std::unique_ptr<kvtier::KvTierClient>> client =
@@ -835,7 +850,7 @@ int deltakv_kv_drain_events(deltakv_kv_client* c, deltakv_kv_event* out, size_t 
       ce.kind = EventKind(e.kind);
       ce.raw_kind = static_cast<uint32_t>(e.kind);
       ce.key = ToC(e.key);
-      ce.origin_pid = static_cast<uint32_t>(c->pid);  // every event here is this client's own
+      ce.origin_pid = e.origin_pid != 0 ? e.origin_pid : static_cast<uint32_t>(c->pid);
       ce.reserved = 0;
       c->events.push_back(ce);
     }

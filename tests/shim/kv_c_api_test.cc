@@ -840,6 +840,51 @@ TEST_F(KvCApiTest, EventsDrainInOrderAcrossCalls) {
   EXPECT_EQ(s.removals, 3u);
 }
 
+TEST_F(KvCApiTest, PoolEventsReportOtherClientsAndOldParamsStillOpen) {
+  MakePool(4, BlockBytes(FakeLayoutKind::kCrossLayer));
+  FakeEngineKv mem(FakeLayoutKind::kCrossLayer, kLayers, kEngineBlocks, kTensorBytes);
+  CLayout layout = DescribeLayout(mem, FakeLayoutKind::kCrossLayer, DELTAKV_KV_LAYOUT_CROSS_LAYER);
+  deltakv_kv_client_params p = Params(layout);
+  p.pool_events = 1;
+  deltakv_kv_client* watcher = nullptr;
+  ASSERT_EQ(deltakv_kv_client_open(&p, &watcher), DELTAKV_KV_OK);
+  clients_.push_back(watcher);
+  // A caller built against version 1 of the params struct (it ends at open_timeout_ms).
+  deltakv_kv_client_params old = Params(layout);
+  old.struct_size = offsetof(deltakv_kv_client_params, open_timeout_ms) + sizeof(uint32_t);
+  deltakv_kv_client* writer = nullptr;
+  ASSERT_EQ(deltakv_kv_client_open(&old, &writer), DELTAKV_KV_OK) << LastError();
+  clients_.push_back(writer);
+
+  StoreAll(writer, mem, CKeys(0, 2), Iota(0, 2));
+  ASSERT_EQ(deltakv_kv_remove(writer, CKey(KeyOf(1))), DELTAKV_KV_OK);
+  std::vector<std::pair<int32_t, uint64_t>> got;
+  deltakv_kv_event buf[8];
+  size_t n = 0;
+  ASSERT_EQ(deltakv_kv_drain_events(watcher, buf, 8, &n), DELTAKV_KV_OK);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(buf[i].origin_pid, static_cast<uint32_t>(getpid()));
+    got.emplace_back(buf[i].kind, buf[i].key.lo);
+  }
+  const std::vector<std::pair<int32_t, uint64_t>> want = {{DELTAKV_KV_EVENT_STORED, KeyOf(0).lo},
+                                                          {DELTAKV_KV_EVENT_STORED, KeyOf(1).lo},
+                                                          {DELTAKV_KV_EVENT_REMOVED, KeyOf(1).lo}};
+  EXPECT_EQ(got, want);
+  // The writer did not ask for pool events: it sees only its own (stored twice, removed).
+  ASSERT_EQ(deltakv_kv_drain_events(writer, buf, 8, &n), DELTAKV_KV_OK);
+  EXPECT_EQ(n, 3u);
+
+  deltakv_kv_stats s{};
+  s.struct_size = sizeof(s);
+  ASSERT_EQ(deltakv_kv_get_stats(watcher, &s), DELTAKV_KV_OK);
+  EXPECT_EQ(s.version, 2u);
+  EXPECT_EQ(s.pool_events, 3u);
+  EXPECT_EQ(s.events_lost, 0u);
+  EXPECT_EQ(s.pool_bytes_in, 2 * BlockBytes(FakeLayoutKind::kCrossLayer));
+  EXPECT_EQ(s.pool_bytes_out, 0u);
+  EXPECT_GT(s.pool_copy_in_gb_per_s, 0.0);
+}
+
 TEST_F(KvCApiTest, StatsHonourTheCallersStructSize) {
   const uint64_t bb = BlockBytes(FakeLayoutKind::kPerLayerKV);
   MakePool(16, bb);

@@ -224,6 +224,11 @@ typedef struct deltakv_kv_client_params {
   /* How long opening waits for a pool segment that exists but is not yet initialized;
    * 0 = 1000 ms. A pool that does not exist at all fails at once with NOT_FOUND. */
   uint32_t open_timeout_ms;
+  /* Added in version 2 of this struct (read only when struct_size covers it). Nonzero: also
+   * report what every other process did to the pool (stored, evicted, removed; from the
+   * pool's event feed), with their origin_pid; events the feed overwrote before this client
+   * read them are counted in deltakv_kv_stats.events_lost. 0 = this client's own actions. */
+  uint32_t pool_events;
 } deltakv_kv_client_params;
 
 /* Defaults: struct_size set, pool "deltakv.kv", backend "cpu" with 2 threads, no layout.
@@ -247,6 +252,7 @@ static inline deltakv_kv_client_params deltakv_kv_client_default_params(void) {
   p.max_keys_per_call = 0;
   p.max_queued_events = 0;
   p.open_timeout_ms = 0;
+  p.pool_events = 0;
   return p;
 }
 
@@ -376,13 +382,14 @@ typedef struct deltakv_kv_event {
 } deltakv_kv_event;
 
 /* Moves up to `capacity` queued events (oldest first) into `out`; *count receives how many.
- * Events are kept until drained: call again while *count == capacity. Only this client's own
- * actions are reported (evictions by other processes are not). INVALID_ARGUMENT for a NULL
+ * Events are kept until drained: call again while *count == capacity. This client's own
+ * actions are reported, and with params.pool_events those of every other process of the pool
+ * too (read from the pool's event feed when this is called). INVALID_ARGUMENT for a NULL
  * `out` or capacity 0. */
 int deltakv_kv_drain_events(deltakv_kv_client* client, deltakv_kv_event* out, size_t capacity,
                             size_t* count);
 
-#define DELTAKV_KV_STATS_VERSION 1
+#define DELTAKV_KV_STATS_VERSION 2
 
 /* Counters of this client, its copies and the whole pool. Set struct_size to
  * sizeof(deltakv_kv_stats) before the call; the library fills that many bytes at most (fields it
@@ -445,6 +452,14 @@ typedef struct deltakv_kv_stats {
   uint64_t pool_reclaimed_pins;
   uint64_t pool_chunks_touched;
   double occupancy; /* pool_ready_slots / pool_capacity_slots */
+  /* Version 2. */
+  uint64_t pool_events;         /* events of other processes reported (params.pool_events) */
+  uint64_t events_lost;         /* pool events overwritten or never written before read */
+  uint64_t pool_loads_completed; /* blocks loaded by every process */
+  uint64_t pool_bytes_in;       /* engine -> host, every process */
+  uint64_t pool_bytes_out;      /* host -> engine, every process */
+  double pool_copy_in_gb_per_s;  /* pool_bytes_in / the time copies in were running */
+  double pool_copy_out_gb_per_s; /* pool_bytes_out / the time copies out were running */
 } deltakv_kv_stats;
 
 int deltakv_kv_get_stats(const deltakv_kv_client* client, deltakv_kv_stats* stats);
