@@ -203,10 +203,14 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   po.max_window_log = options_.max_window_log;
   po.fetch_window_bytes = std::max<uint64_t>(options_.plan_buffer_bytes / 8, 1 << 20);
   po.decode_threads = options_.decode_threads;
-  if (po.decode_threads == 0) {  // the CPUs this (pinned, low-priority) worker may use
+  if (po.decode_threads == 0) {
+    // One per CPU this (pinned, low-priority) worker may use, from 4 CPUs up: with fewer, the
+    // ranks' staging needs the other CPUs and collecting runs for the replay costs more than
+    // decoding beside them gains (measured on 2 CPUs with the cpu backend).
     cpu_set_t set;
     CPU_ZERO(&set);
-    po.decode_threads = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    po.decode_threads = cpus >= 4 ? static_cast<unsigned>(cpus) : 1;
   }
   po.decode_threads = std::clamp(po.decode_threads, 1u, 256u);
   auto planned = deltasync::BuildSyncPlans(m, *store, rank_tables, streamer, po);
