@@ -76,10 +76,4 @@ StatusOr<ScatterBatch> PackScatter(const deltasync::WritePlanReader& plan,
   return batch;
 }
 
-Status CommitPlan(std::span<const CopyOp> scatter, DeviceBackend& backend) {
-  Status s = backend.Scatter(scatter);
-  if (!s.ok()) return Internal("scatter failed after commit was decided: " + s.message());
-  return Status::Ok();
-}
-
 }  // namespace deltakv::shim

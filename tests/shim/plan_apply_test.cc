@@ -172,7 +172,7 @@ Status SyncOnce(Fixture& f, const std::string& delta,
   auto backend = MakeDeviceBackend("cpu");
   std::vector<AdlerDelta> inc(m->tensors.size()), full(m->tensors.size());
   std::vector<std::vector<LocalTensor>> locals(kWorld);
-  std::vector<ScatterBatch> batches;
+  std::vector<std::unique_ptr<PreparedScatter>> prepared;
   for (uint32_t r = 0; r < kWorld; ++r) {
     for (size_t i = 0; i < f.layout[0].tensors.size(); ++i) {
       locals[r].push_back({f.layout[0].tensors[i].name, engine[r][i].data(), engine[r][i].size()});
@@ -184,7 +184,8 @@ Status SyncOnce(Fixture& f, const std::string& delta,
       for (size_t t = 0; t < st.size(); ++t) staged[t].Merge(st[t]);
       ASSIGN_OR_RETURN(ScatterBatch batch, PackScatter(reader, locals[r]));
       std::memset(part.data(), 0xEE, part.size());  // the batch must not point into the plan
-      batches.push_back(std::move(batch));
+      ASSIGN_OR_RETURN(auto p, (*backend)->PrepareScatter(std::move(batch)));
+      prepared.push_back(std::move(p));
     }
     for (size_t t = 0; t < staged.size(); ++t) {
       inc[t].Merge(staged[t].delta);
@@ -194,7 +195,7 @@ Status SyncOnce(Fixture& f, const std::string& delta,
   for (size_t t = 0; t < m->tensors.size(); ++t) {
     RETURN_IF_ERROR(VerifyStagedTensor(m->tensors[t].name, plan_tables[0][t], inc[t], full[t]));
   }
-  for (const ScatterBatch& b : batches) RETURN_IF_ERROR(CommitPlan(b.ops, **backend));
+  for (auto& p : prepared) RETURN_IF_ERROR((*backend)->CommitScatter(*p));
   return Status::Ok();
 }
 

@@ -5,7 +5,8 @@
 // contribution to its tensor's incremental Adler-32 partial sums over canonical positions
 // (owner records only, so replicated bytes are counted once across ranks). No device byte
 // changes. A plan that arrives in parts is staged part by part; the sums of the parts add up
-// (StagedTensor::Merge). Commit: scatter every record's new bytes to device memory.
+// (StagedTensor::Merge). Commit: the packed new bytes (PackScatter) go through the device
+// backend's PrepareScatter before the pause and CommitScatter in it.
 //
 // Thread-safety: one call at a time per plan.
 #pragma once
@@ -56,8 +57,5 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
 // succeeded on this plan.
 StatusOr<ScatterBatch> PackScatter(const deltasync::WritePlanReader& plan,
                                    const std::vector<LocalTensor>& tensors);
-
-// Writes the staged bytes (backend.Scatter over the list). Internal on a backend failure.
-Status CommitPlan(std::span<const CopyOp> scatter, DeviceBackend& backend);
 
 }  // namespace deltakv::shim
