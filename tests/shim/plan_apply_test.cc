@@ -66,6 +66,18 @@ struct Fixture {
     return out;
   }
 
+  // v1 (generated), v2 (v1 with `density` of its elements changed) and the delta d12 between
+  // them, cut into frames of `frame_bytes` (0: the publisher's default).
+  void MakeV1V2Delta(double density, uint64_t frame_bytes = 0) {
+    ASSERT_TRUE(GenerateCheckpoint(tmp / "v1", layout, 3).ok());
+    MutationOptions mo;
+    mo.density = density;
+    ASSERT_TRUE(MutateCheckpoint(tmp / "v1", tmp / "v2", mo).ok());
+    PublishOptions po{tmp / "v1", tmp / "v2", tmp / "d12"};
+    if (frame_bytes > 0) po.frame_bytes = frame_bytes;
+    ASSERT_TRUE(PublishDelta(po).ok());
+  }
+
   RankTensorTables Tables() {
     std::vector<EngineTensorTable> tables;
     for (uint32_t r = 0; r < kWorld; ++r) {
@@ -201,13 +213,7 @@ Status SyncOnce(Fixture& f, const std::string& delta,
 
 TEST(PlanApply, TwoRanksMatchTheNewCheckpoint) {
   Fixture f;
-  ASSERT_TRUE(GenerateCheckpoint(f.tmp / "v1", f.layout, 3).ok());
-  MutationOptions mo;
-  mo.density = 0.05;
-  ASSERT_TRUE(MutateCheckpoint(f.tmp / "v1", f.tmp / "v2", mo).ok());
-  PublishOptions po{f.tmp / "v1", f.tmp / "v2", f.tmp / "d12"};
-  po.frame_bytes = 1024;  // several frames per tensor
-  ASSERT_TRUE(PublishDelta(po).ok());
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.05, 1024));  // several frames per tensor
 
   auto engine = f.Slice(f.tmp / "v1");
   Status s = SyncOnce(f, f.tmp / "d12", engine);
@@ -217,13 +223,7 @@ TEST(PlanApply, TwoRanksMatchTheNewCheckpoint) {
 
 TEST(PlanApply, SmallPartsAndFetchWindowsGiveTheSameResult) {
   Fixture f;
-  ASSERT_TRUE(GenerateCheckpoint(f.tmp / "v1", f.layout, 3).ok());
-  MutationOptions mo;
-  mo.density = 0.3;
-  ASSERT_TRUE(MutateCheckpoint(f.tmp / "v1", f.tmp / "v2", mo).ok());
-  PublishOptions po{f.tmp / "v1", f.tmp / "v2", f.tmp / "d12"};
-  po.frame_bytes = 1024;
-  ASSERT_TRUE(PublishDelta(po).ok());
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 1024));  // several frames per tensor
   for (unsigned threads : {1u, 3u}) {
     for (bool prefetch : {true, false}) {
     for (uint64_t window : {uint64_t{1}, uint64_t{700}, uint64_t{1} << 20}) {
@@ -245,13 +245,7 @@ TEST(PlanApply, SmallPartsAndFetchWindowsGiveTheSameResult) {
 
 TEST(PlanApply, CorruptFrameFailsWithParallelDecode) {
   Fixture f;
-  ASSERT_TRUE(GenerateCheckpoint(f.tmp / "v1", f.layout, 3).ok());
-  MutationOptions mo;
-  mo.density = 0.3;
-  ASSERT_TRUE(MutateCheckpoint(f.tmp / "v1", f.tmp / "v2", mo).ok());
-  PublishOptions po{f.tmp / "v1", f.tmp / "v2", f.tmp / "d12"};
-  po.frame_bytes = 1024;
-  ASSERT_TRUE(PublishDelta(po).ok());
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 1024));  // several frames per tensor
   // Corrupt the middle of the shard: one frame fails while others decode beside it.
   std::string shard = f.tmp / "d12/shard-00000.zst";
   std::string data = ReadAll(shard);
@@ -287,12 +281,7 @@ TEST(PlanApply, WrongParentFailsVerificationAndChangesNothing) {
 
 TEST(PlanApply, UnregisteredTensorIsRefused) {
   Fixture f;
-  ASSERT_TRUE(GenerateCheckpoint(f.tmp / "v1", f.layout, 3).ok());
-  MutationOptions mo;
-  mo.density = 0.05;
-  ASSERT_TRUE(MutateCheckpoint(f.tmp / "v1", f.tmp / "v2", mo).ok());
-  PublishOptions po{f.tmp / "v1", f.tmp / "v2", f.tmp / "d12"};
-  ASSERT_TRUE(PublishDelta(po).ok());
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.05));
   auto m = ParseDeltaManifest(ReadAll(f.tmp / "d12/manifest.json"));
   RankTensorTables ranks = f.Tables();
   ranks[1].erase("rows");
