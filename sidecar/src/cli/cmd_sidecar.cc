@@ -130,6 +130,7 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(uint("http_attempts", o.http_attempts, "--http-attempts"));
   RETURN_IF_ERROR(uint("kv_block_bytes", o.kv_block_bytes, "--kv-block-bytes"));
   RETURN_IF_ERROR(uint("kv_capacity_slots", o.kv_capacity_slots, "--kv-capacity-slots"));
+  RETURN_IF_ERROR(uint("max_body_bytes", o.max_body_bytes, "--max-body-bytes"));
   if (j.contains("kv_numa_node") && cmd.count("--kv-numa-node") == 0) {
     if (j["kv_numa_node"].is_number_unsigned()) {
       o.kv_numa_node = std::to_string(j["kv_numa_node"].get<uint64_t>());
@@ -144,11 +145,6 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
     if (!j["kv_host_fraction"].is_number())
       return InvalidArgument("config: 'kv_host_fraction' must be a number");
     o.kv_host_fraction = j["kv_host_fraction"].get<double>();
-  }
-  if (j.contains("max_body_bytes") && cmd.count("--max-body-bytes") == 0) {
-    if (!j["max_body_bytes"].is_number_unsigned())
-      return InvalidArgument("config: 'max_body_bytes' must be an integer");
-    o.max_body_bytes = j["max_body_bytes"].get<uint64_t>();
   }
   return Status::Ok();
 }

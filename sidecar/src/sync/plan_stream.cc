@@ -16,6 +16,12 @@ using deltasync::WritePlanWriter;
 constexpr uint64_t kMinRecordRoom = 64 << 10;
 }  // namespace
 
+Status RankErrorStatus(const shm::Message& msg, uint64_t sync_id, uint32_t rank) {
+  if (msg.sync_id != sync_id || msg.type != shm::MessageType::kError) return Status::Ok();
+  auto text = shm::ParseText(msg);
+  return DataLoss(text.ok() ? *text : "rank " + std::to_string(rank) + " failed");
+}
+
 PlanStreamer::PlanStreamer(PlanStreamOptions options, std::vector<shm::RankChannel*> channels,
                            std::vector<std::vector<deltasync::PlanTensor>> tables,
                            std::function<Status(uint32_t)> check_rank)
@@ -92,10 +98,7 @@ Status PlanStreamer::Drain(uint32_t r, size_t keep) {
     if (!popped.ok()) return popped.status().WithPrefix("rank " + std::to_string(r));
     if (*popped) {
       auto msg = shm::DecodeMessage(buf);
-      if (msg.ok() && msg->sync_id == opt_.sync_id && msg->type == shm::MessageType::kError) {
-        auto text = shm::ParseText(*msg);
-        return DataLoss(text.ok() ? *text : "rank " + std::to_string(r) + " failed");
-      }
+      if (msg.ok()) RETURN_IF_ERROR(RankErrorStatus(*msg, opt_.sync_id, r));
       continue;
     }
     RETURN_IF_ERROR(check_rank_(r));

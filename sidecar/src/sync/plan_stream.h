@@ -29,9 +29,14 @@
 #include "deltasync/sync_planner.h"
 #include "deltasync/write_plan.h"
 #include "shm/control_block.h"
+#include "shm/messages.h"
 #include "shm/plan_arena.h"
 
 namespace deltakv::sidecar {
+
+// A rank's ERROR message for `sync_id` as a DataLoss status carrying its text; OK for any
+// other message.
+Status RankErrorStatus(const shm::Message& msg, uint64_t sync_id, uint32_t rank);
 
 struct PlanStreamOptions {
   std::string prefix;  // arena names: shm::PlanArenaName(prefix, sync_id, rank, part)

@@ -254,10 +254,7 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
           auto msg = shm::DecodeMessage(buf);
           if (!msg.ok()) return msg.status().WithPrefix("rank " + std::to_string(r));
           if (msg->sync_id != sync_id) continue;
-          if (msg->type == shm::MessageType::kError) {
-            auto text = shm::ParseText(*msg);
-            return DataLoss(text.ok() ? *text : "rank " + std::to_string(r) + " failed");
-          }
+          RETURN_IF_ERROR(RankErrorStatus(*msg, sync_id, r));
           if (msg->type == want) RETURN_IF_ERROR(on(r, *msg));
         } else {
           RETURN_IF_ERROR(rank_gone(r));
