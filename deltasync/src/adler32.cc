@@ -368,6 +368,36 @@ void AdlerDelta::AddXorRun(uint64_t position, std::span<const uint8_t> old_bytes
   }
 }
 
+void AdlerDelta::AddBytes(uint64_t position, std::span<const uint8_t> bytes) {
+  const size_t n = bytes.size();
+  const uint8_t* p = bytes.data();
+  if (n < kMinKernelRun) {
+    uint64_t pos = position % kMod;
+    for (size_t i = 0; i < n; ++i) {
+      s1_ += p[i];
+      s2_ += static_cast<int64_t>(pos) * p[i];
+      if (++pos == kMod) pos = 0;
+    }
+    pending_ += n;
+    if (pending_ >= kReduceAfterTerms) Reduce();
+    return;
+  }
+  // As in AddXorRun with all-zero old bytes: a = sum X_i, b = sum (L - i) X_i over a chunk at
+  // P..P+L-1 give sum X_i = a and sum (P + i) X_i = (P + L) a - b (mod M).
+  const Kernel kernel = DispatchedKernel();
+  for (size_t done = 0; done < n;) {
+    const size_t len = std::min(kXorChunk, n - done);
+    uint32_t a = 0, b = 0;
+    kernel(a, b, p + done, len);
+    done += len;
+    const int64_t end = static_cast<int64_t>((position % kMod + done) % kMod);
+    s1_ += a;
+    s2_ += end * int64_t{a} - int64_t{b};
+    pending_ += 512;
+    if (pending_ >= kReduceAfterTerms) Reduce();
+  }
+}
+
 void AdlerDelta::Merge(const AdlerDelta& other) {
   Reduce();
   s1_ += other.s1_ % static_cast<int64_t>(kMod);

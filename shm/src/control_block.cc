@@ -288,7 +288,14 @@ StatusOr<bool> ControlBlock::IsSuperseded() const {
 Decision ControlBlock::ReadDecision(uint64_t sync_id) const {
   if (sync_id == 0) return Decision::kPending;
   if (header_->commit_sync_id.load(std::memory_order_acquire) == sync_id) return Decision::kCommit;
-  if (header_->abort_sync_id.load(std::memory_order_acquire) == sync_id) return Decision::kAbort;
+  const uint64_t aborted = header_->abort_sync_id.load(std::memory_order_acquire);
+  if (aborted == sync_id) return Decision::kAbort;
+  // Syncs are decided in id order, one at a time: once a newer sync is decided, an older one
+  // that was not committed can never be (PROTOCOL.md §7.3). Re-read the commit word after the
+  // abort word, so a commit of `sync_id` stored before a later abort is not missed.
+  const uint64_t committed = header_->commit_sync_id.load(std::memory_order_acquire);
+  if (committed == sync_id) return Decision::kCommit;
+  if (committed > sync_id || aborted > sync_id) return Decision::kAbort;
   return Decision::kPending;
 }
 
@@ -336,8 +343,9 @@ Status ControlBlock::CheckMayDecide(uint64_t sync_id) const {
 
 Status ControlBlock::DecideCommit(uint64_t sync_id) {
   RETURN_IF_ERROR(CheckMayDecide(sync_id));
-  if (header_->abort_sync_id.load(std::memory_order_acquire) == sync_id) {
-    return FailedPrecondition("sync " + std::to_string(sync_id) + " was already aborted");
+  if (ReadDecision(sync_id) == Decision::kAbort) {
+    return FailedPrecondition("sync " + std::to_string(sync_id) +
+                              " was already aborted, or a newer sync was decided");
   }
   header_->commit_sync_id.store(sync_id, std::memory_order_release);
   header_->decision_seq.fetch_add(1, std::memory_order_release);

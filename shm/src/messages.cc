@@ -39,7 +39,7 @@ std::string TypeLabel(MessageType type) { return std::string(MessageTypeName(typ
 
 bool IsKnownType(uint32_t type) {
   return type >= static_cast<uint32_t>(MessageType::kPing) &&
-         type <= static_cast<uint32_t>(MessageType::kError);
+         type <= static_cast<uint32_t>(MessageType::kVerified);
 }
 
 Status ExpectSize(MessageType type, std::span<const uint8_t> payload, size_t size) {
@@ -68,22 +68,39 @@ Status ValidatePlan(std::span<const uint8_t> p) {
   return Segment::ValidateName(name).WithPrefix("plan message: arena name");
 }
 
-Status ValidateStaged(std::span<const uint8_t> p) {
+// The entry flags each report type allows.
+Status CheckEntryFlags(MessageType type, const std::string& label, uint32_t flags,
+                       uint32_t entry) {
+  bool ok;
+  if (type == MessageType::kStaged) {
+    ok = (flags & ~StagedEntry::kKnownFlags) == 0;
+  } else {
+    const uint32_t kind = VerifiedEntry::Kind(flags);
+    ok = kind <= VerifiedEntry::kReplicaRef && (flags & 0xFFFCu) == 0 &&
+         (kind == VerifiedEntry::kReplicaRef || VerifiedEntry::Holder(flags) == 0);
+  }
+  if (ok) return Status::Ok();
+  return InvalidArgument(label + ": entry " + std::to_string(entry) + ": unknown flags " +
+                         Hex32(flags));
+}
+
+Status ValidateReport(MessageType type, std::span<const uint8_t> p) {
+  const std::string label = type == MessageType::kStaged ? "staged message" : "verified message";
   if (p.size() < kStagedHeaderBytes) {
-    return InvalidArgument("staged message: payload of " + std::to_string(p.size()) +
+    return InvalidArgument(label + ": payload of " + std::to_string(p.size()) +
                            " bytes is shorter than its 24-byte header");
   }
   const uint32_t count = GetU32(p.data());
   const uint32_t part_index = GetU32(p.data() + 4);
   const uint32_t part_count = GetU32(p.data() + 8);
-  if (GetU32(p.data() + 12) != 0) return InvalidArgument("staged message: reserved field not zero");
+  if (GetU32(p.data() + 12) != 0) return InvalidArgument(label + ": reserved field not zero");
   if (part_count == 0 || part_index >= part_count) {
-    return InvalidArgument("staged message: part " + std::to_string(part_index) + " of " +
+    return InvalidArgument(label + ": part " + std::to_string(part_index) + " of " +
                            std::to_string(part_count));
   }
   // count <= 2^32 - 1, so the product cannot overflow 64 bits.
   if (p.size() - kStagedHeaderBytes != uint64_t{count} * kStagedEntryBytes) {
-    return InvalidArgument("staged message: " + std::to_string(count) + " entries need " +
+    return InvalidArgument(label + ": " + std::to_string(count) + " entries need " +
                            std::to_string(uint64_t{count} * kStagedEntryBytes) + " bytes, have " +
                            std::to_string(p.size() - kStagedHeaderBytes));
   }
@@ -93,14 +110,11 @@ Status ValidateStaged(std::span<const uint8_t> p) {
     const uint32_t s2 = GetU32(e + 8);
     const uint32_t flags = GetU32(e + 12);
     if (s1 >= kAdlerModulus || s2 >= kAdlerModulus) {
-      return InvalidArgument("staged message: entry " + std::to_string(i) + " (tensor " +
+      return InvalidArgument(label + ": entry " + std::to_string(i) + " (tensor " +
                              std::to_string(GetU32(e)) + "): sums " + std::to_string(s1) + "/" +
                              std::to_string(s2) + " not reduced mod 65521");
     }
-    if ((flags & ~StagedEntry::kKnownFlags) != 0) {
-      return InvalidArgument("staged message: entry " + std::to_string(i) + ": unknown flags " +
-                             Hex32(flags));
-    }
+    RETURN_IF_ERROR(CheckEntryFlags(type, label, flags, i));
   }
   return Status::Ok();
 }
@@ -148,6 +162,10 @@ std::string_view MessageTypeName(MessageType type) {
       return "ABORTED";
     case MessageType::kError:
       return "ERROR";
+    case MessageType::kVerify:
+      return "VERIFY";
+    case MessageType::kVerified:
+      return "VERIFIED";
   }
   return "UNKNOWN";
 }
@@ -164,7 +182,14 @@ Status ValidatePayload(MessageType type, std::span<const uint8_t> payload) {
     case MessageType::kPlan:
       return ValidatePlan(payload);
     case MessageType::kStaged:
-      return ValidateStaged(payload);
+    case MessageType::kVerified:
+      return ValidateReport(type, payload);
+    case MessageType::kVerify:
+      RETURN_IF_ERROR(ExpectSize(type, payload, kVerifyPayloadBytes));
+      if ((GetU32(payload.data()) & ~kVerifyScrub) != 0 || GetU32(payload.data() + 4) != 0) {
+        return InvalidArgument("verify message: unknown flag bits or nonzero reserved field");
+      }
+      return Status::Ok();
     case MessageType::kCommit:
       return ExpectSize(type, payload, 0);
     case MessageType::kCommitted:
@@ -235,13 +260,15 @@ StatusOr<PlanRef> ParsePlan(const Message& message) {
   return plan;
 }
 
-StatusOr<Message> MakeStaged(uint64_t sync_id, const StagedReport& report) {
+namespace {
+
+StatusOr<Message> MakeReport(MessageType type, uint64_t sync_id, const StagedReport& report) {
   if (report.entries.size() > kMaxStagedEntries) {
-    return InvalidArgument("staged message: " + std::to_string(report.entries.size()) +
+    return InvalidArgument(TypeLabel(type) + ": " + std::to_string(report.entries.size()) +
                            " entries exceed " + std::to_string(kMaxStagedEntries) +
                            " per message; split the report into parts");
   }
-  Message m{MessageType::kStaged, sync_id, {}};
+  Message m{type, sync_id, {}};
   m.payload.reserve(kStagedHeaderBytes + report.entries.size() * kStagedEntryBytes);
   PutU32(&m.payload, static_cast<uint32_t>(report.entries.size()));
   PutU32(&m.payload, report.part_index);
@@ -254,12 +281,12 @@ StatusOr<Message> MakeStaged(uint64_t sync_id, const StagedReport& report) {
     PutU32(&m.payload, e.s2);
     PutU32(&m.payload, e.flags);
   }
-  RETURN_IF_ERROR(ValidateStaged(m.payload));
+  RETURN_IF_ERROR(ValidateReport(type, m.payload));
   return m;
 }
 
-StatusOr<StagedReport> ParseStaged(const Message& message) {
-  RETURN_IF_ERROR(ExpectType(message, MessageType::kStaged));
+StatusOr<StagedReport> ParseReport(const Message& message, MessageType type) {
+  RETURN_IF_ERROR(ExpectType(message, type));
   const uint8_t* p = message.payload.data();
   StagedReport report;
   const uint32_t count = GetU32(p);
@@ -272,6 +299,34 @@ StatusOr<StagedReport> ParseStaged(const Message& message) {
     report.entries[i] = {GetU32(e), GetU32(e + 4), GetU32(e + 8), GetU32(e + 12)};
   }
   return report;
+}
+
+}  // namespace
+
+StatusOr<Message> MakeStaged(uint64_t sync_id, const StagedReport& report) {
+  return MakeReport(MessageType::kStaged, sync_id, report);
+}
+StatusOr<StagedReport> ParseStaged(const Message& message) {
+  return ParseReport(message, MessageType::kStaged);
+}
+StatusOr<Message> MakeVerified(uint64_t job_id, const StagedReport& report) {
+  return MakeReport(MessageType::kVerified, job_id, report);
+}
+StatusOr<StagedReport> ParseVerified(const Message& message) {
+  return ParseReport(message, MessageType::kVerified);
+}
+
+Message MakeVerify(uint64_t job_id, const VerifyRequest& request) {
+  Message m{MessageType::kVerify, job_id, {}};
+  PutU32(&m.payload, request.flags & kVerifyScrub);
+  PutU32(&m.payload, 0);
+  PutU64(&m.payload, request.rate_bytes_per_s);
+  return m;
+}
+
+StatusOr<VerifyRequest> ParseVerify(const Message& message) {
+  RETURN_IF_ERROR(ExpectType(message, MessageType::kVerify));
+  return VerifyRequest{GetU32(message.payload.data()), GetU64(message.payload.data() + 8)};
 }
 
 Message MakeCommitted(uint64_t sync_id, const CommittedReport& report) {

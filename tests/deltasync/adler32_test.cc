@@ -400,5 +400,47 @@ TEST(AdlerDeltaTest, ManyLargeTermsStayExact) {
   EXPECT_EQ(delta.s2(), mod(s2));
 }
 
+// AddBytes over every position of a buffer, applied to the checksum of n zero bytes, is the
+// buffer's Adler-32 (zlib), however the positions are split into runs and in whatever order
+// the runs are added; each run agrees with AddXorRun from zero bytes at any position.
+TEST(AdlerDeltaTest, AddBytesOverAllPositionsIsTheFullChecksum) {
+  std::mt19937_64 rng(77);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{255}, size_t{256}, size_t{8193}, size_t{300000}}) {
+    std::vector<uint8_t> data(n);
+    for (auto& b : data) b = static_cast<uint8_t>(rng());
+    std::vector<std::pair<size_t, size_t>> runs;
+    for (size_t at = 0; at < n;) {
+      size_t len = std::min<size_t>(n - at, 1 + rng() % 20000);
+      runs.push_back({at, len});
+      at += len;
+    }
+    std::shuffle(runs.begin(), runs.end(), rng);
+    AdlerDelta total;
+    for (auto [at, len] : runs) {
+      AdlerDelta part, reference;
+      std::span<const uint8_t> bytes(data.data() + at, len);
+      part.AddBytes(at, bytes);
+      std::vector<uint8_t> zeros(len, 0);
+      reference.AddXorRun(at, zeros, bytes);
+      EXPECT_EQ(part.s1(), reference.s1());
+      EXPECT_EQ(part.s2(), reference.s2());
+      total.Merge(part);
+    }
+    const uint32_t zeros_adler = static_cast<uint32_t>(((n % 65521) << 16) | 1u);
+    const uint32_t want = static_cast<uint32_t>(adler32(1, data.data(), static_cast<uInt>(n)));
+    EXPECT_EQ(total.Apply(zeros_adler, n), want) << "n=" << n;
+  }
+  // Positions past the modulus and past 2^32 reduce like single bytes do.
+  std::vector<uint8_t> run(5000);
+  for (auto& b : run) b = static_cast<uint8_t>(rng());
+  for (uint64_t pos : {uint64_t{65520}, uint64_t{1} << 33, ~uint64_t{0} - 6000}) {
+    AdlerDelta fast, slow;
+    fast.AddBytes(pos, run);
+    for (size_t i = 0; i < run.size(); ++i) slow.AddByte(pos + i, 0, run[i]);
+    EXPECT_EQ(fast.s1(), slow.s1());
+    EXPECT_EQ(fast.s2(), slow.s2());
+  }
+}
+
 }  // namespace
 }  // namespace deltakv::deltasync

@@ -33,6 +33,18 @@ void CheckTyped(const Message& m) {
       Check(back.ok() && back->payload == m.payload);
       break;
     }
+    case MessageType::kVerified: {
+      auto s = ParseVerified(m);
+      Check(s.ok() && s->part_index < s->part_count);
+      auto back = MakeVerified(m.sync_id, *s);
+      Check(back.ok() && back->payload == m.payload);
+      break;
+    }
+    case MessageType::kVerify: {
+      auto v = ParseVerify(m);
+      Check(v.ok() && MakeVerify(m.sync_id, *v).payload == m.payload);
+      break;
+    }
     case MessageType::kCommitted: {
       auto c = ParseCommitted(m);
       Check(c.ok() && MakeCommitted(m.sync_id, *c).payload == m.payload);

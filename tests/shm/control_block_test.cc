@@ -374,6 +374,31 @@ TEST(ControlBlockTest, DecisionWakesWaitingRanks) {
   EXPECT_EQ(sidecar->AwaitDecision(99, 1ms), AwaitOutcome::kTimedOut);
 }
 
+// A rank that staged sync S but reads the decision words only after a newer sync was decided
+// (S timed out and was aborted, then S+1 aborted too: abort_sync_id no longer names S) must
+// see S as aborted, not wait forever; and S can no longer be committed.
+TEST(ControlBlockTest, StagedSyncOlderThanTheNewestDecisionCountsAsAborted) {
+  const std::string name = UniqueName("ctl");
+  ScopedUnlink cleanup(name);
+  auto sidecar = ControlBlock::Create(name).value();
+  const uint64_t s1 = sidecar->AllocateSyncId();
+  const uint64_t s2 = sidecar->AllocateSyncId();
+  const uint64_t s3 = sidecar->AllocateSyncId();
+  ASSERT_TRUE(sidecar->DecideAbort(s1).ok());
+  ASSERT_TRUE(sidecar->DecideAbort(s2).ok());
+  auto engine = ControlBlock::Attach(name).value();
+  EXPECT_EQ(engine->ReadDecision(s1), Decision::kAbort);
+  EXPECT_EQ(engine->AwaitDecision(s1, 10s), AwaitOutcome::kAbort);
+  EXPECT_EQ(engine->ReadDecision(s3), Decision::kPending);
+  ASSERT_TRUE(sidecar->DecideCommit(s3).ok());
+  // A commit stays readable for its own id, and every older undecided id is aborted.
+  const uint64_t s4 = sidecar->AllocateSyncId();
+  EXPECT_EQ(engine->ReadDecision(s3), Decision::kCommit);
+  EXPECT_EQ(engine->ReadDecision(s2), Decision::kAbort);
+  EXPECT_EQ(engine->ReadDecision(s4), Decision::kPending);
+  EXPECT_EQ(sidecar->DecideCommit(s1).code(), StatusCode::kFailedPrecondition);
+}
+
 // The sidecar runs in a child that is SIGKILLed after (or before) deciding the sync.
 AwaitOutcome AwaitAfterSidecarDeath(bool decide_commit, std::chrono::nanoseconds* noticed) {
   const std::string name = UniqueName("ctl");

@@ -103,7 +103,7 @@ TEST(MessagesTest, RejectsMalformedHeaders) {
   ExpectRejected({}, "shorter than its 16-byte header");
   ExpectRejected(std::vector<uint8_t>(15), "shorter than its 16-byte header");
   ExpectRejected(Raw(0, 1, {}), "unknown message type 0");
-  ExpectRejected(Raw(10, 1, {}), "unknown message type 10");
+  ExpectRejected(Raw(12, 1, {}), "unknown message type 12");
   ExpectRejected(Raw(0xFFFFFFFF, 1, {}), "unknown message type");
 
   std::vector<uint8_t> longer = Raw(5, 1, {});
@@ -201,6 +201,68 @@ TEST(MessagesTest, RejectsMalformedStagedReports) {
   bad_part.part_index = 2;
   bad_part.part_count = 2;
   EXPECT_EQ(MakeStaged(1, bad_part).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(MessagesTest, VerifyRoundTripAndExactBytes) {
+  Message m = MakeVerify(42, {kVerifyScrub, 3'000'000'000ull});
+  std::vector<uint8_t> bytes = Encode(m);
+  ASSERT_EQ(bytes.size(), 16u + kVerifyPayloadBytes);
+  EXPECT_EQ(bytes[0], 10);  // type VERIFY
+  EXPECT_EQ(bytes[16], 1);  // flags
+  EXPECT_EQ(bytes[20], 0);  // reserved
+  Message back = RoundTrip(m);
+  VerifyRequest r = ParseVerify(back).value();
+  EXPECT_EQ(r.flags, kVerifyScrub);
+  EXPECT_EQ(r.rate_bytes_per_s, 3'000'000'000ull);
+  EXPECT_EQ(MessageTypeName(MessageType::kVerify), "VERIFY");
+  EXPECT_EQ(MessageTypeName(MessageType::kVerified), "VERIFIED");
+
+  std::vector<uint8_t> payload(bytes.begin() + 16, bytes.end());
+  ExpectRejected(Raw(10, 1, std::vector<uint8_t>(15)), "payload is 15 bytes, expected 16");
+  std::vector<uint8_t> p = payload;
+  PutU32(&p, 0, 2);  // unknown flag
+  ExpectRejected(Raw(10, 1, p), "unknown flag bits");
+  p = payload;
+  PutU32(&p, 4, 1);  // reserved
+  ExpectRejected(Raw(10, 1, p), "reserved");
+}
+
+TEST(MessagesTest, VerifiedRoundTripAndEntryKinds) {
+  StagedReport report;
+  report.part_index = 1;
+  report.part_count = 3;
+  report.changed_bytes = 1ull << 40;  // bytes read
+  report.entries = {{0, 1, 2, VerifiedEntry::Flags(VerifiedEntry::kOwned)},
+                    {0, 3, 4, VerifiedEntry::Flags(VerifiedEntry::kReplica)},
+                    {7, 5, 6, VerifiedEntry::Flags(VerifiedEntry::kReplicaRef, 65535)}};
+  Message back = RoundTrip(MakeVerified(9, report).value());
+  EXPECT_EQ(back.type, MessageType::kVerified);
+  StagedReport got = ParseVerified(back).value();
+  EXPECT_EQ(got.entries, report.entries);
+  EXPECT_EQ(got.changed_bytes, report.changed_bytes);
+  EXPECT_EQ(VerifiedEntry::Holder(got.entries[2].flags), 65535u);
+  EXPECT_EQ(VerifiedEntry::Kind(got.entries[2].flags), VerifiedEntry::kReplicaRef);
+  // A VERIFIED is not a STAGED: each parser refuses the other.
+  EXPECT_FALSE(ParseStaged(back).ok());
+
+  const std::vector<uint8_t> good = Encode(MakeVerified(9, report).value());
+  std::vector<uint8_t> payload(good.begin() + 16, good.end());
+  std::vector<uint8_t> p = payload;
+  PutU32(&p, 24 + 12, 3);  // kind 3 does not exist
+  ExpectRejected(Raw(11, 1, p), "verified message: entry 0: unknown flags 0x00000003");
+  p = payload;
+  PutU32(&p, 24 + 12, 4);  // bit 2 is reserved
+  ExpectRejected(Raw(11, 1, p), "unknown flags 0x00000004");
+  p = payload;
+  PutU32(&p, 40 + 12, VerifiedEntry::Flags(VerifiedEntry::kReplica) | (5u << 16));
+  ExpectRejected(Raw(11, 1, p), "entry 1: unknown flags");  // a holder on a non-ref entry
+  p = payload;
+  PutU32(&p, 24 + 4, 65521);
+  ExpectRejected(Raw(11, 1, p), "not reduced mod 65521");
+  // STAGED keeps its own flag rules: the VERIFIED kinds are not STAGED flags.
+  StagedReport staged;
+  staged.entries = {{0, 1, 2, VerifiedEntry::Flags(VerifiedEntry::kReplicaRef, 1)}};
+  EXPECT_EQ(MakeStaged(1, staged).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(MessagesTest, TypedParsersCheckTypeAndPayload) {

@@ -68,6 +68,11 @@ class AdlerDelta {
   // bytes.
   void AddXorRun(uint64_t position, std::span<const uint8_t> old_bytes,
                  std::span<const uint8_t> xor_bytes);
+  // Bytes [position, position + bytes.size()) change from zero to bytes[k]: the sums of the
+  // bytes themselves, so that over every position of a tensor Apply(Adler32 of n zero bytes, n)
+  // is the tensor's Adler-32 (what a rank reports when it checksums its live weights). Runs of
+  // a few hundred bytes or more go through the vectorized kernels.
+  void AddBytes(uint64_t position, std::span<const uint8_t> bytes);
   // Adds another owner's partial sums (disjoint positions). O(1).
   void Merge(const AdlerDelta& other);
 

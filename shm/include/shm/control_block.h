@@ -270,7 +270,9 @@ class ControlBlock {
   // none; the rank should then Attach again and re-register. Error if the name cannot be read.
   StatusOr<bool> IsSuperseded() const;
 
-  // The decision for `sync_id` as of now (acquire).
+  // The decision for `sync_id` as of now (acquire): kCommit if commit_sync_id == sync_id;
+  // kAbort if abort_sync_id == sync_id, or if a newer sync has been decided either way (an older
+  // undecided sync can never be committed any more); kPending otherwise.
   Decision ReadDecision(uint64_t sync_id) const;
   // Waits (futex on decision_seq, in slices of at most 100 ms) until `sync_id` is decided, the
   // sidecar is judged dead or replaced (kSidecarDead, returned only after re-reading the

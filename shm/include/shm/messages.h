@@ -32,6 +32,8 @@ enum class MessageType : uint32_t {
   kCommitted = 7,  // rank → sidecar: the sync is live (CommittedReport)
   kAborted = 8,    // rank → sidecar: staged data dropped; optional text
   kError = 9,      // either way: the sync failed on this side; text
+  kVerify = 10,    // sidecar → rank: checksum every registered tensor (VerifyRequest)
+  kVerified = 11,  // rank → sidecar: the live checksums' partial sums (VerifiedReport)
 };
 std::string_view MessageTypeName(MessageType type);
 
@@ -102,6 +104,40 @@ struct StagedReport {
 };
 StatusOr<Message> MakeStaged(uint64_t sync_id, const StagedReport& report);
 StatusOr<StagedReport> ParseStaged(const Message& message);
+
+// kVerify: {u32 flags, u32 reserved = 0, u64 rate_bytes_per_s}. The rank reads every byte of
+// every tensor it registered and answers with kVerified under the same sync_id (a job id from
+// the same sequence as sync ids). flags bit 0 (kVerifyScrub): a background scrub (the rank may
+// yield between chunks); other bits zero. rate_bytes_per_s: the most bytes per second the rank
+// reads (0 = as fast as it can).
+inline constexpr uint32_t kVerifyScrub = 1;
+inline constexpr size_t kVerifyPayloadBytes = 16;
+struct VerifyRequest {
+  uint32_t flags = 0;
+  uint64_t rate_bytes_per_s = 0;
+};
+Message MakeVerify(uint64_t job_id, const VerifyRequest& request);
+StatusOr<VerifyRequest> ParseVerify(const Message& message);
+
+// kVerified: the kStaged layout (parts, entries of 16 bytes) with `changed_bytes` holding the
+// bytes the rank read, and entry flags naming what the sums cover (shm/PROTOCOL.md §9.4):
+//   kind (bits 0-1) 0 kOwned:      the rank's bytes at the canonical positions it owns, as sums
+//                                  against zero bytes (they add across ranks to the tensor's
+//                                  Adler-32);
+//                   1 kReplica:    the rank's bytes at the positions it holds but does not own;
+//                   2 kReplicaRef: the owner's bytes at the positions rank `holder` (bits 16-31)
+//                                  holds but does not own (what that rank's kReplica must be);
+//   bits 2-15 zero; bits 16-31 the holder rank (kReplicaRef only, else zero).
+struct VerifiedEntry {
+  static constexpr uint32_t kOwned = 0;
+  static constexpr uint32_t kReplica = 1;
+  static constexpr uint32_t kReplicaRef = 2;
+  static uint32_t Flags(uint32_t kind, uint32_t holder = 0) { return kind | (holder << 16); }
+  static uint32_t Kind(uint32_t flags) { return flags & 3u; }
+  static uint32_t Holder(uint32_t flags) { return flags >> 16; }
+};
+StatusOr<Message> MakeVerified(uint64_t job_id, const StagedReport& report);
+StatusOr<StagedReport> ParseVerified(const Message& message);
 
 // kCommitted: {u64 live_version, u64 pause_us}.
 struct CommittedReport {
