@@ -4,7 +4,8 @@ if(DELTAKV_HAVE_CUDA)
   add_library(deltakv_shim_cuda OBJECT src/cuda_backend.cu)
   target_include_directories(deltakv_shim_cuda PRIVATE
     ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/src
-    $<TARGET_PROPERTY:deltakv_base,INTERFACE_INCLUDE_DIRECTORIES>)
+    $<TARGET_PROPERTY:deltakv_base,INTERFACE_INCLUDE_DIRECTORIES>
+    ${PROJECT_SOURCE_DIR}/deltasync/include)
   target_compile_definitions(deltakv_shim_cuda PRIVATE DELTAKV_HAVE_CUDA)
   target_link_libraries(deltakv_shim_cuda PRIVATE deltakv_cuda_settings CUDA::toolkit)
   # Engines run on whatever GPU they are given: Ampere and Hopper code, plus PTX for newer.

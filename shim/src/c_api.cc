@@ -2,6 +2,8 @@
 #include "deltakv/deltakv.h"
 #include "engine.h"
 
+#include <string>
+
 struct deltakv_engine {
   explicit deltakv_engine(const deltakv_engine_params& p) : impl(p) {}
   deltakv::shim::Engine impl;
@@ -73,14 +75,22 @@ uint64_t deltakv_engine_policy_version(const deltakv_engine* e) {
   return e == nullptr ? 0 : e->impl.policy_version();
 }
 
+// Both strings are copied into storage of the calling thread, so a call from any thread never
+// races with the worker updating them.
 const char* deltakv_engine_version_id(deltakv_engine* e) {
-  if (e == nullptr) return "";
-  e->impl.version_scratch() = e->impl.version_id();
-  return e->impl.version_scratch().c_str();
+  thread_local std::string copy;
+  copy = e == nullptr ? "" : e->impl.version_id();
+  return copy.c_str();
 }
 
 const char* deltakv_engine_last_error(const deltakv_engine* e) {
-  return e == nullptr ? "" : e->impl.last_error();
+  thread_local std::string copy;
+  copy = e == nullptr ? "" : e->impl.last_error();
+  return copy.c_str();
+}
+
+deltakv_engine_state deltakv_engine_get_state(const deltakv_engine* e) {
+  return e == nullptr ? DELTAKV_ENGINE_STOPPED : e->impl.state();
 }
 
 }  // extern "C"

@@ -70,6 +70,15 @@ class CpuBackend final : public DeviceBackend {
     CopyAll<true>(ops, threads_);
     return Status::Ok();
   }
+  Status ChecksumRanges(std::span<const ChecksumRange> ranges,
+                        std::span<deltasync::AdlerDelta> out) override {
+    if (out.size() != ranges.size()) return InvalidArgument("one result per checksum range");
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      out[i].AddBytes(ranges[i].position,
+                      {static_cast<const uint8_t*>(ranges[i].device), ranges[i].bytes});
+    }
+    return Status::Ok();
+  }
 
  private:
   unsigned threads_ = std::max(1u, std::thread::hardware_concurrency());

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backends.h"
 #include "shim/device_backend.h"
@@ -30,6 +32,25 @@ Status DeviceBackend::CommitScatter(PreparedScatter& prepared) {
   if (host == nullptr) return Internal("scatter prepared by another backend");
   Status s = Scatter(host->batch().ops);
   if (!s.ok()) return Internal("scatter failed: " + s.message());
+  return Status::Ok();
+}
+
+Status DeviceBackend::ChecksumRanges(std::span<const ChecksumRange> ranges,
+                                     std::span<deltasync::AdlerDelta> out) {
+  if (out.size() != ranges.size()) return InvalidArgument("one result per checksum range");
+  constexpr uint64_t kBuffer = 4 << 20;
+  std::vector<uint8_t> host;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const ChecksumRange& r = ranges[i];
+    for (uint64_t done = 0; done < r.bytes;) {
+      const uint64_t n = std::min(kBuffer, r.bytes - done);
+      host.resize(n);
+      CopyOp op{const_cast<uint8_t*>(static_cast<const uint8_t*>(r.device)) + done, host.data(), n};
+      RETURN_IF_ERROR(Gather({&op, 1}));
+      out[i].AddBytes(r.position + done, host);
+      done += n;
+    }
+  }
   return Status::Ok();
 }
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 
+#include "shim/weight_checksum.h"
+
 namespace deltakv::shim {
 
 namespace {
@@ -22,11 +24,17 @@ Engine::Engine(const deltakv_engine_params& p)
       version_id_(p.initial_version ? p.initial_version : "") {}
 
 Engine::~Engine() {
-  stop_.store(true);
+  {
+    // Under mu_: a worker between checking stop_ and sleeping on cv_ holds mu_, so it either
+    // sees stop_ or is asleep when the notification comes (no lost wake-up).
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+  }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
   handle_.reset();
-  table_segment_.reset();
+  table_segment_.reset();  // unlinks the rank's tensor table
+  SetState(DELTAKV_ENGINE_STOPPED);
 }
 
 std::string Engine::version_id() const {
@@ -34,7 +42,15 @@ std::string Engine::version_id() const {
   return version_id_;
 }
 
-void Engine::set_error(const Status& s) { last_error_ = s.ok() ? "" : s.message(); }
+void Engine::set_error(const Status& s) {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  last_error_ = s.ok() ? "" : s.message();
+}
+
+std::string Engine::last_error() const {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  return last_error_;
+}
 
 Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
                               const int64_t* shape, int32_t ndim, const char* layout_json) {
@@ -85,6 +101,9 @@ Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
 Status Engine::PublishTensorTable() {
   deltasync::EngineTensorTable t{rank_, world_, version_id(), table_};
   std::string json = deltasync::EngineTensorTableToJson(t);
+  // Drop (and unlink) the table this handle published before, so that destroying it cannot
+  // unlink its successor; a stale table of a dead predecessor is replaced.
+  table_segment_.reset();
   shm::CreateOptions opts;
   opts.if_exists = shm::IfExists::kReplace;
   const uint64_t body = sizeof(shm::SegmentHeader);
@@ -119,6 +138,7 @@ Status Engine::Start() {
   handle_.emplace(std::move(h));
   handle_->SetLivePolicyVersion(policy_version() + 1);
   RETURN_IF_ERROR(PublishTensorTable());
+  SetState(DELTAKV_ENGINE_ATTACHED);
   worker_ = std::thread([this] { WorkerLoop(); });
   return Status::Ok();
 }
@@ -142,9 +162,12 @@ void Engine::WorkerLoop() {
         Send(shm::Message{shm::MessageType::kPong, msg->sync_id, msg->payload});
       } else if (msg->type == shm::MessageType::kPlan) {
         HandlePlan(*msg);
+      } else if (msg->type == shm::MessageType::kVerify) {
+        HandleVerify(*msg);
       } else if (msg->type == shm::MessageType::kAbort && incoming_ &&
                  incoming_->pc.sync_id == msg->sync_id) {
         incoming_.reset();
+        SetState(DELTAKV_ENGINE_ATTACHED);
       }
       continue;
     }
@@ -157,6 +180,7 @@ void Engine::WorkerLoop() {
       auto cb = shm::ControlBlock::Attach(shm_name_);
       if (!cb.ok()) continue;
       handle_.reset();
+      if (incoming_) SetState(DELTAKV_ENGINE_ATTACHED);
       incoming_.reset();
       control_ = std::move(cb).value();
       auto h = control_->RegisterRank(rank_, world_);
@@ -193,6 +217,7 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
     incoming_.emplace();
     incoming_->pc.sync_id = sync_id;
     incoming_->pc.version = version_id;
+    SetState(DELTAKV_ENGINE_STAGING);
   } else if (!incoming_ || incoming_->pc.sync_id != sync_id ||
              incoming_->next_part != root.part_index) {
     return InvalidArgument("plan part " + std::to_string(root.part_index) + " of sync " +
@@ -238,7 +263,56 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
 void Engine::CheckIncoming() {
   if (!incoming_) return;
   shm::AwaitOutcome o = control_->AwaitDecision(incoming_->pc.sync_id, std::chrono::nanoseconds(0));
-  if (o == shm::AwaitOutcome::kAbort || o == shm::AwaitOutcome::kSidecarDead) incoming_.reset();
+  if (o == shm::AwaitOutcome::kAbort || o == shm::AwaitOutcome::kSidecarDead) {
+    incoming_.reset();
+    SetState(DELTAKV_ENGINE_ATTACHED);
+  }
+}
+
+void Engine::HandleVerify(const shm::Message& msg) {
+  auto req = shm::ParseVerify(msg);
+  if (!req.ok()) return;
+  const deltakv_engine_state before = state();
+  SetState(DELTAKV_ENGINE_VERIFYING);
+  ChecksumOptions opts;
+  opts.rate_bytes_per_s = req->rate_bytes_per_s;
+  opts.keep_going = [this] { return !stop_.load(); };
+  uint64_t bytes_read = 0;
+  auto sums = ChecksumWeights(locals_, table_, rank_, *backend_, opts, &bytes_read);
+  SetState(before);
+  if (!sums.ok()) {
+    set_error(sums.status());
+    Send(shm::MakeError(msg.sync_id, "rank " + std::to_string(rank_) +
+                                         ": checksum of the live weights failed: " +
+                                         sums.status().message()));
+    return;
+  }
+  using shm::VerifiedEntry;
+  std::vector<shm::StagedEntry> entries;
+  for (uint32_t t = 0; t < sums->size(); ++t) {
+    const TensorSums& ts = (*sums)[t];
+    entries.push_back({t, ts.owned.s1(), ts.owned.s2(), VerifiedEntry::Flags(VerifiedEntry::kOwned)});
+    if (ts.holds_replica) {
+      entries.push_back(
+          {t, ts.replica.s1(), ts.replica.s2(), VerifiedEntry::Flags(VerifiedEntry::kReplica)});
+    }
+    for (const auto& [holder, d] : ts.refs) {
+      entries.push_back(
+          {t, d.s1(), d.s2(), VerifiedEntry::Flags(VerifiedEntry::kReplicaRef, holder)});
+    }
+  }
+  const uint32_t parts = static_cast<uint32_t>(
+      std::max<size_t>(1, (entries.size() + kEntriesPerStagedPart - 1) / kEntriesPerStagedPart));
+  for (uint32_t p = 0; p < parts; ++p) {
+    shm::StagedReport rep;
+    rep.part_index = p;
+    rep.part_count = parts;
+    rep.changed_bytes = p == 0 ? bytes_read : 0;
+    size_t begin = p * kEntriesPerStagedPart;
+    size_t end = std::min(entries.size(), begin + kEntriesPerStagedPart);
+    rep.entries.assign(entries.begin() + begin, entries.begin() + end);
+    Send(shm::MakeVerified(msg.sync_id, rep));
+  }
 }
 
 void Engine::HandlePlan(const shm::Message& msg) {
@@ -247,6 +321,8 @@ void Engine::HandlePlan(const shm::Message& msg) {
   Status s = ref.ok() ? StagePart(sync_id, *ref) : ref.status();
   if (!s.ok()) {
     incoming_.reset();
+    SetState(DELTAKV_ENGINE_ATTACHED);
+    set_error(s);
     Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) + ": " + s.message()));
     return;
   }
@@ -261,6 +337,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
   PendingCommit& pc = plan.pc;
   const std::vector<StagedTensor>& staged = plan.staged;
   const std::vector<deltasync::PlanTensor>& tensors = plan.tensors;
+  SetState(DELTAKV_ENGINE_STAGED);
   handle_->SetStagedSyncId(sync_id);
   std::vector<shm::StagedEntry> entries;
   uint64_t changed = 0;
@@ -284,13 +361,16 @@ void Engine::FinishPlan(IncomingPlan plan) {
     rep.entries.assign(entries.begin() + begin, entries.begin() + end);
     Send(shm::MakeStaged(sync_id, rep));
   }
-  // Wait for the decision; it lives in the control block, so it survives the sidecar.
+  // Wait for the decision; it lives in the control block, so it survives the sidecar. The wait
+  // ends: decided (a newer decision counts as ABORT for this sync), the sidecar dead or replaced
+  // (judged from its pid and heartbeat within about a second), or the handle freed.
   shm::AwaitOutcome outcome = shm::AwaitOutcome::kTimedOut;
   while (!stop_.load()) {
     outcome = control_->AwaitDecision(sync_id, 500ms);
     if (outcome != shm::AwaitOutcome::kTimedOut) break;
   }
   if (outcome == shm::AwaitOutcome::kCommit) {
+    SetState(DELTAKV_ENGINE_COMMITTING);
     StatusOr<uint64_t> pause_us = Internal("not applied");
     if (poll_mode_) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -299,20 +379,30 @@ void Engine::FinishPlan(IncomingPlan plan) {
       cv_.wait(lock, [&] { return pending_done_ || stop_.load(); });
       pause_us = pending_done_ ? (pending_status_.ok() ? StatusOr<uint64_t>(pending_pause_us_)
                                                        : StatusOr<uint64_t>(pending_status_))
-                               : StatusOr<uint64_t>(FailedPrecondition("engine stopped"));
+                               : StatusOr<uint64_t>(FailedPrecondition(
+                                     "the engine handle was freed before it applied the commit"));
       pending_.reset();
     } else {
       pause_us = ApplyCommit(pc);
     }
     if (pause_us.ok()) {
+      (void)PublishTensorTable();  // the table names the version the rank now serves
+      SetState(DELTAKV_ENGINE_ATTACHED);
       Send(shm::MakeCommitted(sync_id, {policy_version() + 1, *pause_us}));
     } else {
+      // The decision was COMMIT, so other ranks write the new bytes: this rank no longer serves
+      // one consistent version with them. It says so rather than claiming an abort.
+      SetState(DELTAKV_ENGINE_DIVERGED);
       set_error(pause_us.status());
       Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) +
-                                       ": commit failed: " + pause_us.status().message()));
+                                       ": diverged: commit failed after the COMMIT decision: " +
+                                       pause_us.status().message()));
     }
-  } else if (outcome != shm::AwaitOutcome::kSidecarDead) {
-    Send(shm::MakeText(shm::MessageType::kAborted, sync_id, "staged data dropped"));
+  } else {
+    if (state() != DELTAKV_ENGINE_STOPPED) SetState(DELTAKV_ENGINE_ATTACHED);
+    if (outcome == shm::AwaitOutcome::kAbort) {
+      Send(shm::MakeText(shm::MessageType::kAborted, sync_id, "staged data dropped"));
+    }
   }
   handle_->SetStagedSyncId(0);
 }
@@ -320,26 +410,33 @@ void Engine::FinishPlan(IncomingPlan plan) {
 StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
   auto t0 = Clock::now();
   if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
-    return Internal("the engine's pause callback failed; weights unchanged");
+    return Internal("the engine's pause callback failed; weights unchanged (old version)");
   }
   Status s;
   for (const std::unique_ptr<PreparedScatter>& p : pc.prepared) {
     s = backend_->CommitScatter(*p);
-    if (!s.ok()) break;
-  }
-  if (s.ok() && callbacks_.derived != nullptr) {
-    for (const auto& [t, v] : pc.regions) {
-      if (callbacks_.derived(callbacks_.user, locals_[t].name.c_str(), v.data(), v.size()) != 0) {
-        s = Internal("the engine's derived-weights callback failed for '" + locals_[t].name + "'");
-        break;
-      }
+    if (!s.ok()) {
+      s = Internal("writing the staged bytes failed; weights are partly new: " + s.message());
+      break;
     }
   }
-  if (s.ok()) {
+  bool written = s.ok();
+  if (written) {
+    // The new bytes are in place: the rank serves the new version from here on, whatever the
+    // derived-weights hook reports.
     uint64_t v = policy_version_.fetch_add(1) + 1;
     handle_->SetLivePolicyVersion(v + 1);
     std::lock_guard<std::mutex> lock(version_mu_);
     version_id_ = pc.version;
+  }
+  if (written && callbacks_.derived != nullptr) {
+    for (const auto& [t, v] : pc.regions) {
+      if (callbacks_.derived(callbacks_.user, locals_[t].name.c_str(), v.data(), v.size()) != 0) {
+        s = Internal("the engine's derived-weights callback failed for '" + locals_[t].name +
+                     "'; the weights are the new version, derived weights may be stale");
+        break;
+      }
+    }
   }
   if (!poll_mode_ && callbacks_.resume != nullptr) callbacks_.resume(callbacks_.user);
   RETURN_IF_ERROR(s);

@@ -5,10 +5,20 @@
 // "<shm_name>.tensors.<rank>", and starts a worker thread that serves the command ring:
 // kPlan -> copy the plan part out of its arena and stage it; after the last part report partial
 // sums (kStaged), wait for the decision in the control block, then commit (callbacks or poll)
-// or drop.
+// or drop; kVerify -> checksum the live weights (kVerified).
 //
-// Thread-safety: Register/SetCallbacks/Start from one thread before serving; Poll, accessors
-// from the engine's scheduler thread; the worker owns the rings.
+// The handle is an explicit state machine (deltakv_engine_state, shm/PROTOCOL.md §9.5):
+//   CREATED -start-> ATTACHED -PLAN part 0-> STAGING -last part-> STAGED -COMMIT-> COMMITTING
+//   COMMITTING -written-> ATTACHED, or -failed after the decision-> DIVERGED
+//   STAGING/STAGED -ABORT, an abort or newer decision, a dead or replaced sidecar, an error->
+//   ATTACHED;  ATTACHED/DIVERGED -VERIFY-> VERIFYING -> back;  DIVERGED -PLAN-> STAGING
+//   any -free-> STOPPED
+// Every wait is bounded: the decision wait ends when the sync is decided, superseded by a newer
+// decision, or the sidecar is judged dead (about 1 s), and on free.
+//
+// Thread-safety: Register/SetCallbacks/Start from one thread before serving; Poll from the
+// engine's scheduler thread; state(), policy_version(), version_id() and last_error() from any
+// thread; the worker owns the rings.
 #pragma once
 
 #include <atomic>
@@ -48,9 +58,10 @@ class Engine {
 
   uint64_t policy_version() const { return policy_version_.load(std::memory_order_acquire); }
   std::string version_id() const;
+  deltakv_engine_state state() const { return state_.load(std::memory_order_acquire); }
+  // The failure this handle last recorded (a failed call, or a failed sync on the worker).
   void set_error(const Status& s);
-  const char* last_error() const { return last_error_.c_str(); }
-  std::string& version_scratch() { return version_scratch_; }
+  std::string last_error() const;
 
  private:
   struct PendingCommit {
@@ -81,6 +92,9 @@ class Engine {
   // Writes the staged plan; returns the pause in microseconds.
   StatusOr<uint64_t> ApplyCommit(PendingCommit& pc);
   void Send(const StatusOr<shm::Message>& msg);
+  // Checksums the live weights and sends kVerified (or kError) for `job_id`.
+  void HandleVerify(const shm::Message& msg);
+  void SetState(deltakv_engine_state s) { state_.store(s, std::memory_order_release); }
 
   // Parameters.
   std::string shm_name_;
@@ -99,7 +113,8 @@ class Engine {
   std::optional<shm::RankHandle> handle_;
   std::optional<shm::Segment> table_segment_;
   std::thread worker_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false};  // written under mu_, so a waiter on cv_ cannot miss it
+  std::atomic<deltakv_engine_state> state_{DELTAKV_ENGINE_CREATED};
   std::atomic<uint64_t> policy_version_{0};
   std::optional<IncomingPlan> incoming_;  // worker thread only
 
@@ -112,8 +127,8 @@ class Engine {
   Status pending_status_;                 // GUARDED_BY(mu_)
   uint64_t pending_pause_us_ = 0;         // GUARDED_BY(mu_)
 
-  std::string last_error_;
-  std::string version_scratch_;
+  mutable std::mutex error_mu_;
+  std::string last_error_;  // GUARDED_BY(error_mu_)
 };
 
 }  // namespace deltakv::shim

@@ -17,6 +17,7 @@
 #include "deltasync/sync_planner.h"
 #include "deltasync/synthetic.h"
 #include "shim/plan_stage.h"
+#include "shim/weight_checksum.h"
 #include "test_util.h"
 
 namespace deltakv::shim {
@@ -288,6 +289,70 @@ TEST(PlanApply, UnregisteredTensorIsRefused) {
   auto r = PlanTensorTables(*m, ranks);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("engine rank 1 did not register"), std::string::npos);
+}
+
+
+// The live checksums of every rank's weights: owned sums add up to each tensor's Adler-32 of
+// the checkpoint; every replica matches its owner's refs; a flipped byte shows in exactly the
+// sums that cover it (owned on a sharded tensor, replica on a replicated one).
+TEST(LiveChecksums, OwnedSumsAreTheCheckpointAndReplicasMatchTheirOwners) {
+  Fixture f;
+  ASSERT_TRUE(GenerateCheckpoint(f.tmp / "v1", f.layout, 3).ok());
+  auto engine = f.Slice(f.tmp / "v1");
+  auto ckpt = Checkpoint::Open(f.tmp / "v1");
+  ASSERT_TRUE(ckpt.ok());
+  RankTensorTables ranks = f.Tables();
+  auto backend = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  auto sums_of = [&](uint32_t r) {
+    std::vector<LocalTensor> locals;
+    std::vector<EngineTensor> table;
+    for (size_t i = 0; i < f.layout[0].tensors.size(); ++i) {
+      const TensorDecl& d = f.layout[0].tensors[i];
+      locals.push_back({d.name, engine[r][i].data(), engine[r][i].size()});
+      TensorLayout l = f.LayoutFor(d);
+      table.push_back({d.name, d.dtype, l.LocalBytes(r).total, l});
+    }
+    uint64_t read = 0;
+    ChecksumOptions opts;
+    opts.chunk_bytes = 4096;  // many chunks per tensor
+    auto s = ChecksumWeights(locals, table, r, **backend, opts, &read);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    uint64_t local_total = 0;
+    for (const LocalTensor& t : locals) local_total += t.bytes;
+    EXPECT_EQ(read, local_total) << "every local byte is read once";
+    return std::move(s).value();
+  };
+  auto check = [&](std::vector<std::string>* owned_bad, std::vector<std::string>* replica_bad) {
+    auto s0 = sums_of(0), s1 = sums_of(1);
+    for (size_t i = 0; i < f.layout[0].tensors.size(); ++i) {
+      const TensorDecl& d = f.layout[0].tensors[i];
+      AdlerDelta total = s0[i].owned;
+      total.Merge(s1[i].owned);
+      auto canonical = ckpt->Bytes(*ckpt->Find(d.name));
+      const uint32_t want = Adler32(canonical);
+      if (total.Apply(Adler32OfZeros(canonical.size()), canonical.size()) != want) {
+        owned_bad->push_back(d.name);
+      }
+      const bool replicated = d.name == "norm" || d.name == "big_norm";
+      EXPECT_EQ(s1[i].holds_replica, replicated) << d.name;
+      EXPECT_FALSE(s0[i].holds_replica) << d.name << ": rank 0 owns what it holds";
+      EXPECT_EQ(s0[i].refs.count(1), replicated ? 1u : 0u) << d.name;
+      if (replicated && (s0[i].refs[1].s1() != s1[i].replica.s1() ||
+                         s0[i].refs[1].s2() != s1[i].replica.s2())) {
+        replica_bad->push_back(d.name);
+      }
+    }
+  };
+  std::vector<std::string> owned_bad, replica_bad;
+  check(&owned_bad, &replica_bad);
+  EXPECT_TRUE(owned_bad.empty());
+  EXPECT_TRUE(replica_bad.empty());
+  engine[1][0][17] ^= 0x10;  // "rows", sharded: rank 1 owns its half
+  engine[1][3][5] ^= 0x01;   // "big_norm", replicated: rank 1 holds a replica
+  check(&owned_bad, &replica_bad);
+  EXPECT_EQ(owned_bad, std::vector<std::string>{"rows"});
+  EXPECT_EQ(replica_bad, std::vector<std::string>{"big_norm"});
 }
 
 }  // namespace

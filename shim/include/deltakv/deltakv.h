@@ -18,10 +18,24 @@
  *
  * Ownership: the caller owns the handle (free with deltakv_engine_free, which accepts NULL) and
  * its device memory; registered pointers must stay valid until the handle is freed.
+ * States (deltakv_engine_get_state): CREATED -> (start) ATTACHED; a sync moves it through
+ * STAGING (plan parts arriving), STAGED (verified partial sums sent, waiting for the decision)
+ * and COMMITTING (the decision is COMMIT; writing, or waiting for deltakv_engine_poll) back to
+ * ATTACHED; an abort, a newer decision or a dead sidecar returns STAGING/STAGED to ATTACHED
+ * with nothing written. VERIFYING: the live weights are being checksummed for the sidecar
+ * (startup verify, scrub). DIVERGED: a commit failed after the COMMIT decision (the pause
+ * callback failed: weights are the old version; writing failed: weights are partly new; the
+ * derived-weights callback failed: weights and policy version are the new version, derived
+ * weights may be stale); the sidecar then marks the sync `diverged` and refuses syncs until the
+ * engine is verified again; the next sync's plan leaves DIVERGED. STOPPED: freed.
+ * No wait is unbounded: a staged rank waits for the decision only while the sidecar is alive
+ * (pid and heartbeat, about 1 s), and deltakv_engine_free ends every wait.
+ *
  * Thread-safety: register_tensor/set_callbacks/start are called by one thread before serving;
- * poll, policy_version and last_error may be called from the engine's scheduler thread while
- * the background thread runs.
- * Errors: every call returns a deltakv_status; deltakv_engine_last_error() gives the message.
+ * poll from the engine's scheduler thread; get_state, policy_version, version_id and
+ * last_error from any thread, at any time while the handle exists.
+ * Errors: every call returns a deltakv_status; deltakv_engine_last_error() gives the message
+ * of the last failed call or of the last sync that failed on this rank.
  *
  * The host KV tier (store and reload KV blocks through the sidecar's pool) is declared in
  * deltakv/deltakv_kv.h, included below.
@@ -52,6 +66,17 @@ typedef enum deltakv_status {
 
 typedef struct deltakv_engine deltakv_engine; /* opaque */
 
+typedef enum deltakv_engine_state {
+  DELTAKV_ENGINE_CREATED = 0,
+  DELTAKV_ENGINE_ATTACHED = 1,
+  DELTAKV_ENGINE_STAGING = 2,
+  DELTAKV_ENGINE_STAGED = 3,
+  DELTAKV_ENGINE_COMMITTING = 4,
+  DELTAKV_ENGINE_VERIFYING = 5,
+  DELTAKV_ENGINE_DIVERGED = 6,
+  DELTAKV_ENGINE_STOPPED = 7,
+} deltakv_engine_state;
+
 typedef struct deltakv_engine_params {
   const char* shm_name;       /* the sidecar's control segment name; default "deltakv" */
   int32_t rank;               /* this process's tensor-parallel rank, 0-based */
@@ -74,7 +99,9 @@ typedef struct deltakv_callbacks {
   int (*pause)(void* user);
   /* Reopen admission. Return 0 on success. */
   int (*resume)(void* user);
-  /* Refresh weights derived from `tensor` over the touched regions (optional). */
+  /* Refresh weights derived from `tensor` over the touched regions (optional). Called after
+   * the new bytes are written, inside the pause. A nonzero return leaves the new weights and
+   * version in place, skips the remaining tensors' calls, and puts the handle in DIVERGED. */
   int (*derived)(void* user, const char* tensor, const deltakv_region* regions, size_t n);
 } deltakv_callbacks;
 
@@ -103,10 +130,16 @@ deltakv_status deltakv_engine_poll(deltakv_engine* engine, int32_t* committed);
 
 /* The policy version counter the engine serves now (starts at 0, +1 per commit). */
 uint64_t deltakv_engine_policy_version(const deltakv_engine* engine);
-/* The version id string the engine serves now (valid until the next call on this handle). */
+/* The version id string the engine serves now. The string is a copy owned by the calling
+ * thread, valid until that thread calls this function again. */
 const char* deltakv_engine_version_id(deltakv_engine* engine);
 
-/* The message of the last failed call on this handle ("" if none). */
+/* The handle's state now (DELTAKV_ENGINE_STOPPED for NULL). */
+deltakv_engine_state deltakv_engine_get_state(const deltakv_engine* engine);
+
+/* The message of the last failure on this handle ("" if none): a failed call, or a sync that
+ * failed on this rank. A copy owned by the calling thread, valid until that thread calls this
+ * function again; safe from any thread. */
 const char* deltakv_engine_last_error(const deltakv_engine* engine);
 
 #ifdef __cplusplus

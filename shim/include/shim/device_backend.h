@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "deltasync/adler32.h"
 
 namespace deltakv::shim {
 
@@ -36,6 +37,14 @@ struct CopyOp {
 struct ScatterBatch {
   std::vector<uint8_t> data;
   std::vector<CopyOp> ops;
+};
+
+// `bytes` device bytes at `device`, whose first byte is canonical position `position` of its
+// tensor (for checksums of live weights).
+struct ChecksumRange {
+  const void* device = nullptr;
+  uint64_t bytes = 0;
+  uint64_t position = 0;
 };
 
 // A scatter made ready by DeviceBackend::PrepareScatter.
@@ -58,6 +67,11 @@ class DeviceBackend {
   virtual StatusOr<std::unique_ptr<PreparedScatter>> PrepareScatter(ScatterBatch batch);
   // Writes a prepared batch (prepared by this backend). Internal on failure.
   virtual Status CommitScatter(PreparedScatter& prepared);
+  // Adds to out[i] the Adler partial sums of range i's bytes (AdlerDelta::AddBytes at its
+  // position). REQUIRES: out.size() == ranges.size(). The default gathers through a bounded
+  // host buffer; the cpu backend reads in place. Device bytes are never changed.
+  virtual Status ChecksumRanges(std::span<const ChecksumRange> ranges,
+                                std::span<deltasync::AdlerDelta> out);
 };
 
 // "cpu" (and "" for the default), and "cuda" in builds with CUDA; InvalidArgument for names
