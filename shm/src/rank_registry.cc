@@ -257,6 +257,13 @@ bool ControlBlock::IsCurrent(const RankInfo& info) const {
          slot(info.slot)->state_word.load(std::memory_order_acquire) == info.state_word;
 }
 
+PeerState ControlBlock::CheckRank(const RankInfo& info) const {
+  if (!IsCurrent(info)) return PeerState::kProcessGone;
+  const RankSlot& s = *slot(info.slot);
+  ProcessIdentity owner{info.pid, 0, s.owner_start_ticks.load(std::memory_order_relaxed)};
+  return CheckPeer(owner, s.heartbeat, liveness_);
+}
+
 StatusOr<RankChannel> ControlBlock::OpenChannel(const RankInfo& info) {
   if (!IsCurrent(info)) {
     return FailedPrecondition("rank " + std::to_string(info.rank) + " (slot " +

@@ -322,6 +322,51 @@ TEST(ControlBlockTest, SigkilledRankIsReclaimed) {
   EXPECT_EQ(active[0].pid, static_cast<uint32_t>(getpid()));
 }
 
+// CheckRank judges a rank the way a sync must: a stopped rank (SIGSTOP: its heartbeat thread
+// stops too) within about the stale threshold, a SIGKILLed rank that is not yet reaped (a
+// zombie) at once, and a live one as alive.
+TEST(ControlBlockTest, CheckRankSeesStoppedAndZombieRanksQuickly) {
+  const std::string name = UniqueName("ctl");
+  ScopedUnlink cleanup(name);
+  auto sidecar = ControlBlock::Create(name, SmallOptions()).value();
+  Words words;
+  auto spawn_rank = [&](uint32_t rank) {
+    return ForkChild([&, rank] {
+      auto engine = ControlBlock::Attach(name);
+      if (!engine.ok()) return 1;
+      StatusOr<RankHandle> handle = (*engine)->RegisterRank(rank, 2);
+      if (!handle.ok()) return 2;
+      words.Set(static_cast<int>(rank), 1);
+      pause();
+      return 0;
+    });
+  };
+  pid_t stopped = spawn_rank(0);
+  pid_t zombie = spawn_rank(1);
+  ASSERT_TRUE(words.AwaitNonzero(0));
+  ASSERT_TRUE(words.AwaitNonzero(1));
+  std::vector<RankInfo> ranks = sidecar->ActiveRanks();
+  ASSERT_EQ(ranks.size(), 2u);
+  const RankInfo& r0 = ranks[0].rank == 0 ? ranks[0] : ranks[1];
+  const RankInfo& r1 = ranks[0].rank == 0 ? ranks[1] : ranks[0];
+  EXPECT_EQ(sidecar->CheckRank(r0), PeerState::kAlive);
+  EXPECT_EQ(sidecar->CheckRank(r1), PeerState::kAlive);
+
+  ASSERT_EQ(kill(zombie, SIGKILL), 0);
+  EXPECT_TRUE(WaitFor([&] { return sidecar->CheckRank(r1) == PeerState::kProcessGone; }, 2s))
+      << "a killed, unreaped rank counts as gone";
+
+  ASSERT_EQ(kill(stopped, SIGSTOP), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] { return sidecar->CheckRank(r0) != PeerState::kAlive; }, 10s));
+  const auto noticed = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(sidecar->CheckRank(r0), PeerState::kHeartbeatStale);
+  EXPECT_LT(noticed, 2500ms) << "a stopped rank is judged by its heartbeat within ~1 s";
+  ASSERT_EQ(kill(stopped, SIGKILL), 0);
+  EXPECT_EQ(WaitChild(stopped), 128 + SIGKILL);
+  EXPECT_EQ(WaitChild(zombie), 128 + SIGKILL);
+}
+
 // A rank judged dead while alive (here: a stale threshold of 1 ns) finds out it was dropped.
 TEST(ControlBlockTest, ReclaimedLiveRankNoticesItWasDropped) {
   const std::string name = UniqueName("ctl");

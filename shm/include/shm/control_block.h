@@ -297,6 +297,10 @@ class ControlBlock {
   StatusOr<RankChannel> OpenChannel(const RankInfo& info);
   // True while the slot still holds the incarnation of `info`.
   bool IsCurrent(const RankInfo& info) const;
+  // The liveness of `info`'s owner, by the rules of shm/PROTOCOL.md §5 (process gone or a
+  // zombie, pid reused, heartbeat stale: stopped or wedged); kProcessGone also when the slot no
+  // longer holds that incarnation.
+  PeerState CheckRank(const RankInfo& info) const;
   // Returns every REGISTERING or ACTIVE slot whose owner is dead (process gone, or ACTIVE with
   // a stale heartbeat) to FREE and reports what they held. Safe to run concurrently with
   // registrations.
