@@ -300,7 +300,12 @@ class SyncE2ETest(unittest.TestCase):
         self.expect_aborted(c, "v2", d, "truncated")
 
         self.expect_aborted(c, "v3", self.t("d23"), "serves version 'v1'")        # wrong parent (ids)
-        self.expect_aborted(c, "v2", self.t("d23-as-v1"), "checksum mismatch")    # wrong parent (bytes)
+        # Wrong parent (bytes): the ranks' own checksums disagree with the delta's parent, so the
+        # sync is refused before anything is fetched beyond the manifest or decoded.
+        rec = self.expect_aborted(c, "v2", self.t("d23-as-v1"), "the delta's parent is")
+        self.assertIn("refused before decoding: the engine holds tensor '", rec["error"])
+        self.assertNotIn("decode", rec["phase_ms"])
+        self.assertEqual(rec["bytes_fetched"], 0)
 
         d = self.copy_delta("d12")
         m = json.loads(read(os.path.join(d, "manifest.json")))

@@ -92,6 +92,9 @@ struct SidecarOpts {
   bool kv_hugepages = false;
   std::string kv_numa_node;  // "" (no binding), "auto" or a node number
   std::string kv_gpu_pci_bus_id;
+  std::string verify_checkpoint;
+  double scrub_interval_s = 0;
+  double scrub_rate_gbps = 0;
 };
 
 // Fills unset options from a JSON config file (flags given on the command line win).
@@ -141,11 +144,16 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
     }
   }
   RETURN_IF_ERROR(str("kv_gpu_pci_bus_id", o.kv_gpu_pci_bus_id, "--kv-gpu-pci-bus-id"));
-  if (j.contains("kv_host_fraction") && cmd.count("--kv-host-fraction") == 0) {
-    if (!j["kv_host_fraction"].is_number())
-      return InvalidArgument("config: 'kv_host_fraction' must be a number");
-    o.kv_host_fraction = j["kv_host_fraction"].get<double>();
-  }
+  RETURN_IF_ERROR(str("verify_checkpoint", o.verify_checkpoint, "--verify-checkpoint"));
+  auto number = [&](const char* key, double& dst, const char* flag) -> Status {
+    if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
+    if (!j[key].is_number()) return InvalidArgument("config: '" + std::string(key) + "' must be a number");
+    dst = j[key].get<double>();
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(number("kv_host_fraction", o.kv_host_fraction, "--kv-host-fraction"));
+  RETURN_IF_ERROR(number("scrub_interval_s", o.scrub_interval_s, "--scrub-interval-s"));
+  RETURN_IF_ERROR(number("scrub_rate_gbps", o.scrub_rate_gbps, "--scrub-rate-gbps"));
   return Status::Ok();
 }
 
@@ -204,6 +212,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   }
   http.token = o.token;
   http.max_body_bytes = o.max_body_bytes;
+  http.scrub_rate_bytes_per_s = static_cast<uint64_t>(o.scrub_rate_gbps * 1e9);
 
   std::unique_ptr<sidecar::KvPoolOwner> kv_pool;
   if (o.kv_block_bytes > 0) {
@@ -247,11 +256,21 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   eo.plan_buffer_bytes = o.plan_buffer_bytes;
   eo.decode_threads = static_cast<unsigned>(o.decode_threads);
   eo.http = *http_store;
+  if (o.scrub_interval_s < 0 || o.scrub_rate_gbps < 0) {
+    return ReportError("sidecar",
+                       InvalidArgument("--scrub-interval-s and --scrub-rate-gbps must be >= 0"),
+                       false);
+  }
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
   std::vector<unsigned> serving = *cores;
-  sidecar::SyncManager manager(std::move(executor).value(), o.history,
-                               [serving] { LowerPriorityAndPin(serving); });
+  sidecar::SyncManagerOptions mo;
+  mo.history = o.history;
+  mo.worker_setup = [serving] { LowerPriorityAndPin(serving); };
+  mo.scrub_interval = std::chrono::milliseconds(static_cast<int64_t>(o.scrub_interval_s * 1000));
+  mo.scrub_rate_bytes_per_s = static_cast<uint64_t>(o.scrub_rate_gbps * 1e9);
+  mo.verify_checkpoint = o.verify_checkpoint;
+  sidecar::SyncManager manager(std::move(executor).value(), std::move(mo));
   sidecar::HttpApi api(http, &manager);
   s = api.Bind();
   if (!s.ok()) return ReportError("sidecar", s, false);
@@ -284,7 +303,7 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
   cmd->add_option("--serving-cores", o->serving_cores,
                   "CPUs kept for serving, e.g. 0-3 (the sync worker avoids them)");
   cmd->add_option("--decoder", o->decoder, "XOR frame decoder (walker, the default, or libzstd)");
-  cmd->add_option("--state-dir", o->state_dir, "Directory that persists the live version id");
+  cmd->add_option("--state-dir", o->state_dir, "Directory that persists the live version id and the checksum table");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest accepted request body")
       ->capture_default_str();
   cmd->add_option("--plan-buffer-bytes", o->plan_buffer_bytes,
@@ -306,6 +325,15 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
   cmd->add_option("--http-attempts", o->http_attempts,
                   "HTTP(S) delta stores: tries per request, with exponential backoff")
       ->capture_default_str();
+  cmd->add_option("--verify-checkpoint", o->verify_checkpoint,
+                  "Verify the engine's live weights against this checkpoint (directory or URL) "
+                  "whenever a complete set of ranks attaches");
+  cmd->add_option("--scrub-interval-s", o->scrub_interval_s,
+                  "Re-checksum the live weights this often when idle (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--scrub-rate-gbps", o->scrub_rate_gbps,
+                  "Read rate limit of the background scrub, GB/s per rank (0: unlimited)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--port-file", o->port_file, "Write the bound port here (with --listen HOST:0)");
   cmd->add_option("--kv-block-bytes", o->kv_block_bytes,
                   "Host KV tier: bytes per block slot (0 = no KV pool); pool '<shm-name>.kv'");

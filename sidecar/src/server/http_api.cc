@@ -115,11 +115,61 @@ void HttpApi::Routes() {
     SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
   });
 
+  // Verify and scrub are jobs like syncs: 202 with an id, polled at /v1/syncs/{id}.
+  auto submit = [this](httplib::Response& res, SyncRequest r) {
+    auto id = manager_->Submit(std::move(r));
+    if (!id.ok()) {
+      return SendError(res, HttpStatusFor(id.status()),
+                       std::string(StatusCodeName(id.status().code())), id.status().message());
+    }
+    res.set_header("Location", "/v1/syncs/" + *id);
+    SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
+  };
+  // Optional "rate_gbps" (number >= 0): the ranks' read rate limit; false if it is malformed.
+  auto read_rate = [](const Json& body, SyncRequest& r, httplib::Response& res) {
+    auto it = body.find("rate_gbps");
+    if (it == body.end()) return true;
+    if (!it->is_number() || it->get<double>() < 0) {
+      SendError(res, 400, "INVALID_ARGUMENT", "field 'rate_gbps' must be a number >= 0");
+      return false;
+    }
+    r.rate_bytes_per_s = static_cast<uint64_t>(it->get<double>() * 1e9);
+    return true;
+  };
+  s.Post("/v1/verify", [submit, read_rate](const httplib::Request& req, httplib::Response& res) {
+    Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return SendError(res, 400, "INVALID_ARGUMENT", "body must be a JSON object");
+    }
+    auto it = body.find("checkpoint");
+    if (it == body.end() || !it->is_string()) {
+      return SendError(res, 400, "INVALID_ARGUMENT", "field 'checkpoint' must be a string");
+    }
+    SyncRequest r;
+    r.kind = JobKind::kVerify;
+    r.checkpoint = it->get<std::string>();
+    if (!read_rate(body, r, res)) return;
+    submit(res, std::move(r));
+  });
+  s.Post("/v1/scrub", [this, submit, read_rate](const httplib::Request& req,
+                                                httplib::Response& res) {
+    Json body = req.body.empty() ? Json::object()
+                                 : Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return SendError(res, 400, "INVALID_ARGUMENT", "body must be empty or a JSON object");
+    }
+    SyncRequest r;
+    r.kind = JobKind::kScrub;
+    r.rate_bytes_per_s = options_.scrub_rate_bytes_per_s;
+    if (!read_rate(body, r, res)) return;
+    submit(res, std::move(r));
+  });
+
   s.Get(
       R"(/v1/syncs/([A-Za-z0-9_-]+))", [this](const httplib::Request& req, httplib::Response& res) {
         auto rec = manager_->Get(req.matches[1]);
         if (!rec)
-          return SendError(res, 404, "NOT_FOUND", "no sync '" + std::string(req.matches[1]) + "'");
+          return SendError(res, 404, "NOT_FOUND", "no job '" + std::string(req.matches[1]) + "'");
         SendJson(res, 200, rec->ToJson());
       });
 
@@ -128,6 +178,8 @@ void HttpApi::Routes() {
     for (const SyncRecord& r : manager_->History()) history.push_back(r.ToJson());
     SendJson(res, 200,
              {{"live_version", manager_->LiveVersion()},
+              {"diverged", manager_->Diverged()},
+              {"checksums", manager_->ChecksumsJson()},
               {"ranks", manager_->RanksJson()},
               {"history", history}});
   });
@@ -160,9 +212,29 @@ std::string HttpApi::Metrics() const {
     << "# TYPE deltakv_http_unauthorized_total counter\n"
     << "deltakv_http_unauthorized_total " << unauthorized_.load() << "\n"
     << "# HELP deltakv_syncs_total Syncs finished, by result.\n"
-    << "# TYPE deltakv_syncs_total counter\n"
-    << "deltakv_syncs_total{result=\"live\"} " << manager_->succeeded() << "\n"
-    << "deltakv_syncs_total{result=\"aborted\"} " << manager_->failed() << "\n";
+    << "# TYPE deltakv_syncs_total counter\n";
+  auto finished = manager_->Finished();
+  auto count = [&](const char* kind, const char* state) -> uint64_t {
+    auto k = finished.find(kind);
+    if (k == finished.end()) return 0;
+    auto v = k->second.find(state);
+    return v == k->second.end() ? 0 : v->second;
+  };
+  for (const char* result : {"live", "aborted", "diverged"}) {
+    o << "deltakv_syncs_total{result=\"" << result << "\"} " << count("sync", result) << "\n";
+  }
+  o << "# HELP deltakv_checks_total Verifies and scrubs of the live weights finished, by result.\n"
+    << "# TYPE deltakv_checks_total counter\n";
+  for (const char* kind : {"verify", "scrub"}) {
+    for (const char* result : {"verified", "diverged", "failed"}) {
+      o << "deltakv_checks_total{kind=\"" << kind << "\",result=\"" << result << "\"} "
+        << count(kind, result) << "\n";
+    }
+  }
+  o << "# HELP deltakv_engine_diverged 1 while the live weights are known to differ from the "
+       "checksum table (syncs are refused until a verify succeeds).\n"
+    << "# TYPE deltakv_engine_diverged gauge\n"
+    << "deltakv_engine_diverged " << (manager_->Diverged().empty() ? 0 : 1) << "\n";
   auto history = manager_->History();
   o << "# HELP deltakv_last_sync_phase_seconds Duration of each phase of the most recent finished "
        "sync.\n"

@@ -1,8 +1,10 @@
 // HttpApi: the sidecar's HTTP interface on cpp-httplib.
 //
 //   POST /v1/sync        {"version": V, "delta": URI} -> 202 {"id", "state"}    (bearer token)
-//   GET  /v1/syncs/{id}  the sync's record: state, per-phase timings, bytes, error
-//   GET  /v1/status      live version, ranks, recent syncs
+//   POST /v1/verify      {"checkpoint": URI[, "rate_gbps": G]} -> 202 {"id", "state"}  (token)
+//   POST /v1/scrub       [{"rate_gbps": G}] -> 202 {"id", "state"}                    (token)
+//   GET  /v1/syncs/{id}  the job's record: state, per-phase timings, bytes, error, mismatches
+//   GET  /v1/status      live version, divergence, checksum table, ranks, recent jobs
 //   GET  /healthz        "ok"
 //   GET  /metrics        Prometheus text format
 //
@@ -38,6 +40,8 @@ struct HttpApiOptions {
   int port = 8470;  // 0 = any free port (see HttpApi::port())
   std::string token;
   uint64_t max_body_bytes = 64 << 10;
+  uint64_t scrub_rate_bytes_per_s = 0;  // POST /v1/scrub without "rate_gbps"
+
   std::vector<MetricsProvider> metrics;
 };
 

@@ -1,15 +1,17 @@
 #include "sync/shm_executor.h"
 
 #include <sched.h>
-#include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "base/file_util.h"
+#include "deltasync/checkpoint.h"
 #include "deltasync/delta_manifest.h"
 #include "deltasync/engine_tensors.h"
 #include "deltasync/plan_verify.h"
@@ -17,7 +19,9 @@
 #include "deltasync/write_plan.h"
 #include "shm/messages.h"
 #include "shm/plan_arena.h"
+#include "sync/live_checksums.h"
 #include "sync/plan_stream.h"
+#include "sync/rank_collect.h"
 
 namespace deltakv::sidecar {
 
@@ -25,6 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+using deltasync::FormatChecksum;
 
 // Fault injection for tests: DELTAKV_FAULT_STALL="<point>:<ms>" sleeps at that point of a
 // sync ("planned": plans built, not yet sent; "staged": verified, not yet decided).
@@ -57,8 +62,14 @@ StatusOr<deltasync::EngineTensorTable> ReadTensorTable(const std::string& shm, u
       std::string_view(reinterpret_cast<const char*>(text), len));
 }
 
-bool PidAlive(uint32_t pid) {
-  return pid != 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+std::string Hex(uint32_t adler) { return "0x" + FormatChecksum(adler); }
+
+// "a; b; c (and N more)" for messages that must stay readable.
+std::string JoinFirst(const std::vector<std::string>& items, size_t n = 8) {
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < n; ++i) out += (i ? "; " : "") + items[i];
+  if (items.size() > n) out += " (and " + std::to_string(items.size() - n) + " more)";
+  return out;
 }
 
 // One rank's view during a sync.
@@ -67,142 +78,317 @@ struct RankRun {
   bool staged = false;
   uint32_t staged_parts = 0;
   bool committed = false;
+  std::string commit_error;
   uint64_t pause_us = 0;
+  std::vector<deltasync::AdlerDelta> inc;  // per delta tensor: this rank's incremental sums
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(
-    const ShmExecutorOptions& options) {
-  std::unique_ptr<ShmSyncExecutor> e(new ShmSyncExecutor(options));
-  ASSIGN_OR_RETURN(e->control_, shm::ControlBlock::Create(options.shm_name));
-  (void)shm::RemoveStaleArenas(ArenaPrefix(options.shm_name));
-  if (!options.state_dir.empty()) {
-    auto v = ReadFileToString(options.state_dir + "/live_version", 4096);
-    if (v.ok()) e->live_version_ = *v;
-  }
-  return e;
-}
+// The ranks attached now and one job's work on them. Each phase is a method; a phase that
+// fails returns the reason, and Run applies the failure rule of the header.
+class ShmSyncExecutor::Job {
+ public:
+  Job(ShmSyncExecutor& ex, const SyncRequest& request, const Update& update)
+      : ex_(ex), request_(request), update_(update) {}
 
-std::string ShmSyncExecutor::LiveVersion() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return live_version_;
-}
+  Status RunSync();
+  Status RunVerify();
+  Status RunScrub();
 
-void ShmSyncExecutor::SetLiveVersion(const std::string& v) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_version_ = v;
+ private:
+  // ---- shared by every kind of job
+  Status AttachRanks();
+  Status RankGone(uint32_t r) const;
+  StatusOr<LiveChecksums> Checksum(uint64_t rate_bytes_per_s, uint32_t flags);
+  std::vector<shm::RankChannel*> Channels();
+  void SetState(SyncState s) {
+    update_([&](SyncRecord& r) { r.state = s; });
   }
-  if (!options_.state_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(options_.state_dir, ec);
-    (void)WriteFileAtomic(options_.state_dir + "/live_version", v);
+  void Phase(const char* name, double ms) {
+    update_([&](SyncRecord& r) { r.phase_ms[name] = ms; });
   }
-}
+  // Marks the table diverged with `why`, the record diverged, and returns DataLoss(why).
+  Status Diverge(const std::string& why);
+  // Per-tensor comparison of live checksums with the table; mismatch messages.
+  std::vector<std::string> CompareWithTable(const LiveChecksums& live,
+                                            const ChecksumTable& table) const;
+  ChecksumTable TableFromLive(const LiveChecksums& live, const std::string& version,
+                              const std::string& source) const;
+  // The version id every rank's table names ("" if none names one); FailedPrecondition if two
+  // ranks name different ones.
+  StatusOr<std::string> RanksVersion() const;
 
-nlohmann::json ShmSyncExecutor::RanksJson() const {
-  nlohmann::json out = nlohmann::json::array();
-  for (const shm::RankInfo& r : control_->ActiveRanks()) {
-    out.push_back({{"rank", r.rank},
-                   {"world_size", r.world_size},
-                   {"pid", r.pid},
-                   {"policy_version", r.live_policy_version > 0 ? r.live_policy_version - 1 : 0},
-                   {"staged_sync_id", r.staged_sync_id}});
-  }
-  return out;
-}
+  // ---- sync phases
+  Status Admit();
+  Status CheckParents();
+  Status Decode();
+  Status Stage();
+  Status Commit();
+  void Advance();
+  Status AbortAll(const Status& why);
 
-Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
-  auto set_state = [&](SyncState s) { update([&](SyncRecord& r) { r.state = s; }); };
-  auto phase = [&](const char* name, double ms) {
-    update([&](SyncRecord& r) { r.phase_ms[name] = ms; });
-  };
-  set_state(SyncState::kFetching);
+  ShmSyncExecutor& ex_;
+  const SyncRequest& request_;
+  const Update& update_;
 
-  // ---- fetching: manifest, ranks, tensor tables
-  auto t_fetch = Clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<deltasync::ObjectStore> store,
-                   OpenStore(request.delta, options_.http));
-  ASSIGN_OR_RETURN(std::string manifest_text,
-                   store->ReadObject(deltasync::kManifestFileName, 1ull << 30));
-  ASSIGN_OR_RETURN(deltasync::DeltaManifest m, deltasync::ParseDeltaManifest(manifest_text));
-  if (!m.version.empty() && m.version != request.version) {
-    return InvalidArgument("the request names version '" + request.version +
-                           "' but the delta produces '" + m.version + "'");
+  std::vector<shm::RankInfo> infos_;  // index = rank
+  std::vector<deltasync::EngineTensorTable> tables_;
+  std::vector<RankRun> runs_;
+  uint32_t world_ = 0;
+
+  std::unique_ptr<deltasync::ObjectStore> store_;
+  deltasync::DeltaManifest m_;
+  deltasync::RankTensorTables rank_tables_;
+  std::vector<std::vector<deltasync::PlanTensor>> plan_tables_;
+  ChecksumTable table_;  // the executor's table as of Admit
+  std::string live_;  // the version the ranks serve, as of Admit
+  double admit_ms_ = 0;
+  uint64_t sync_id_ = 0;
+  std::unique_ptr<PlanStreamer> streamer_;
+};
+
+// ------------------------------------------------------------------------------ shared parts
+
+Status ShmSyncExecutor::Job::AttachRanks() {
+  ex_.control_->ReclaimDead();
+  std::vector<shm::RankInfo> infos = ex_.control_->ActiveRanks();
+  if (infos.empty()) {
+    return FailedPrecondition("no engine ranks are attached to '" + ex_.options_.shm_name + "'");
   }
-  update([&](SyncRecord& r) {
-    r.parent_version = m.parent_version;
-    r.tensors_changed = m.tensors.size();
-  });
-  control_->ReclaimDead();
-  std::vector<shm::RankInfo> infos = control_->ActiveRanks();
-  if (infos.empty())
-    return FailedPrecondition("no engine ranks are attached to '" + options_.shm_name + "'");
   std::vector<deltasync::EngineTensorTable> tables;
   for (const shm::RankInfo& info : infos) {
-    auto t = ReadTensorTable(options_.shm_name, info.rank);
+    auto t = ReadTensorTable(ex_.options_.shm_name, info.rank);
     if (!t.ok()) return t.status().WithPrefix("engine rank " + std::to_string(info.rank));
     tables.push_back(std::move(t).value());
   }
-  const std::string live = LiveVersion().empty() ? tables[0].version : LiveVersion();
-  if (!live.empty() && !m.parent_version.empty() && live != m.parent_version) {
-    return FailedPrecondition("the engine serves version '" + live + "' but the delta is '" +
-                              m.parent_version + "' -> '" + m.version + "'");
+  // ToRankTensorTables checks that ranks 0..world-1 are each present once.
+  ASSIGN_OR_RETURN(rank_tables_, deltasync::ToRankTensorTables(tables));
+  world_ = static_cast<uint32_t>(rank_tables_.size());
+  infos_.assign(world_, {});
+  tables_.assign(world_, {});
+  for (size_t i = 0; i < infos.size(); ++i) {
+    infos_[infos[i].rank] = infos[i];
+    tables_[infos[i].rank] = std::move(tables[i]);
   }
-  ASSIGN_OR_RETURN(deltasync::RankTensorTables rank_tables, deltasync::ToRankTensorTables(tables));
-  ASSIGN_OR_RETURN(auto plan_tables, deltasync::PlanTensorTables(m, rank_tables));
-  const uint32_t world = static_cast<uint32_t>(rank_tables.size());
-  uint64_t weight_lines = 0;
-  for (const deltasync::EngineTensorTable& t : tables) {
-    for (const deltasync::EngineTensor& e : t.tensors) weight_lines += (e.local_bytes + 63) / 64;
+  runs_.clear();
+  runs_.resize(world_);
+  for (uint32_t r = 0; r < world_; ++r) {
+    ASSIGN_OR_RETURN(runs_[r].channel, ex_.control_->OpenChannel(infos_[r]));
   }
-  std::vector<const shm::RankInfo*> by_rank(world, nullptr);
-  for (const shm::RankInfo& info : infos) by_rank[info.rank] = &info;
+  return Status::Ok();
+}
 
-  // ---- decoding: plans streamed to the ranks in bounded parts while the delta decodes
-  set_state(SyncState::kDecoding);
-  const uint64_t sync_id = control_->AllocateSyncId();
-  std::vector<RankRun> runs(world);
-  std::vector<shm::RankChannel*> channels;
-  for (uint32_t r = 0; r < world; ++r) {
-    ASSIGN_OR_RETURN(runs[r].channel, control_->OpenChannel(*by_rank[r]));
-    channels.push_back(&runs[r].channel);
+std::vector<shm::RankChannel*> ShmSyncExecutor::Job::Channels() {
+  std::vector<shm::RankChannel*> out;
+  for (RankRun& rr : runs_) out.push_back(&rr.channel);
+  return out;
+}
+
+Status ShmSyncExecutor::Job::RankGone(uint32_t r) const {
+  const shm::RankInfo& info = runs_[r].channel.info;
+  const std::string who = "engine rank " + std::to_string(r) + " (pid " + std::to_string(info.pid) + ")";
+  switch (ex_.control_->CheckRank(info)) {
+    case shm::PeerState::kAlive:
+      return Status::Ok();
+    case shm::PeerState::kHeartbeatStale:
+      return FailedPrecondition(who + " stopped answering: no heartbeat for over 1 s (stopped, "
+                                      "wedged or dying)");
+    case shm::PeerState::kProcessGone:
+      break;
   }
-  auto rank_gone = [&](uint32_t r) -> Status {
-    const shm::RankInfo& info = runs[r].channel.info;
-    if (!control_->IsCurrent(info) || !PidAlive(info.pid)) {
-      return FailedPrecondition("engine rank " + std::to_string(r) + " (pid " +
-                                std::to_string(info.pid) + ") died during the sync");
+  return FailedPrecondition(who + " died during the job (its process is gone, a zombie, or it "
+                                  "left its slot)");
+}
+
+StatusOr<LiveChecksums> ShmSyncExecutor::Job::Checksum(uint64_t rate_bytes_per_s, uint32_t flags) {
+  shm::VerifyRequest req;
+  req.flags = flags;
+  req.rate_bytes_per_s = rate_bytes_per_s;
+  const uint64_t job_id = ex_.control_->AllocateSyncId();
+  auto live = CollectLiveChecksums(Channels(), tables_, job_id, req, ex_.options_.verify_timeout,
+                                   [this](uint32_t r) { return RankGone(r); });
+  if (live.ok()) {
+    update_([&](SyncRecord& rec) {
+      rec.tensors_checked = live->tensors.size();
+      rec.bytes_checked = live->bytes_read;
+    });
+  }
+  return live;
+}
+
+Status ShmSyncExecutor::Job::Diverge(const std::string& why) {
+  ChecksumTable t = ex_.table();
+  t.diverged = why;
+  t.updated_unix = UnixNow();
+  ex_.SetTable(std::move(t));
+  SetState(SyncState::kDiverged);
+  return DataLoss(why);
+}
+
+std::vector<std::string> ShmSyncExecutor::Job::CompareWithTable(const LiveChecksums& live,
+                                                                const ChecksumTable& table) const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : live.tensors) {
+    auto it = table.adler32.find(name);
+    if (it == table.adler32.end()) continue;  // registered after the table was made
+    const uint32_t now = t.Adler32();
+    if (now == it->second) continue;
+    std::string ranks;
+    auto owned = table.owned.find(name);
+    if (owned != table.owned.end() && owned->second.size() == t.ranks.size()) {
+      ranks = DifferingRanks(t, owned->second);
     }
-    return Status::Ok();
-  };
-  // From here on, every failure must decide ABORT so no rank keeps a staged plan.
-  auto abort_all = [&](const Status& why) -> Status {
-    (void)control_->DecideAbort(sync_id);
-    for (RankRun& rr : runs) {
-      auto msg = shm::MakeText(shm::MessageType::kAbort, sync_id, why.message());
-      if (msg.ok()) {
-        auto bytes = shm::EncodeMessage(*msg);
-        if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
-      }
+    out.push_back("tensor '" + name + "'" + (ranks.empty() ? "" : " (" + ranks + ")") +
+                  ": the engine holds Adler-32 " + Hex(now) + ", the table (" + table.version +
+                  ") says " + Hex(it->second));
+  }
+  for (std::string& s : live.ReplicaMismatches()) out.push_back(std::move(s));
+  return out;
+}
+
+ChecksumTable ShmSyncExecutor::Job::TableFromLive(const LiveChecksums& live,
+                                                  const std::string& version,
+                                                  const std::string& source) const {
+  ChecksumTable t;
+  t.version = version;
+  t.source = source;
+  t.updated_unix = UnixNow();
+  t.ranks = ChecksumTable::RanksOf(infos_);
+  for (const auto& [name, tl] : live.tensors) {
+    t.adler32[name] = tl.Adler32();
+    std::vector<deltasync::AdlerDelta>& owned = t.owned[name];
+    for (const RankTensorSums& r : tl.ranks) owned.push_back(r.owned);
+  }
+  return t;
+}
+
+StatusOr<std::string> ShmSyncExecutor::Job::RanksVersion() const {
+  std::string version;
+  uint32_t named_by = 0;
+  for (uint32_t r = 0; r < world_; ++r) {
+    const std::string& v = tables_[r].version;
+    if (v.empty()) continue;
+    if (version.empty()) {
+      version = v;
+      named_by = r;
+    } else if (v != version) {
+      return FailedPrecondition("engine ranks disagree about the version they serve: rank " +
+                                std::to_string(named_by) + " serves '" + version + "', rank " +
+                                std::to_string(r) + " serves '" + v + "'");
     }
-    return why;
-  };
+  }
+  return version;
+}
+
+// ------------------------------------------------------------------------------ sync phases
+
+Status ShmSyncExecutor::Job::Admit() {
+  SetState(SyncState::kFetching);
+  const auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(store_, OpenStore(request_.delta, ex_.options_.http));
+  ASSIGN_OR_RETURN(std::string manifest_text,
+                   store_->ReadObject(deltasync::kManifestFileName, 1ull << 30));
+  ASSIGN_OR_RETURN(m_, deltasync::ParseDeltaManifest(manifest_text));
+  if (!m_.version.empty() && m_.version != request_.version) {
+    return InvalidArgument("the request names version '" + request_.version +
+                           "' but the delta produces '" + m_.version + "'");
+  }
+  update_([&](SyncRecord& r) {
+    r.parent_version = m_.parent_version;
+    r.tensors_changed = m_.tensors.size();
+  });
+  table_ = ex_.table();
+  if (!table_.diverged.empty()) {
+    return FailedPrecondition("syncs are refused until the engine is verified again "
+                              "(POST /v1/verify): " + table_.diverged);
+  }
+  RETURN_IF_ERROR(AttachRanks());
+  for (uint32_t r = 0; r < world_; ++r) {
+    const uint64_t staged = infos_[r].staged_sync_id;
+    if (staged != 0 && ex_.control_->ReadDecision(staged) == shm::Decision::kCommit) {
+      return FailedPrecondition("engine rank " + std::to_string(r) +
+                                " has not finished applying committed sync " +
+                                std::to_string(staged));
+    }
+  }
+  // What the engine serves: the ranks say so in their tables; the sidecar's record (table,
+  // state dir) counts only when no rank names a version.
+  ASSIGN_OR_RETURN(std::string live, RanksVersion());
+  if (live.empty()) live = ex_.LiveVersion();
+  live_ = live;
+  if (!live.empty() && !m_.parent_version.empty() && live != m_.parent_version) {
+    return FailedPrecondition("the engine serves version '" + live + "' but the delta is '" +
+                              m_.parent_version + "' -> '" + m_.version + "'");
+  }
+  ASSIGN_OR_RETURN(plan_tables_, deltasync::PlanTensorTables(m_, rank_tables_));
+  if (!live.empty() && table_.version != live) table_ = ChecksumTable{};  // another version's
+  admit_ms_ = MsSince(t0);
+  return Status::Ok();
+}
+
+Status ShmSyncExecutor::Job::CheckParents() {
+  const auto t0 = Clock::now();
+  bool covered = table_.CurrentFor(infos_);
+  for (const deltasync::DeltaTensor& t : m_.tensors) covered &= table_.adler32.count(t.name) > 0;
+  std::vector<std::string> wrong;
+  if (!covered) {
+    // Early check: the table cannot vouch for these ranks (it is absent, for another version,
+    // or from other rank processes), so the ranks checksum what they serve now.
+    ASSIGN_OR_RETURN(LiveChecksums live, Checksum(0, 0));
+    wrong = table_.empty() ? live.ReplicaMismatches() : CompareWithTable(live, table_);
+    ChecksumTable rebuilt = TableFromLive(
+        live, live_, table_.empty() ? "live bytes (early check), not compared with a checkpoint"
+                                    : table_.source + ", re-checked on new rank processes");
+    rebuilt.checkpoint_verified = table_.checkpoint_verified && wrong.empty();
+    table_ = std::move(rebuilt);
+  }
+  for (const deltasync::DeltaTensor& t : m_.tensors) {
+    auto it = table_.adler32.find(t.name);
+    if (it == table_.adler32.end()) continue;  // PlanTensorTables refused unregistered tensors
+    if (it->second != t.parent_adler32) {
+      wrong.push_back("the engine holds tensor '" + t.name + "' with Adler-32 " + Hex(it->second) +
+                      ", the delta's parent is " + Hex(t.parent_adler32));
+    }
+  }
+  Phase("check", MsSince(t0));
+  if (!wrong.empty()) {
+    return FailedPrecondition("refused before decoding: " + JoinFirst(wrong));
+  }
+  if (!covered) ex_.SetTable(table_);  // the early check's result is the new base
+  return Status::Ok();
+}
+
+Status ShmSyncExecutor::Job::AbortAll(const Status& why) {
+  (void)ex_.control_->DecideAbort(sync_id_);
+  for (RankRun& rr : runs_) {
+    auto msg = shm::MakeText(shm::MessageType::kAbort, sync_id_, why.message());
+    if (msg.ok()) {
+      auto bytes = shm::EncodeMessage(*msg);
+      if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
+    }
+  }
+  return why;
+}
+
+Status ShmSyncExecutor::Job::Decode() {
+  SetState(SyncState::kDecoding);
+  const ShmExecutorOptions& o = ex_.options_;
   PlanStreamOptions so;
-  so.prefix = ArenaPrefix(options_.shm_name);
-  so.sync_id = sync_id;
-  so.version = request.version;
-  so.part_bytes = std::max<uint64_t>(options_.plan_buffer_bytes / (2 * world), 64 << 10);
+  so.prefix = ArenaPrefix(o.shm_name);
+  so.sync_id = sync_id_;
+  so.version = request_.version;
+  so.part_bytes = std::max<uint64_t>(o.plan_buffer_bytes / (2 * world_), 64 << 10);
   so.max_in_flight = 1;
-  so.consume_timeout = options_.stage_timeout;
-  PlanStreamer streamer(so, channels, plan_tables, rank_gone);
+  so.consume_timeout = o.stage_timeout;
+  streamer_ = std::make_unique<PlanStreamer>(so, Channels(), plan_tables_,
+                                             [this](uint32_t r) { return RankGone(r); });
   const auto t_plan = Clock::now();
   deltasync::PlannerOptions po;
-  po.decoder = options_.decoder;
-  po.max_window_log = options_.max_window_log;
-  po.fetch_window_bytes = std::max<uint64_t>(options_.plan_buffer_bytes / 8, 1 << 20);
-  po.decode_threads = options_.decode_threads;
+  po.decoder = o.decoder;
+  po.max_window_log = o.max_window_log;
+  po.fetch_window_bytes = std::max<uint64_t>(o.plan_buffer_bytes / 8, 1 << 20);
+  po.decode_threads = o.decode_threads;
   if (po.decode_threads == 0) {
     // One per CPU this (pinned, low-priority) worker may use, from 4 CPUs up: with fewer, the
     // ranks' staging needs the other CPUs and collecting runs for the replay costs more than
@@ -213,102 +399,373 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
     po.decode_threads = cpus >= 4 ? static_cast<unsigned>(cpus) : 1;
   }
   po.decode_threads = std::clamp(po.decode_threads, 1u, 256u);
-  auto planned = deltasync::BuildSyncPlans(m, *store, rank_tables, streamer, po);
-  if (!planned.ok()) return abort_all(planned.status());
-  const deltasync::PlanStats& stats = *planned;
-  phase("fetch", std::chrono::duration<double, std::milli>(t_plan - t_fetch).count() +
-                    stats.fetch_ms);
-  phase("decode", stats.decode_ms);
-  update([&](SyncRecord& r) {
+  ASSIGN_OR_RETURN(deltasync::PlanStats stats,
+                   deltasync::BuildSyncPlans(m_, *store_, rank_tables_, *streamer_, po));
+  Phase("fetch", admit_ms_ + stats.fetch_ms);
+  Phase("decode", stats.decode_ms);
+  Phase("plan", MsSince(t_plan));
+  update_([&](SyncRecord& r) {
     r.bytes_fetched = stats.bytes_fetched;
     r.nonzero_bytes = stats.nonzero_bytes;
   });
+  return Status::Ok();
+}
 
-  // ---- staged: send the last parts, collect partial sums, verify
+Status ShmSyncExecutor::Job::Stage() {
   MaybeStall("planned");
-  auto t_stage = Clock::now();
-  Status sent = streamer.Finish();
-  if (!sent.ok()) return abort_all(sent);
-  update([&](SyncRecord& r) {
-    r.plan_parts = streamer.parts_sent();
-    r.plan_records = streamer.records();
-    r.touched_lines = streamer.touched_lines();
+  const auto t0 = Clock::now();
+  RETURN_IF_ERROR(streamer_->Finish());
+  uint64_t weight_lines = 0;
+  for (const deltasync::EngineTensorTable& t : tables_) {
+    for (const deltasync::EngineTensor& e : t.tensors) weight_lines += (e.local_bytes + 63) / 64;
+  }
+  update_([&](SyncRecord& r) {
+    r.plan_parts = streamer_->parts_sent();
+    r.plan_records = streamer_->records();
+    r.touched_lines = streamer_->touched_lines();
     r.weight_lines = weight_lines;
   });
-  std::vector<deltasync::AdlerDelta> inc(m.tensors.size()), full(m.tensors.size());
-  // Waits for every rank's messages of `want` type; fails on errors, deaths, timeout.
-  auto collect = [&](shm::MessageType want, std::chrono::milliseconds timeout,
-                     const std::function<Status(uint32_t, const shm::Message&)>& on) -> Status {
-    auto deadline = Clock::now() + timeout;
-    std::vector<uint8_t> buf;
-    for (;;) {
-      bool all = true;
-      for (uint32_t r = 0; r < world; ++r) {
-        RankRun& rr = runs[r];
-        bool done = want == shm::MessageType::kStaged ? rr.staged : rr.committed;
-        if (done) continue;
-        all = false;
-        auto popped = rr.channel.responses.Pop(&buf, 20ms);
-        if (!popped.ok()) return popped.status().WithPrefix("rank " + std::to_string(r));
-        if (*popped) {
-          auto msg = shm::DecodeMessage(buf);
-          if (!msg.ok()) return msg.status().WithPrefix("rank " + std::to_string(r));
-          if (msg->sync_id != sync_id) continue;
-          RETURN_IF_ERROR(RankErrorStatus(*msg, sync_id, r));
-          if (msg->type == want) RETURN_IF_ERROR(on(r, *msg));
-        } else {
-          RETURN_IF_ERROR(rank_gone(r));
-        }
+  const size_t n = m_.tensors.size();
+  std::vector<deltasync::AdlerDelta> inc(n), full(n);
+  for (RankRun& rr : runs_) rr.inc.assign(n, {});
+  CollectSpec spec;
+  spec.id = sync_id_;
+  spec.want = shm::MessageType::kStaged;
+  spec.timeout = ex_.options_.stage_timeout;
+  spec.rank_gone = [this](uint32_t r) { return RankGone(r); };
+  spec.on_reply = [&](uint32_t r, const shm::Message& msg) -> StatusOr<bool> {
+    ASSIGN_OR_RETURN(shm::StagedReport rep, shm::ParseStaged(msg));
+    for (const shm::StagedEntry& e : rep.entries) {
+      if (e.tensor_index >= n) {
+        return DataLoss("engine rank " + std::to_string(r) + " reported an unknown tensor");
       }
-      if (all) return Status::Ok();
-      if (Clock::now() > deadline) return FailedPrecondition("engine ranks did not answer in time");
+      auto d = deltasync::AdlerDelta::FromSums(e.s1, e.s2);
+      if (e.flags & shm::StagedEntry::kFullChecksum) {
+        full[e.tensor_index].Merge(d);
+      } else {
+        inc[e.tensor_index].Merge(d);
+        runs_[r].inc[e.tensor_index].Merge(d);
+      }
     }
+    return ++runs_[r].staged_parts == rep.part_count;
   };
-  Status staged =
-      collect(shm::MessageType::kStaged, options_.stage_timeout,
-              [&](uint32_t r, const shm::Message& msg) -> Status {
-                ASSIGN_OR_RETURN(shm::StagedReport rep, shm::ParseStaged(msg));
-                for (const shm::StagedEntry& e : rep.entries) {
-                  if (e.tensor_index >= m.tensors.size())
-                    return DataLoss("rank reported an unknown tensor");
-                  auto d = deltasync::AdlerDelta::FromSums(e.s1, e.s2);
-                  (e.flags & shm::StagedEntry::kFullChecksum ? full : inc)[e.tensor_index].Merge(d);
-                }
-                if (++runs[r].staged_parts == rep.part_count) runs[r].staged = true;
-                return Status::Ok();
-              });
-  if (!staged.ok()) return abort_all(staged);
-  for (size_t t = 0; t < m.tensors.size(); ++t) {
-    Status v = deltasync::VerifyStagedTensor(m.tensors[t].name, plan_tables[0][t], inc[t], full[t]);
-    if (!v.ok()) return abort_all(v);
+  RETURN_IF_ERROR(CollectFromRanks(Channels(), spec));
+  for (size_t t = 0; t < n; ++t) {
+    RETURN_IF_ERROR(deltasync::VerifyStagedTensor(m_.tensors[t].name, plan_tables_[0][t], inc[t],
+                                                  full[t]));
   }
-  phase("stage", MsSince(t_stage));
-  set_state(SyncState::kStaged);
+  Phase("stage", MsSince(t0));
+  SetState(SyncState::kStaged);
   MaybeStall("staged");
+  return Status::Ok();
+}
 
-  // ---- committing
-  auto t_commit = Clock::now();
-  RETURN_IF_ERROR(control_->DecideCommit(sync_id));
-  set_state(SyncState::kCommitting);
-  for (RankRun& rr : runs) {
-    auto bytes = shm::EncodeMessage(shm::MakeCommit(sync_id));
+Status ShmSyncExecutor::Job::Commit() {
+  const auto t0 = Clock::now();
+  RETURN_IF_ERROR(ex_.control_->DecideCommit(sync_id_));
+  SetState(SyncState::kCommitting);
+  for (RankRun& rr : runs_) {
+    auto bytes = shm::EncodeMessage(shm::MakeCommit(sync_id_));
     if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
   }
   uint64_t pause_us = 0;
-  Status committed = collect(shm::MessageType::kCommitted, options_.commit_timeout,
-                             [&](uint32_t r, const shm::Message& msg) -> Status {
-                               ASSIGN_OR_RETURN(shm::CommittedReport rep, shm::ParseCommitted(msg));
-                               runs[r].committed = true;
-                               pause_us = std::max(pause_us, rep.pause_us);
-                               return Status::Ok();
-                             });
-  if (!committed.ok()) {
-    return Internal("COMMIT was decided but not every rank confirmed: " + committed.message());
+  CollectSpec spec;
+  spec.id = sync_id_;
+  spec.want = shm::MessageType::kCommitted;
+  spec.timeout = ex_.options_.commit_timeout;
+  spec.rank_gone = [this](uint32_t r) { return RankGone(r); };
+  spec.on_reply = [&](uint32_t r, const shm::Message& msg) -> StatusOr<bool> {
+    ASSIGN_OR_RETURN(shm::CommittedReport rep, shm::ParseCommitted(msg));
+    runs_[r].committed = true;
+    pause_us = std::max(pause_us, rep.pause_us);
+    return true;
+  };
+  spec.on_error = [&](uint32_t r, const std::string& why) -> StatusOr<bool> {
+    runs_[r].commit_error = why;
+    return true;
+  };
+  Status collected = CollectFromRanks(Channels(), spec);
+  std::vector<std::string> ok, failed;
+  for (uint32_t r = 0; r < world_; ++r) {
+    if (runs_[r].committed) {
+      ok.push_back(std::to_string(r));
+    } else {
+      failed.push_back("rank " + std::to_string(r) + ": " +
+                       (runs_[r].commit_error.empty() ? "no confirmation (" + collected.message() + ")"
+                                                      : runs_[r].commit_error));
+    }
   }
-  phase("commit", MsSince(t_commit));
-  phase("pause", static_cast<double>(pause_us) / 1000.0);
-  SetLiveVersion(request.version);
+  Phase("commit", MsSince(t0));
+  Phase("pause", static_cast<double>(pause_us) / 1000.0);
+  if (!failed.empty()) {
+    std::string served;
+    for (const std::string& r : ok) served += (served.empty() ? "" : ", ") + r;
+    return Diverge("sync " + std::to_string(sync_id_) + " to '" + request_.version +
+                   "' was decided COMMIT but not every rank applied it: " +
+                   (served.empty() ? "no rank confirmed" : "ranks " + served + " serve '" +
+                                                               request_.version + "'") +
+                   "; " + JoinFirst(failed));
+  }
   return Status::Ok();
+}
+
+void ShmSyncExecutor::Job::Advance() {
+  ChecksumTable t = table_;
+  for (size_t i = 0; i < m_.tensors.size(); ++i) {
+    const deltasync::DeltaTensor& d = m_.tensors[i];
+    t.adler32[d.name] = d.adler32;
+    auto owned = t.owned.find(d.name);
+    if (owned == t.owned.end()) continue;
+    if (owned->second.size() != world_) {
+      t.owned.erase(owned);
+      continue;
+    }
+    for (uint32_t r = 0; r < world_; ++r) owned->second[r].Merge(runs_[r].inc[i]);
+  }
+  t.version = request_.version;
+  t.source = "sync " + std::to_string(sync_id_) + " on " + (table_.source.empty() ? "?" : table_.source);
+  if (t.source.size() > 512) t.source = "sync " + std::to_string(sync_id_) + " on a chain of syncs";
+  t.ranks = ChecksumTable::RanksOf(infos_);
+  t.updated_unix = UnixNow();
+  ex_.SetTable(std::move(t));
+}
+
+Status ShmSyncExecutor::Job::RunSync() {
+  RETURN_IF_ERROR(Admit());
+  RETURN_IF_ERROR(CheckParents());
+  sync_id_ = ex_.control_->AllocateSyncId();
+  // From here on, every failure before the decision must decide ABORT so no rank keeps a
+  // staged plan; after it, Commit() reports divergence itself.
+  Status s = Decode();
+  if (s.ok()) s = Stage();
+  if (!s.ok()) return AbortAll(s);
+  RETURN_IF_ERROR(Commit());
+  Advance();
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------------------------ verify, scrub
+
+namespace {
+
+// The checkpoint's manifest: manifest.json from the store, or computed from a local directory
+// that has none.
+StatusOr<deltasync::CheckpointManifest> ReadCheckpointManifest(deltasync::ObjectStore& store,
+                                                               const std::string& location) {
+  auto text = store.ReadObject(deltasync::kManifestFileName, 1ull << 30);
+  if (text.ok()) return deltasync::ParseCheckpointManifest(*text);
+  if (text.status().code() != StatusCode::kNotFound) return text.status();
+  std::string dir = location.rfind("file://", 0) == 0 ? location.substr(7) : location;
+  if (dir.empty() || dir[0] != '/' || !std::filesystem::is_directory(dir)) {
+    return NotFound("checkpoint '" + location + "' has no " + deltasync::kManifestFileName +
+                    " (write one with `deltakv checkpoint manifest`)");
+  }
+  ASSIGN_OR_RETURN(deltasync::Checkpoint ckpt, deltasync::Checkpoint::Open(dir));
+  return deltasync::ComputeCheckpointManifest(ckpt, "", 0, false);
+}
+
+}  // namespace
+
+Status ShmSyncExecutor::Job::RunVerify() {
+  SetState(SyncState::kVerifying);
+  const auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(auto store, OpenStore(request_.checkpoint, ex_.options_.http));
+  ASSIGN_OR_RETURN(deltasync::CheckpointManifest cm,
+                   ReadCheckpointManifest(*store, request_.checkpoint));
+  Phase("manifest", MsSince(t0));
+  RETURN_IF_ERROR(AttachRanks());
+  ASSIGN_OR_RETURN(std::string ranks_version, RanksVersion());
+  const auto t1 = Clock::now();
+  ASSIGN_OR_RETURN(LiveChecksums live, Checksum(request_.rate_bytes_per_s, 0));
+  Phase("checksum", MsSince(t1));
+  std::map<std::string, const deltasync::ManifestTensor*> by_name;
+  for (const deltasync::ManifestTensor& t : cm.tensors) by_name[t.name] = &t;
+  std::vector<std::string> wrong;
+  if (!cm.version.empty() && !ranks_version.empty() && cm.version != ranks_version) {
+    wrong.push_back("the engine says it serves '" + ranks_version + "' but the checkpoint is '" +
+                    cm.version + "'");
+  }
+  for (const auto& [name, t] : live.tensors) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      wrong.push_back("tensor '" + name + "' is registered by the engine but not in the checkpoint");
+      continue;
+    }
+    const deltasync::ManifestTensor& mt = *it->second;
+    if (mt.end - mt.begin != t.canonical_bytes) {
+      wrong.push_back("tensor '" + name + "': the checkpoint has " +
+                      std::to_string(mt.end - mt.begin) + " bytes, the engine's layout " +
+                      std::to_string(t.canonical_bytes));
+      continue;
+    }
+    const uint32_t now = t.Adler32();
+    if (now == mt.adler32) continue;
+    // Name the ranks: read the tensor from the checkpoint and compare each rank's owned bytes.
+    std::string ranks;
+    auto bytes = store->ReadRange(mt.file, mt.begin, mt.end - mt.begin);
+    if (bytes.ok() && t.layout != nullptr) {
+      std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
+      ranks = DifferingRanks(t, ExpectedOwnedSums(*t.layout, span, world_));
+    }
+    wrong.push_back("tensor '" + name + "'" + (ranks.empty() ? "" : " (" + ranks + ")") +
+                    ": the engine holds Adler-32 " + Hex(now) + ", the checkpoint has " +
+                    Hex(mt.adler32));
+  }
+  for (std::string& s : live.ReplicaMismatches()) wrong.push_back(std::move(s));
+  update_([&](SyncRecord& r) { r.mismatches = wrong; });
+  if (!wrong.empty()) {
+    return Diverge("verify against '" + request_.checkpoint + "' found " +
+                   std::to_string(wrong.size()) + " difference(s): " + JoinFirst(wrong));
+  }
+  ChecksumTable t = TableFromLive(live, ranks_version.empty() ? cm.version : ranks_version,
+                                  "checkpoint " + request_.checkpoint);
+  t.checkpoint_verified = true;
+  ex_.SetTable(std::move(t));
+  return Status::Ok();
+}
+
+Status ShmSyncExecutor::Job::RunScrub() {
+  SetState(SyncState::kVerifying);
+  ChecksumTable table = ex_.table();
+  if (table.empty()) {
+    return FailedPrecondition("nothing to scrub against: no checksum table yet (POST /v1/verify "
+                              "with the checkpoint the engine loaded, or run a sync)");
+  }
+  RETURN_IF_ERROR(AttachRanks());
+  const auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(LiveChecksums live, Checksum(request_.rate_bytes_per_s, shm::kVerifyScrub));
+  Phase("checksum", MsSince(t0));
+  std::vector<std::string> wrong = CompareWithTable(live, table);
+  update_([&](SyncRecord& r) { r.mismatches = wrong; });
+  if (!wrong.empty()) {
+    return Diverge("scrub found the live weights differ from the checksum table: " +
+                   JoinFirst(wrong));
+  }
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------------------------ executor
+
+StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(
+    const ShmExecutorOptions& options) {
+  std::unique_ptr<ShmSyncExecutor> e(new ShmSyncExecutor(options));
+  ASSIGN_OR_RETURN(e->control_, shm::ControlBlock::Create(options.shm_name));
+  (void)shm::RemoveStaleArenas(ArenaPrefix(options.shm_name));
+  if (!options.state_dir.empty()) {
+    auto v = ReadFileToString(options.state_dir + "/live_version", 4096);
+    if (v.ok()) e->live_version_ = *v;
+    auto t = ChecksumTable::Load(options.state_dir);
+    if (t.ok()) {
+      e->table_ = std::move(t).value();
+    } else if (t.status().code() != StatusCode::kNotFound) {
+      return t.status().WithPrefix("state dir");
+    }
+  }
+  return e;
+}
+
+Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
+  Job job(*this, request, update);
+  switch (request.kind) {
+    case JobKind::kSync:
+      return job.RunSync();
+    case JobKind::kVerify:
+      return job.RunVerify();
+    case JobKind::kScrub:
+      return job.RunScrub();
+  }
+  return Internal("unknown job kind");
+}
+
+std::string ShmSyncExecutor::LiveVersion() const {
+  // What the ranks serve, as their tensor tables say: one version if they agree, "" if they do
+  // not; the recorded version when no rank names one.
+  std::string common;
+  for (const shm::RankInfo& r : control_->ActiveRanks()) {
+    auto t = ReadTensorTable(options_.shm_name, r.rank);
+    if (!t.ok() || t->version.empty()) continue;
+    if (!common.empty() && common != t->version) return "";
+    common = t->version;
+  }
+  if (!common.empty()) return common;
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_version_;
+}
+
+ChecksumTable ShmSyncExecutor::table() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_;
+}
+
+void ShmSyncExecutor::SetTable(ChecksumTable table) {
+  const bool diverged = !table.diverged.empty();
+  const std::string version = table.version;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    table_ = table;
+    if (!diverged && !version.empty()) live_version_ = version;
+  }
+  if (options_.state_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(options_.state_dir, ec);
+  (void)table.Save(options_.state_dir);
+  if (!diverged && !version.empty()) {
+    (void)WriteFileAtomic(options_.state_dir + "/live_version", version);
+  }
+}
+
+std::string ShmSyncExecutor::Diverged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.diverged;
+}
+
+std::string ShmSyncExecutor::AttachedRanksKey() const {
+  std::vector<shm::RankInfo> ranks = control_->ActiveRanks();
+  if (ranks.empty() || ranks[0].world_size != ranks.size()) return "";
+  std::string key;
+  std::vector<bool> seen(ranks.size(), false);
+  for (const TableRank& r : ChecksumTable::RanksOf(ranks)) {
+    if (r.rank >= seen.size() || seen[r.rank]) return "";
+    seen[r.rank] = true;
+    // A rank counts once its tensor table is published (it registers first).
+    if (!ReadTensorTable(options_.shm_name, r.rank).ok()) return "";
+    key += std::to_string(r.rank) + ":" + std::to_string(r.state_word) + ";";
+  }
+  return key;
+}
+
+bool ShmSyncExecutor::TableCoversAttachedRanks() const {
+  return table().CurrentFor(control_->ActiveRanks());
+}
+
+bool ShmSyncExecutor::CanScrub() const {
+  ChecksumTable t = table();
+  return !t.empty() && t.diverged.empty();
+}
+
+nlohmann::json ShmSyncExecutor::ChecksumsJson() const {
+  ChecksumTable t = table();
+  return {{"version", t.version},
+          {"source", t.source},
+          {"checkpoint_verified", t.checkpoint_verified},
+          {"tensors", t.adler32.size()},
+          {"current", t.CurrentFor(control_->ActiveRanks())},
+          {"updated_unix", t.updated_unix},
+          {"diverged", t.diverged}};
+}
+
+nlohmann::json ShmSyncExecutor::RanksJson() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const shm::RankInfo& r : control_->ActiveRanks()) {
+    auto table = ReadTensorTable(options_.shm_name, r.rank);
+    out.push_back({{"rank", r.rank},
+                   {"world_size", r.world_size},
+                   {"pid", r.pid},
+                   {"version", table.ok() ? table->version : ""},
+                   {"policy_version", r.live_policy_version > 0 ? r.live_policy_version - 1 : 0},
+                   {"staged_sync_id", r.staged_sync_id}});
+  }
+  return out;
 }
 
 }  // namespace deltakv::sidecar

@@ -1,18 +1,29 @@
-// ShmSyncExecutor: runs a sync against the engine ranks attached to this sidecar's
-// shared-memory control block (shm/PROTOCOL.md).
+// ShmSyncExecutor: runs syncs, verifies and scrubs against the engine ranks attached to this
+// sidecar's shared-memory control block (shm/PROTOCOL.md), and keeps the checksum table
+// (sync/checksum_table.h), the base of every check (docs/ARCHITECTURE.md, "Checksum chain").
 //
-//   fetching   read the delta manifest; read every rank's tensor table; check the delta fits
-//   decoding   fetch each shard object once (ranged reads, prefetched), walk its frames
-//              sparsely, split the nonzero runs by each tensor's layout into per-rank write
-//              plans streamed to the ranks in bounded parts (plan arenas; sync/plan_stream.h);
-//              every rank gathers, XORs and stages each part as it arrives
-//   staged     after the last part every rank reports partial Adler sums; the sums are
-//              merged per tensor and verified against the delta's checksums
-//   committing the COMMIT decision is release-stored in the control block, then every rank
-//              pauses, writes, bumps its policy version and resumes
-//   live       every rank reported COMMITTED
-// Any failure before the decision aborts the sync everywhere with no engine byte changed. A
-// rank that dies before the decision aborts the sync (named in the error).
+// A sync runs in named phases, each a function below:
+//   admit      the delta manifest; every rank's tensor table; refuse if the table is diverged,
+//              the ranks disagree about the version they serve, a rank has not finished a
+//              committed sync, or the delta's parent is another version
+//   parents    every changed tensor's parent Adler-32 against the checksum table; when the
+//              table is stale (a rank re-registered, a new sidecar without state) the ranks
+//              checksum their live bytes first (early check) and the table is rebuilt from them
+//   decode     fetch each shard object once, walk its frames sparsely, stream per-rank write
+//              plans in bounded parts (sync/plan_stream.h); ranks gather, XOR and stage
+//   stage      collect every rank's partial sums and verify them against the delta's
+//   commit     decide COMMIT in the control block; collect every rank's confirmation
+//   advance    the table moves to the new checksums and version, saved in the state dir
+// One failure rule: anything before the COMMIT decision decides ABORT (no engine byte
+// changed; the record says `aborted`). Anything after it is `diverged`: the record names the
+// ranks that did and did not confirm, the table is marked diverged, and syncs are refused until
+// POST /v1/verify succeeds. A rank is judged gone by its slot, process and heartbeat
+// (ControlBlock::CheckRank: stopped, wedged or zombie ranks within about a second).
+//
+// Verify: the ranks checksum their live bytes (VERIFY); the sums are compared with a
+// checkpoint's manifest (read through the same stores as deltas); on success the table is
+// rebuilt from them and any divergence is cleared. Scrub: the same pass, at a rate limit,
+// compared with the table; a difference marks the table diverged.
 //
 // Thread-safety: Run is called by the SyncManager's single worker; the accessors from any thread.
 #pragma once
@@ -24,6 +35,7 @@
 
 #include "shm/control_block.h"
 #include "store/open_store.h"
+#include "sync/checksum_table.h"
 #include "sync/sync_manager.h"
 
 namespace deltakv::sidecar {
@@ -34,7 +46,9 @@ struct ShmExecutorOptions {
   uint32_t max_window_log = 27;
   std::chrono::milliseconds stage_timeout{120000};
   std::chrono::milliseconds commit_timeout{120000};
-  std::string state_dir;  // persists the live version id; "" = memory only
+  std::string state_dir;  // persists the live version id and the checksum table; "" = memory only
+  // How long ranks may take to checksum their weights for a verify, an early check or a scrub.
+  std::chrono::milliseconds verify_timeout{600000};
   // Bound on plan bytes in flight to all ranks together (parts being written or not yet taken
   // by their rank), and so on the sidecar's plan memory; fetch windows are an eighth of it.
   uint64_t plan_buffer_bytes = 128ull << 20;
@@ -45,21 +59,32 @@ struct ShmExecutorOptions {
 
 class ShmSyncExecutor final : public SyncExecutor {
  public:
-  // Creates (or adopts) the control segment and removes plan arenas a dead predecessor left.
+  // Creates (or adopts) the control segment, removes plan arenas a dead predecessor left, and
+  // loads the live version and checksum table from the state dir.
   static StatusOr<std::unique_ptr<ShmSyncExecutor>> Create(const ShmExecutorOptions& options);
 
   Status Run(const SyncRequest& request, const Update& update) override;
   std::string LiveVersion() const override;
   nlohmann::json RanksJson() const override;
+  nlohmann::json ChecksumsJson() const override;
+  std::string Diverged() const override;
+  std::string AttachedRanksKey() const override;
+  bool TableCoversAttachedRanks() const override;
+  bool CanScrub() const override;
 
  private:
+  class Job;
+  friend class Job;
   explicit ShmSyncExecutor(ShmExecutorOptions options) : options_(std::move(options)) {}
-  void SetLiveVersion(const std::string& v);
+  ChecksumTable table() const;
+  // Stores the table (and its version as the live version) and saves both in the state dir.
+  void SetTable(ChecksumTable table);
 
   ShmExecutorOptions options_;
   std::unique_ptr<shm::ControlBlock> control_;
   mutable std::mutex mu_;
   std::string live_version_;  // GUARDED_BY(mu_)
+  ChecksumTable table_;       // GUARDED_BY(mu_)
 };
 
 }  // namespace deltakv::sidecar

@@ -5,11 +5,9 @@
 
 namespace deltakv::sidecar {
 
-SyncManager::SyncManager(std::unique_ptr<SyncExecutor> executor, size_t history,
-                         std::function<void()> worker_setup)
+SyncManager::SyncManager(std::unique_ptr<SyncExecutor> executor, SyncManagerOptions options)
     : executor_(std::move(executor)),
-      history_limit_(history),
-      worker_setup_(std::move(worker_setup)),
+      options_(std::move(options)),
       worker_([this] { WorkerLoop(); }) {}
 
 SyncManager::~SyncManager() {
@@ -22,27 +20,40 @@ SyncManager::~SyncManager() {
 }
 
 StatusOr<std::string> SyncManager::Submit(SyncRequest request) {
-  if (request.version.empty()) return InvalidArgument("'version' must be a non-empty string");
-  if (request.delta.empty()) return InvalidArgument("'delta' must be a non-empty string");
+  if (request.kind == JobKind::kSync) {
+    if (request.version.empty()) return InvalidArgument("'version' must be a non-empty string");
+    if (request.delta.empty()) return InvalidArgument("'delta' must be a non-empty string");
+  } else if (request.kind == JobKind::kVerify && request.checkpoint.empty()) {
+    return InvalidArgument("'checkpoint' must be a non-empty string");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_ || running_) {
     const std::string& busy = running_ ? *running_ : *pending_;
-    return FailedPrecondition("sync " + busy + " is in progress; one sync runs at a time");
+    return FailedPrecondition("job " + busy + " is in progress; one sync, verify or scrub runs " +
+                              "at a time");
   }
+  std::string id = QueueLocked(std::move(request));
+  cv_.notify_all();
+  return id;
+}
+
+std::string SyncManager::QueueLocked(SyncRequest request) {
+  const char prefix = request.kind == JobKind::kSync     ? 's'
+                      : request.kind == JobKind::kVerify ? 'v'
+                                                         : 'c';
   char id[32];
-  std::snprintf(id, sizeof(id), "s%06llu", static_cast<unsigned long long>(next_id_++));
+  std::snprintf(id, sizeof(id), "%c%06llu", prefix, static_cast<unsigned long long>(next_id_++));
   SyncRecord rec;
   rec.id = id;
   rec.request = std::move(request);
   rec.created_unix = UnixNow();
   records_[rec.id] = rec;
   order_.push_back(rec.id);
-  while (order_.size() > history_limit_) {
+  while (order_.size() > options_.history) {
     records_.erase(order_.front());
     order_.pop_front();
   }
   pending_ = rec.id;
-  cv_.notify_all();
   return rec.id;
 }
 
@@ -62,51 +73,107 @@ std::vector<SyncRecord> SyncManager::History() const {
 
 uint64_t SyncManager::succeeded() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return succeeded_;
+  auto it = finished_.find("sync");
+  if (it == finished_.end()) return 0;
+  auto live = it->second.find("live");
+  return live == it->second.end() ? 0 : live->second;
 }
 
 uint64_t SyncManager::failed() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return failed_;
+  auto it = finished_.find("sync");
+  if (it == finished_.end()) return 0;
+  uint64_t n = 0;
+  for (const auto& [state, count] : it->second) n += state == "live" ? 0 : count;
+  return n;
+}
+
+std::map<std::string, std::map<std::string, uint64_t>> SyncManager::Finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
 }
 
 void SyncManager::WorkerLoop() {
-  if (worker_setup_) worker_setup_();
+  if (options_.worker_setup) options_.worker_setup();
+  using Clock = std::chrono::steady_clock;
+  auto next_scrub = Clock::now() + options_.scrub_interval;
+  const bool auto_verify = !options_.verify_checkpoint.empty();
+  std::string seen_key, tried_key;  // the attached ranks at the last poll / the last auto verify
   for (;;) {
     std::string id;
     SyncRequest request;
+    // Outside mu_: the executor reads shared memory.
+    std::string key;
+    bool needs_verify = false;
+    if (auto_verify) {
+      key = executor_->AttachedRanksKey();
+      needs_verify = !key.empty() && key == seen_key && key != tried_key &&
+                     !executor_->TableCoversAttachedRanks();
+      seen_key = key;
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+      auto ready = [&] { return stop_ || pending_.has_value(); };
+      if (needs_verify && !pending_ && !running_) {
+        SyncRequest verify;
+        verify.kind = JobKind::kVerify;
+        verify.checkpoint = options_.verify_checkpoint;
+        QueueLocked(std::move(verify));
+        tried_key = key;
+      }
+      Clock::time_point wake = Clock::time_point::max();
+      if (options_.scrub_interval.count() > 0) wake = next_scrub;
+      if (auto_verify) wake = std::min(wake, Clock::now() + options_.attach_poll);
+      if (wake == Clock::time_point::max()) {
+        cv_.wait(lock, ready);
+      } else {
+        cv_.wait_until(lock, wake, ready);
+      }
+      if (!stop_ && !pending_ && options_.scrub_interval.count() > 0 &&
+          Clock::now() >= next_scrub) {
+        next_scrub = Clock::now() + options_.scrub_interval;
+        if (executor_->CanScrub()) {
+          SyncRequest scrub;
+          scrub.kind = JobKind::kScrub;
+          scrub.rate_bytes_per_s = options_.scrub_rate_bytes_per_s;
+          QueueLocked(std::move(scrub));
+        }
+      }
       if (stop_) return;
+      if (!pending_) continue;
       id = *pending_;
       pending_.reset();
       running_ = id;
       request = records_.at(id).request;
     }
-    auto start = std::chrono::steady_clock::now();
+    auto start = Clock::now();
     auto update = [&](const std::function<void(SyncRecord&)>& fn) {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = records_.find(id);
       if (it != records_.end()) fn(it->second);
     };
     Status s = executor_->Run(request, update);
-    double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     std::lock_guard<std::mutex> lock(mu_);
+    SyncState final_state;
     auto it = records_.find(id);
+    const bool diverged = it != records_.end() && it->second.state == SyncState::kDiverged;
+    if (s.ok()) {
+      final_state = request.kind == JobKind::kSync ? SyncState::kLive : SyncState::kVerified;
+    } else if (diverged) {
+      final_state = SyncState::kDiverged;
+    } else {
+      final_state = request.kind == JobKind::kSync ? SyncState::kAborted : SyncState::kFailed;
+    }
     if (it != records_.end()) {
       it->second.total_ms = ms;
       it->second.finished_unix = UnixNow();
-      if (s.ok()) {
-        it->second.state = SyncState::kLive;
-      } else {
-        it->second.state = SyncState::kAborted;
-        it->second.error = s.message();
-      }
+      it->second.state = final_state;
+      if (!s.ok()) it->second.error = s.message();
     }
-    (s.ok() ? succeeded_ : failed_)++;
+    finished_[JobKindName(request.kind)][SyncStateName(final_state)]++;
     running_.reset();
+    if (request.kind == JobKind::kScrub) next_scrub = Clock::now() + options_.scrub_interval;
   }
 }
 

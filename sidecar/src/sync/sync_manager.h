@@ -7,6 +7,7 @@
 // Thread-safety: all methods may be called from any thread (HTTP handlers).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -22,9 +23,12 @@
 
 namespace deltakv::sidecar {
 
-// Runs one sync. Calls `update` to publish progress (state changes, timings, counters); the
-// manager stores each update. Returns OK when the new version is live; an error aborts the
-// sync with that message (the executor guarantees no engine byte changed).
+// Runs one job (a sync, a verify or a scrub). Calls `update` to publish progress (state
+// changes, timings, counters); the manager stores each update. Returns OK when the new version
+// is live (sync) or the live bytes matched (verify, scrub). On an error the record takes the
+// message and ends `diverged` if the executor set that state (a failure after COMMIT, or bytes
+// that differ), else `aborted` (sync: the executor guarantees no engine byte changed) or
+// `failed` (verify, scrub).
 class SyncExecutor {
  public:
   using Update = std::function<void(const std::function<void(SyncRecord&)>&)>;
@@ -34,35 +38,66 @@ class SyncExecutor {
   virtual std::string LiveVersion() const = 0;
   // The engine ranks as seen now, for /v1/status and /metrics.
   virtual nlohmann::json RanksJson() const = 0;
+  // The checksum table's summary for /v1/status (null if the executor keeps none).
+  virtual nlohmann::json ChecksumsJson() const { return nullptr; }
+  // Why syncs are refused until the engine is verified again ("" = they are not).
+  virtual std::string Diverged() const { return ""; }
+  // Identifies the complete set of engine processes attached now ("" while none is attached
+  // or the world is incomplete), and whether the checksum table was computed on exactly them.
+  virtual std::string AttachedRanksKey() const { return ""; }
+  virtual bool TableCoversAttachedRanks() const { return true; }
+  // Whether a background scrub has something to compare with (a table that is not diverged).
+  virtual bool CanScrub() const { return true; }
+};
+
+struct SyncManagerOptions {
+  size_t history = 32;
+  // Runs once on the worker thread before any job (priority, pinning).
+  std::function<void()> worker_setup;
+  // A background scrub runs this often when the worker is idle (0 = never), at this read rate.
+  std::chrono::milliseconds scrub_interval{0};
+  uint64_t scrub_rate_bytes_per_s = 0;
+  // When set, the worker verifies the engine against this checkpoint whenever a complete set of
+  // ranks is attached (unchanged for one poll) that the checksum table was not computed on: at
+  // start-up, and after an engine restart. A failed verify is not retried for the same ranks.
+  std::string verify_checkpoint;
+  std::chrono::milliseconds attach_poll{500};
 };
 
 class SyncManager {
  public:
-  // `worker_setup` runs once on the worker thread before any sync (priority, pinning).
+  SyncManager(std::unique_ptr<SyncExecutor> executor, SyncManagerOptions options);
   SyncManager(std::unique_ptr<SyncExecutor> executor, size_t history,
-              std::function<void()> worker_setup = nullptr);
+              std::function<void()> worker_setup = nullptr)
+      : SyncManager(std::move(executor), SyncManagerOptions{history, std::move(worker_setup)}) {}
   ~SyncManager();
   SyncManager(const SyncManager&) = delete;
   SyncManager& operator=(const SyncManager&) = delete;
 
-  // Queues a sync and returns its id; FailedPrecondition if one is queued or running;
-  // InvalidArgument for an empty version or delta.
+  // Queues a job and returns its id ("s…" sync, "v…" verify, "c…" scrub, one sequence);
+  // FailedPrecondition if one is queued or running; InvalidArgument for a sync without version
+  // or delta, or a verify without checkpoint.
   StatusOr<std::string> Submit(SyncRequest request);
   std::optional<SyncRecord> Get(const std::string& id) const;
   // Newest first.
   std::vector<SyncRecord> History() const;
   std::string LiveVersion() const { return executor_->LiveVersion(); }
   nlohmann::json RanksJson() const { return executor_->RanksJson(); }
-  // Counters for /metrics.
+  nlohmann::json ChecksumsJson() const { return executor_->ChecksumsJson(); }
+  std::string Diverged() const { return executor_->Diverged(); }
+  // Counters for /metrics: syncs that went live / did not.
   uint64_t succeeded() const;
   uint64_t failed() const;
+  // Finished jobs by kind and final state ("sync" -> {"live": n, "aborted": m, ...}).
+  std::map<std::string, std::map<std::string, uint64_t>> Finished() const;
 
  private:
   void WorkerLoop();
+  // REQUIRES: mu_ held, nothing queued or running.
+  std::string QueueLocked(SyncRequest request);
 
   std::unique_ptr<SyncExecutor> executor_;
-  size_t history_limit_;
-  std::function<void()> worker_setup_;
+  SyncManagerOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, SyncRecord> records_;  // GUARDED_BY(mu_)
@@ -70,8 +105,7 @@ class SyncManager {
   std::optional<std::string> pending_;         // GUARDED_BY(mu_)
   std::optional<std::string> running_;         // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                       // GUARDED_BY(mu_)
-  uint64_t succeeded_ = 0;                     // GUARDED_BY(mu_)
-  uint64_t failed_ = 0;                        // GUARDED_BY(mu_)
+  std::map<std::string, std::map<std::string, uint64_t>> finished_;  // GUARDED_BY(mu_)
   bool stop_ = false;                          // GUARDED_BY(mu_)
   std::thread worker_;
 };

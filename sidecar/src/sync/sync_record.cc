@@ -18,6 +18,26 @@ const char* SyncStateName(SyncState s) {
       return "live";
     case SyncState::kAborted:
       return "aborted";
+    case SyncState::kVerifying:
+      return "verifying";
+    case SyncState::kVerified:
+      return "verified";
+    case SyncState::kDiverged:
+      return "diverged";
+    case SyncState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+const char* JobKindName(JobKind k) {
+  switch (k) {
+    case JobKind::kSync:
+      return "sync";
+    case JobKind::kVerify:
+      return "verify";
+    case JobKind::kScrub:
+      return "scrub";
   }
   return "unknown";
 }
@@ -28,6 +48,7 @@ double UnixNow() {
 
 nlohmann::json SyncRecord::ToJson() const {
   nlohmann::json j = {{"id", id},
+                      {"kind", JobKindName(request.kind)},
                       {"version", request.version},
                       {"delta", request.delta},
                       {"state", SyncStateName(state)},
@@ -42,6 +63,13 @@ nlohmann::json SyncRecord::ToJson() const {
                       {"tensors_changed", tensors_changed},
                       {"created_unix", created_unix},
                       {"total_ms", total_ms}};
+  if (request.kind != JobKind::kSync) {
+    j["checkpoint"] = request.checkpoint;
+    j["rate_bytes_per_s"] = request.rate_bytes_per_s;
+    j["tensors_checked"] = tensors_checked;
+    j["bytes_checked"] = bytes_checked;
+    j["mismatches"] = mismatches;
+  }
   if (finished()) j["finished_unix"] = finished_unix;
   if (!error.empty()) j["error"] = error;
   return j;

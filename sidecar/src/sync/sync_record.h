@@ -1,7 +1,14 @@
 // SyncRecord: the state of one sync request as reported by GET /v1/syncs/{id}.
 //
-// States: queued -> fetching -> decoding -> staged -> committing -> live, or aborted with a
-// reason from any state before live. Phase timings are wall-clock milliseconds.
+// A record is one job of the sidecar's single worker: a sync, a verify or a scrub.
+// Sync states: queued -> fetching -> decoding -> staged -> committing -> live, or aborted with a
+// reason from any state before committing (no engine byte changed), or diverged when a failure
+// came after the COMMIT decision (the record names the ranks; syncs are refused until the
+// engine is verified again).
+// Verify and scrub: queued -> verifying -> verified, or diverged (the live bytes differ from
+// the checkpoint or the checksum table; the error names tensors, ranks and values), or failed
+// (the job could not run: bad checkpoint, a rank's error or death). Phase timings are
+// wall-clock milliseconds.
 //
 // Thread-safety: values; SyncManager guards the live copies.
 #pragma once
@@ -11,16 +18,35 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace deltakv::sidecar {
 
-enum class SyncState { kQueued, kFetching, kDecoding, kStaged, kCommitting, kLive, kAborted };
+enum class SyncState {
+  kQueued,
+  kFetching,
+  kDecoding,
+  kStaged,
+  kCommitting,
+  kLive,
+  kAborted,
+  kVerifying,
+  kVerified,
+  kDiverged,
+  kFailed,
+};
 
 const char* SyncStateName(SyncState s);
 
+enum class JobKind { kSync, kVerify, kScrub };
+const char* JobKindName(JobKind k);
+
 struct SyncRequest {
-  std::string version;  // the policy version the delta produces
-  std::string delta;    // delta location: "file:///dir", "/dir", "http://host:port/prefix"
+  JobKind kind = JobKind::kSync;
+  std::string version;     // sync: the policy version the delta produces
+  std::string delta;       // sync: delta location: "file:///dir", "/dir", "http://host:port/prefix"
+  std::string checkpoint;  // verify: checkpoint location (same schemes)
+  uint64_t rate_bytes_per_s = 0;  // verify/scrub: the ranks' read rate limit (0 = unlimited)
 };
 
 struct SyncRecord {
@@ -39,11 +65,19 @@ struct SyncRecord {
   // (all ranks together): the scatter's share of a full rewrite.
   uint64_t touched_lines = 0;
   uint64_t weight_lines = 0;
+  // verify/scrub: tensors and bytes checked, and what differed
+  uint64_t tensors_checked = 0;
+  uint64_t bytes_checked = 0;
+  std::vector<std::string> mismatches;
   double created_unix = 0;
   double finished_unix = 0;
   double total_ms = 0;
 
-  bool finished() const { return state == SyncState::kLive || state == SyncState::kAborted; }
+  bool finished() const {
+    return state == SyncState::kLive || state == SyncState::kAborted ||
+           state == SyncState::kVerified || state == SyncState::kDiverged ||
+           state == SyncState::kFailed;
+  }
   nlohmann::json ToJson() const;
 };
 
