@@ -394,6 +394,9 @@ void Engine::FinishPlan(IncomingPlan plan) {
       // one consistent version with them. It says so rather than claiming an abort.
       SetState(DELTAKV_ENGINE_DIVERGED);
       set_error(pause_us.status());
+      // If the new bytes were written (only the derived hook failed), the version id moved:
+      // the table must name what the rank serves.
+      if (version_id() == pc.version) (void)PublishTensorTable();
       Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) +
                                        ": diverged: commit failed after the COMMIT decision: " +
                                        pause_us.status().message()));
