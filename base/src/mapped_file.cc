@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "base/file_util.h"
@@ -64,6 +67,31 @@ void MappedFile::AdviseSequential() const {
 }  // namespace deltakv
 
 namespace deltakv {
+namespace {
+
+// posix_fallocate returns the error instead of setting errno.
+int ReserveSpace(int fd, uint64_t size) {
+  int err;
+  do {
+    err = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  } while (err == EINTR);
+  return err;
+}
+
+// The error for a file of `size` bytes the filesystem cannot hold. The file is emptied first so
+// blocks a failed reservation kept do not hide from the "available" figure.
+Status NoSpace(const std::string& path, int fd, uint64_t size, int err) {
+  std::string m = "no space left on '" + path + "': need " + std::to_string(size) + " bytes";
+  if (err == EDQUOT) return IoError(m + ", over the disk quota");
+  (void)ftruncate(fd, 0);
+  struct statvfs fs {};
+  if (fstatvfs(fd, &fs) == 0) {
+    m += ", " + std::to_string(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) + " available";
+  }
+  return IoError(m);
+}
+
+}  // namespace
 
 MappedOutputFile::MappedOutputFile(MappedOutputFile&& o) noexcept
     : path_(std::move(o.path_)),
@@ -71,7 +99,8 @@ MappedOutputFile::MappedOutputFile(MappedOutputFile&& o) noexcept
       fd_(std::exchange(o.fd_, -1)),
       data_(std::exchange(o.data_, nullptr)),
       size_(std::exchange(o.size_, 0)),
-      committed_(std::exchange(o.committed_, true)) {}
+      committed_(std::exchange(o.committed_, true)),
+      space_reserved_(o.space_reserved_) {}
 
 MappedOutputFile::~MappedOutputFile() {
   if (data_ != nullptr) munmap(data_, size_);
@@ -89,8 +118,21 @@ StatusOr<MappedOutputFile> MappedOutputFile::Create(const std::string& path, uin
     f.temp_.clear();
     return IoError(ErrnoMessage("create", path + ".tmp", err));
   }
-  if (ftruncate(f.fd_, static_cast<off_t>(size)) != 0) {
-    return IoError(ErrnoMessage("resize", f.temp_, errno));
+  // posix_fallocate also sets the file size. EOPNOTSUPP and EINVAL mean this filesystem cannot
+  // reserve (glibc emulates fallocate where it can); the file is then sized sparse.
+  int err = size > 0 ? ReserveSpace(f.fd_, size) : 0;
+  if (err == ENOSPC || err == EDQUOT) return NoSpace(path, f.fd_, size, err);
+  if (err == EOPNOTSUPP || err == EINVAL) {
+    f.space_reserved_ = false;
+    std::fprintf(stderr,
+                 "warning: no space reserved for '%s' (posix_fallocate: %s); if the filesystem "
+                 "fills up while it is written, the process stops with SIGBUS\n",
+                 path.c_str(), std::strerror(err));
+    if (ftruncate(f.fd_, static_cast<off_t>(size)) != 0) {
+      return IoError(ErrnoMessage("resize", f.temp_, errno));
+    }
+  } else if (err != 0) {
+    return IoError(ErrnoMessage("reserve " + std::to_string(size) + " bytes for", f.temp_, err));
   }
   f.size_ = size;
   if (size > 0) {

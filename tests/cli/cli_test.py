@@ -3,7 +3,7 @@ interoperability with the documented Python writer and the plain numpy reader.
 
 Run: python3 tests/cli/cli_test.py --deltakv build/sidecar/deltakv
 """
-import argparse, filecmp, json, os, shutil, subprocess, sys, tempfile, unittest
+import argparse, filecmp, json, os, re, shutil, subprocess, sys, tempfile, unittest
 import numpy as np, zstandard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,6 +27,53 @@ def read(path, mode="rb"):
 def write(path, data):
     with open(path, "wb" if isinstance(data, (bytes, bytearray)) else "w") as f:
         f.write(data)
+
+
+# Mounts a tmpfs of $1 at $2 in a private mount namespace, runs the rest of the arguments with
+# stdout/stderr/exit code captured in files next to the mount point, then lists what is left
+# under the mount (the namespace, and with it the mount, goes away when the shell exits).
+SMALL_FS_SCRIPT = r"""
+size=$1 mnt=$2; shift 2
+mount -t tmpfs -o size="$size",mode=0755 deltakv-test "$mnt" || exit 97
+"$@" >"$mnt.stdout" 2>"$mnt.stderr"
+echo $? >"$mnt.rc"
+(cd "$mnt" && find . -mindepth 1) >"$mnt.left"
+"""
+_small_fs_prefix = None
+
+
+def small_fs_prefix():
+    """The command prefix that lets SMALL_FS_SCRIPT mount a tmpfs, or raises SkipTest."""
+    global _small_fs_prefix
+    if _small_fs_prefix is not None:
+        return _small_fs_prefix
+    if shutil.which("unshare") is None:
+        raise unittest.SkipTest("needs unshare(1) (util-linux) to mount a small tmpfs")
+    candidates = [["unshare", "--mount"]] if os.geteuid() == 0 else []
+    candidates.append(["unshare", "--mount", "--map-root-user"])
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="deltakv-fs-probe-") as d:
+        for prefix in candidates:
+            p = subprocess.run([*prefix, "sh", "-c", 'mount -t tmpfs -o size=64k probe "$1"',
+                                "sh", d], capture_output=True, text=True)
+            if p.returncode == 0:
+                _small_fs_prefix = prefix
+                return prefix
+            errors.append(f"{' '.join(prefix)}: {p.stderr.strip() or 'exit %d' % p.returncode}")
+    raise unittest.SkipTest("cannot mount a small tmpfs (needs root or unprivileged user "
+                            "namespaces): " + "; ".join(errors))
+
+
+def run_on_small_fs(size, mnt, *args):
+    """Runs deltakv with `mnt` a fresh tmpfs of `size` ("3m"); returns (rc, stdout, stderr,
+    paths left under mnt)."""
+    os.makedirs(mnt)
+    p = subprocess.run([*small_fs_prefix(), "sh", "-c", SMALL_FS_SCRIPT, "sh", size, mnt,
+                        DELTAKV, *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise AssertionError(f"small filesystem script: exit {p.returncode}: {p.stderr}")
+    return (int(read(mnt + ".rc", "r")), read(mnt + ".stdout", "r"), read(mnt + ".stderr", "r"),
+            read(mnt + ".left", "r").split())
 
 
 def same_checkpoint(a, b):
@@ -204,6 +251,37 @@ class CliTest(unittest.TestCase):
     def test_io_errors_exit_3(self):
         run("apply", "--parent", self.t("v1"), "--delta", self.t("missing"), "--out",
             self.fresh("x"), expect=3)
+
+    def test_full_filesystem_fails_cleanly_with_exit_3(self):
+        # A 3 MiB filesystem holds the first ~2 MiB output file but not the second: the second
+        # file's reservation fails (an unreserved mapping would die of SIGBUS instead), and the
+        # first, already written, goes with the staging directory.
+        mnt = self.fresh("smallfs")
+        out = os.path.join(mnt, "out")
+        rc, stdout, stderr, left = run_on_small_fs(
+            "3m", mnt, "apply", "--parent", self.t("v1"), "--delta", self.t("d12"), "--out", out,
+            "--json")
+        self.assertEqual(rc, 3, stderr)
+        m = re.search(r"no space left on '([^']+)': need (\d+) bytes, (\d+) available", stderr)
+        self.assertIsNotNone(m, stderr)
+        name = os.path.basename(m.group(1))
+        self.assertEqual(int(m.group(2)), os.path.getsize(os.path.join(self.t("v2"), name)))
+        self.assertLess(int(m.group(3)), int(m.group(2)))
+        err = json.loads(stdout)
+        self.assertEqual((err["ok"], err["error"]["code"]), (False, "IO_ERROR"))
+        self.assertEqual(left, [], "partial output left behind")
+
+        # frame apply writes a single file through the same reservation.
+        base = np.zeros(1 << 20, dtype=np.uint8)
+        bpath, fpath = self.t("zeros.bin"), self.t("zeros.zst")
+        base.tofile(bpath)
+        write(fpath, zstandard.ZstdCompressor().compress(base.tobytes()))
+        mnt = self.fresh("smallfs2")
+        rc, _, stderr, left = run_on_small_fs("512k", mnt, "frame", "apply", bpath, fpath,
+                                              os.path.join(mnt, "o.bin"))
+        self.assertEqual(rc, 3, stderr)
+        self.assertIn(f"no space left on '{mnt}/o.bin': need {1 << 20} bytes", stderr)
+        self.assertEqual(left, [], "partial output left behind")
 
     def test_existing_output_is_refused(self):
         p = run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out",

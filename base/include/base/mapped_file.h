@@ -39,6 +39,12 @@ class MappedFile {
 // MappedOutputFile: a new file of a fixed size, mapped read-write, written under
 // "<path>.tmp.<pid>" and renamed to `path` by Commit(). Destroying it without Commit() removes
 // the temporary, so `path` never holds a partial file.
+//
+// Create() reserves the file's blocks with posix_fallocate before mapping: a store through the
+// mapping into a block the filesystem cannot allocate raises SIGBUS instead of returning an
+// error, so a full disk must be found while it can still be reported. Filesystems without
+// fallocate support get a sparse file (space_reserved() is false, and Create() says so on
+// stderr); copy-on-write filesystems may still need new blocks when the mapping is written.
 class MappedOutputFile {
  public:
   MappedOutputFile() = default;
@@ -47,11 +53,15 @@ class MappedOutputFile {
   MappedOutputFile(const MappedOutputFile&) = delete;
   ~MappedOutputFile();
 
-  // Creates the temporary file with `size` zero bytes and maps it. IoError on failure.
+  // Creates the temporary file with `size` zero bytes, reserves its space and maps it.
+  // IoError on failure, "no space left on '<temp>': need N bytes, ..." when the filesystem
+  // (or the disk quota) cannot hold it; the temporary is removed.
   static StatusOr<MappedOutputFile> Create(const std::string& path, uint64_t size);
 
   std::span<uint8_t> bytes() { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // False when the filesystem could not reserve the space (the file is sparse).
+  bool space_reserved() const { return space_reserved_; }
   // Flushes the mapping, fsyncs and renames into place. IoError on failure (the temporary is
   // then removed by the destructor).
   Status Commit();
@@ -63,6 +73,7 @@ class MappedOutputFile {
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   bool committed_ = false;
+  bool space_reserved_ = true;
 };
 
 }  // namespace deltakv
