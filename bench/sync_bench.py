@@ -8,10 +8,14 @@ checkpoint into the same engine (the baseline) in the same run; sidecar peak RSS
 
 The deltas form a chain v1 -> v2 -> v3 -> ... (one density per step), synced in order; after
 each sync the engine reloads the same new checkpoint in full, which leaves its bytes unchanged
-and measures what a full reload would have cost.
+and measures what a full reload would have cost. The reload is the best full copy the engine
+can do: each rank reads its shards into memory first, then copies them with as many threads as
+the cpu backend's scatter, and its pause covers only that copy. pause_vs_full_reload is the
+sync's pause over the slowest rank's reload pause. A figure missing from either side stops the
+bench with an error rather than producing a ratio.
 """
 import argparse, json, os, platform, shutil, signal, subprocess, sys, tempfile, time
-import concurrent.futures, urllib.request
+import concurrent.futures, urllib.error, urllib.request
 
 
 def http(method, url, body=None, token=None):
@@ -19,8 +23,22 @@ def http(method, url, body=None, token=None):
                                  method=method)
     if token:
         req.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(req, timeout=3600) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        body = e.read().decode(errors="replace")[:500]
+        sys.exit(f"sync_bench: {method} {url}: HTTP {e.code}: {body}")
+
+
+def figure(obj, key, what):
+    """obj[key] as a positive number, or exits naming what is missing."""
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        sys.exit(f"sync_bench: {what} has no {key!r}: {json.dumps(obj)[:500]}")
+    if v <= 0:
+        sys.exit(f"sync_bench: {what} reports {key}={v}, which cannot be a measured time")
+    return v
 
 
 def vm_hwm_mib(pid):
@@ -100,21 +118,31 @@ def main():
                     with concurrent.futures.ThreadPoolExecutor(tp) as ex:
                         reloads = list(ex.map(lambda p: http("POST", f"http://127.0.0.1:{p}/v1/reload",
                                                              {"checkpoint": t(new)}), rank_ports))
-                    full_pause = max(r["pause_ms"] for r in reloads)
-                    full_total = max(r["total_ms"] for r in reloads)
+                    for r, p in zip(reloads, rank_ports):
+                        if r.get("ok") is not True:
+                            sys.exit(f"sync_bench: full reload on port {p} failed: "
+                                     f"{r.get('error', json.dumps(r)[:500])}")
+                    full_pause = max(figure(r, "pause_ms", f"full reload response (port {p})")
+                                     for r, p in zip(reloads, rank_ports))
+                    full_total = max(figure(r, "total_ms", f"full reload response (port {p})")
+                                     for r, p in zip(reloads, rank_ports))
+                    pause = figure(rec.get("phase_ms"), "pause", f"phase_ms of sync {sid}")
+                    weight_lines = figure(rec, "weight_lines", f"sync record {sid}")
+                    if not isinstance(rec.get("touched_lines"), int):
+                        sys.exit(f"sync_bench: sync record {sid} has no 'touched_lines'")
                     print(json.dumps({
                         "bench": "sync_bench", "tp": tp, "element_density": d,
                         "byte_density": pub["density"], "model_bytes": pub["checkpoint_bytes"],
                         "delta_bytes": pub["compressed_bytes"],
                         "request_to_live_ms": wall, "sidecar_total_ms": rec["total_ms"],
-                        "phase_ms": rec["phase_ms"], "pause_ms": rec["phase_ms"].get("pause"),
+                        "phase_ms": rec["phase_ms"], "pause_ms": pause,
                         "full_reload_pause_ms": full_pause, "full_reload_total_ms": full_total,
-                        "pause_vs_full_reload": rec["phase_ms"].get("pause", 0) / full_pause,
+                        "full_reload_threads": reloads[0].get("threads"),
+                        "pause_vs_full_reload": pause / full_pause,
                         # The share of weight memory lines the scatter writes: on a backend
                         # whose full reload runs at the same memory bandwidth as the scatter
                         # (the cpu backend), the pause ratio cannot go much below it.
-                        "touched_line_fraction": rec.get("touched_lines", 0) /
-                                                 max(1, rec.get("weight_lines", 0)),
+                        "touched_line_fraction": rec["touched_lines"] / weight_lines,
                         "plan_parts": rec.get("plan_parts"),
                         "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}), flush=True)
             finally:

@@ -7,6 +7,8 @@
 //   GET  /v1/generate  {"answer": sha256 of the rank's live weights, "version", "policy_version"}
 //   GET  /v1/state     the same plus tensor count and bytes
 //   POST /v1/dump      {"path": P}: writes the rank's local tensors to a safetensors file
+//   POST /v1/corrupt   {"tensor", "offset", "xor"}: flips bits of a live weight (tests)
+//   POST /v1/fail-derived  makes the derived-weights callback fail from now on (tests)
 //   POST /v1/reload    {"checkpoint": DIR}: full reload of another checkpoint, paused (baseline)
 // so the served policy is observable. Requests are held while a commit pauses the engine.
 //
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "base/file_util.h"
+#include "base/parallel.h"
 #include "deltakv/deltakv.h"
 #include "deltasync/checkpoint.h"
 #include "deltasync/layout.h"
@@ -75,10 +79,13 @@ int Resume(void*) {
 // that every commit names the touched regions.
 std::atomic<uint64_t> g_derived_calls{0};
 std::atomic<uint64_t> g_derived_bytes{0};
+// Set by POST /v1/fail-derived: the next derived-weights callbacks fail (fault injection).
+std::atomic<bool> g_fail_derived{false};
+
 int Derived(void*, const char*, const deltakv_region* regions, size_t n) {
   g_derived_calls.fetch_add(1);
   for (size_t i = 0; i < n; ++i) g_derived_bytes.fetch_add(regions[i].length);
-  return 0;
+  return g_fail_derived.load() ? 1 : 0;
 }
 
 // Copies this rank's slice of every tensor of `ckpt` into `w` (allocating when !existing).
@@ -106,6 +113,32 @@ Status LoadShards(const Checkpoint& ckpt, uint32_t rank, uint32_t tp, Weights* w
     }
   }
   return Status::Ok();
+}
+
+// Copies every tensor of `src` over the same-sized tensor of `dst` on `threads` threads, each
+// taking an equal share of the bytes (tensor sizes are far from even, so splitting by tensor
+// would leave the embedding's thread running alone).
+void CopyWeights(const Weights& src, Weights* dst, unsigned threads) {
+  uint64_t total = 0;
+  for (const auto& b : src.bytes) total += b.size();
+  auto copy_share = [&](uint64_t begin, uint64_t end) {
+    uint64_t pos = 0;
+    for (size_t i = 0; i < src.bytes.size() && pos < end; ++i) {
+      uint64_t n = src.bytes[i].size();
+      uint64_t lo = std::max(begin, pos), hi = std::min(end, pos + n);
+      if (lo < hi) {
+        std::memcpy(dst->bytes[i].data() + (lo - pos), src.bytes[i].data() + (lo - pos), hi - lo);
+      }
+      pos += n;
+    }
+  };
+  threads = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(threads, total)));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    pool.emplace_back(copy_share, total * t / threads, total * (t + 1) / threads);
+  }
+  copy_share(0, total / threads);
+  for (auto& th : pool) th.join();
 }
 
 std::string Sha256Hex(const Weights& w) {
@@ -176,7 +209,8 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     nlohmann::json j = {{"rank", rank},
                         {"answer", Sha256Hex(w)},
                         {"version", deltakv_engine_version_id(engine)},
-                        {"policy_version", deltakv_engine_policy_version(engine)}};
+                        {"policy_version", deltakv_engine_policy_version(engine)},
+                        {"engine_state", static_cast<int>(deltakv_engine_get_state(engine))}};
     if (full) {
       uint64_t bytes = 0;
       for (const auto& b : w.bytes) bytes += b.size();
@@ -193,6 +227,30 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
   server.Get("/v1/state", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(state(true).dump(), "application/json");
   });
+  // Fault injection for tests: flip bits of the live weights behind the sidecar's back
+  // ({"tensor": NAME, "offset": local byte offset, "xor": byte}), or make the derived-weights
+  // callback fail from now on ({"fail": true}).
+  server.Post("/v1/corrupt", [&](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.contains("tensor") || !j["tensor"].is_string() ||
+        !j.contains("offset") || !j["offset"].is_number_unsigned()) {
+      res.status = 400;
+      return;
+    }
+    std::unique_lock<std::shared_mutex> lock(g_serving);
+    auto it = std::find(w.names.begin(), w.names.end(), j["tensor"].get<std::string>());
+    const uint64_t offset = j["offset"].get<uint64_t>();
+    if (it == w.names.end() || offset >= w.bytes[it - w.names.begin()].size()) {
+      res.status = 404;
+      return;
+    }
+    w.bytes[it - w.names.begin()][offset] ^= static_cast<uint8_t>(j.value("xor", 1));
+    res.set_content("{}", "application/json");
+  });
+  server.Post("/v1/fail-derived", [&](const httplib::Request&, httplib::Response& res) {
+    g_fail_derived.store(true);
+    res.set_content("{}", "application/json");
+  });
   server.Post("/v1/dump", [&](const httplib::Request& req, httplib::Response& res) {
     auto j = nlohmann::json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.contains("path") || !j["path"].is_string()) {
@@ -208,31 +266,54 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     res.status = s.ok() ? 200 : 500;
     res.set_content(s.ok() ? "{}" : s.ToString(), "application/json");
   });
-  // A full reload of another checkpoint (the baseline a delta sync is compared with): the
-  // engine is paused while every byte of its shards is copied in.
+  // A full reload of another checkpoint: the baseline a delta sync is compared with, so it is
+  // the fastest full copy this engine can do. The rank's shards are read into memory first
+  // (faulted in, outside the pause, as a sync prepares its scatter), and the pause covers only
+  // the copy, on as many threads as the cpu backend's scatter uses. total_ms includes the read.
   server.Post("/v1/reload", [&](const httplib::Request& req, httplib::Response& res) {
     auto j = nlohmann::json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.contains("checkpoint") || !j["checkpoint"].is_string()) {
       res.status = 400;
       return;
     }
+    auto fail = [&](int status, const Status& s) {
+      res.status = status;
+      res.set_content(nlohmann::json{{"ok", false}, {"error", s.ToString()}}.dump(),
+                      "application/json");
+    };
     auto start = std::chrono::steady_clock::now();
     auto other = Checkpoint::Open(j["checkpoint"].get<std::string>());
-    if (!other.ok()) {
-      res.status = 400;
-      res.set_content(other.status().ToString(), "text/plain");
-      return;
+    if (!other.ok()) return fail(400, other.status());
+    Weights next;
+    if (Status s = LoadShards(*other, rank, tp, &next, /*existing=*/false); !s.ok()) {
+      return fail(400, s);
     }
+    if (next.names != w.names) {
+      return fail(400, InvalidArgument("checkpoint '" + j["checkpoint"].get<std::string>() +
+                                       "' has other tensors than the loaded one"));
+    }
+    for (size_t i = 0; i < w.names.size(); ++i) {
+      if (next.bytes[i].size() != w.bytes[i].size()) {
+        return fail(400, InvalidArgument("tensor '" + w.names[i] + "' is " +
+                                         std::to_string(next.bytes[i].size()) +
+                                         " bytes on this rank in the new checkpoint, " +
+                                         std::to_string(w.bytes[i].size()) + " loaded"));
+      }
+    }
+    // The cpu backend's scatter runs on DefaultThreads() threads.
+    const unsigned threads = DefaultThreads();
     std::unique_lock<std::shared_mutex> pause(g_serving);
     auto paused = std::chrono::steady_clock::now();
-    Status s = LoadShards(*other, rank, tp, &w, /*existing=*/true);
+    CopyWeights(next, &w, threads);
     auto end = std::chrono::steady_clock::now();
     pause.unlock();
-    res.status = s.ok() ? 200 : 500;
+    uint64_t bytes = 0;
+    for (const auto& b : next.bytes) bytes += b.size();
     res.set_content(
         nlohmann::json{
-            {"ok", s.ok()},
-            {"error", s.message()},
+            {"ok", true},
+            {"bytes", bytes},
+            {"threads", threads},
             {"total_ms", std::chrono::duration<double, std::milli>(end - start).count()},
             {"pause_ms", std::chrono::duration<double, std::milli>(end - paused).count()}}
             .dump(),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends.h"
+#include "base/parallel.h"
 #include "shim/device_backend.h"
 
 namespace deltakv::shim {
@@ -81,7 +82,8 @@ class CpuBackend final : public DeviceBackend {
   }
 
  private:
-  unsigned threads_ = std::max(1u, std::thread::hardware_concurrency());
+  // The demo engine's full-reload baseline copies on the same number of threads.
+  unsigned threads_ = DefaultThreads();
 };
 
 }  // namespace
