@@ -134,10 +134,28 @@ class Cluster:
         deadline = time.time() + timeout
         while time.time() < deadline:
             code, rec = http("GET", f"{self.url}/v1/syncs/{sync_id}")
-            if rec["state"] in ("live", "aborted"):
+            if rec["state"] in ("live", "aborted", "verified", "diverged", "failed"):
                 return rec
             time.sleep(0.02)
         raise AssertionError("sync did not finish")
+
+    def verify(self, checkpoint, **extra):
+        code, body = http("POST", self.url + "/v1/verify", {"checkpoint": checkpoint, **extra}, TOKEN)
+        assert code == 202, (code, body)
+        return self.wait(body["id"])
+
+    def scrub(self):
+        code, body = http("POST", self.url + "/v1/scrub", None, TOKEN)
+        assert code == 202, (code, body)
+        return self.wait(body["id"])
+
+    def corrupt(self, r, tensor, offset, xor=0x10):
+        code, _ = http("POST", f"http://127.0.0.1:{self.rank_ports[r]}/v1/corrupt",
+                       {"tensor": tensor, "offset": offset, "xor": xor})
+        assert code == 200, code
+
+    def metrics(self):
+        return http("GET", self.url + "/metrics")[1].decode()
 
     def rank_state(self, r):
         return http("GET", f"http://127.0.0.1:{self.rank_ports[r]}/v1/state")[1]
@@ -463,6 +481,152 @@ class SyncE2ETest(unittest.TestCase):
         rec = c.wait(c.sync("v2", self.t("d12")))
         self.assertEqual(rec["state"], "live", rec)
         c.assert_serves(self, self.t("v2"))
+
+    # ---- the checksum chain: verify, scrub, early check, divergence after COMMIT
+
+    Q = "model.layers.0.self_attn.q_proj.weight"      # row-sharded: each rank owns its rows
+    DOWN = "model.layers.0.mlp.down_proj.weight"      # column-sharded
+    NORM = "model.layers.0.input_layernorm.weight"    # replicated: rank 0 owns, rank 1 copies
+
+    def wait_verified(self, c, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            ck = c.status()["checksums"]
+            if ck["checkpoint_verified"] and ck["current"]:
+                return ck
+            time.sleep(0.05)
+        raise AssertionError(f"no verified checksum table: {c.status()}")
+
+    def test_verify_at_start_scrub_catches_a_bit_flip_and_refuses_syncs(self):
+        state = self.t("state-" + str(time.time_ns()))
+        c = self.cluster(tp=2, sidecar_args=["--verify-checkpoint", self.t("v1"), "--state-dir", state])
+        ck = self.wait_verified(c)
+        self.assertEqual(ck["version"], "v1")
+        self.assertEqual(ck["diverged"], "")
+        job = [h for h in c.status()["history"] if h["kind"] == "verify"][0]
+        self.assertEqual(job["state"], "verified", job)
+        self.assertGreater(job["bytes_checked"], 8 << 20)  # both ranks read their weights
+        self.assertEqual(c.scrub()["state"], "verified")
+
+        c.corrupt(1, self.DOWN, 5)
+        rec = c.scrub()
+        self.assertEqual(rec["state"], "diverged", rec)
+        self.assertIn(f"tensor '{self.DOWN}' (rank 1): the engine holds Adler-32 0x", rec["error"])
+        self.assertEqual(len(rec["mismatches"]), 1, rec)
+        st = c.status()
+        self.assertIn(self.DOWN, st["diverged"])
+        m = c.metrics()
+        self.assertIn("deltakv_engine_diverged 1", m)
+        self.assertIn('deltakv_checks_total{kind="scrub",result="diverged"} 1', m)
+        before = c.answers()
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("refused until the engine is verified again", rec["error"])
+        self.assertEqual(c.answers(), before)
+
+        # Still wrong: the verify fails and names the same tensor; repaired: it clears.
+        self.assertEqual(c.verify(self.t("v1"))["state"], "diverged")
+        c.corrupt(1, self.DOWN, 5)
+        self.assertEqual(c.verify(self.t("v1"))["state"], "verified")
+        self.assertEqual(c.status()["diverged"], "")
+        self.assertIn("deltakv_engine_diverged 0", c.metrics())
+        self.assertEqual(c.wait(c.sync("v2", self.t("d12")))["state"], "live")
+        c.assert_serves(self, self.t("v2"))
+
+    def test_verify_names_tensor_rank_and_values_of_flips_present_at_load(self):
+        c = self.cluster(tp=2)
+        c.corrupt(0, self.Q, 3)
+        c.corrupt(1, self.NORM, 0, 0x01)
+        rec = c.verify(self.t("v1"))
+        self.assertEqual(rec["state"], "diverged", rec)
+        mism = rec["mismatches"]
+        self.assertEqual(len(mism), 2, mism)
+        q = [x for x in mism if self.Q in x][0]
+        self.assertRegex(q, r"\(rank 0\): the engine holds Adler-32 0x[0-9a-f]{8}, the checkpoint has 0x[0-9a-f]{8}")
+        n = [x for x in mism if self.NORM in x][0]
+        self.assertIn("rank 1 serves a replica that differs from its owners' bytes", n)
+        # A checkpoint that is not there, or is another version, is a failed or diverged verify.
+        self.assertEqual(c.verify(self.t("no-such-checkpoint"))["state"], "failed")
+
+    def test_table_survives_restart_moves_with_syncs_and_the_early_check_catches_flips(self):
+        state = self.t("state-" + str(time.time_ns()))
+        c = self.cluster(tp=2, sidecar_args=["--state-dir", state])
+        self.assertEqual(c.verify(self.t("v1"))["state"], "verified")
+        table = json.loads(read(os.path.join(state, "checksums.json")))
+        self.assertEqual(table["format"], "deltakv.checksum-table/1")
+        self.assertEqual(table["version"], "v1")
+        # A sidecar restart keeps the table; it is still current for the same rank processes.
+        c.sidecar.send_signal(signal.SIGTERM)
+        c.sidecar.wait()
+        c.start_sidecar()
+        ck = self.wait_verified(c)
+        self.assertEqual(ck["version"], "v1")
+        # Each commit moves the table to the new checksums; a scrub then agrees with the bytes.
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "live", rec)
+        self.assertNotIn("check", rec["phase_ms"])  # the table vouched for the parent
+        self.assertEqual(c.status()["checksums"]["version"], "v2")
+        self.assertEqual(c.scrub()["state"], "verified")
+        # A fresh sidecar without the table: the next sync checksums the live bytes first
+        # (early check) and refuses a delta whose parent is not what the engine holds.
+        c.sidecar.send_signal(signal.SIGTERM)
+        c.sidecar.wait()
+        c.sidecar_args = []
+        c.start_sidecar()
+        c.corrupt(0, self.Q, 11)
+        before = c.answers()
+        rec = c.wait(c.sync("v3", self.t("d23")))
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn(f"refused before decoding: the engine holds tensor '{self.Q}' with Adler-32", rec["error"])
+        self.assertIn("check", rec["phase_ms"])
+        self.assertEqual(c.answers(), before)
+        c.corrupt(0, self.Q, 11)
+        rec = c.wait(c.sync("v3", self.t("d23")))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v3"))
+
+    def test_failure_after_commit_is_diverged_not_aborted(self):
+        c = self.cluster(tp=2)
+        code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[1]}/v1/fail-derived", {})
+        self.assertEqual(code, 200)
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "diverged", rec)
+        self.assertIn("decided COMMIT but not every rank applied it: ranks 0 serve 'v2'", rec["error"])
+        self.assertIn("rank 1: rank 1: diverged: commit failed after the COMMIT decision", rec["error"])
+        self.assertIn("derived-weights callback failed", rec["error"])
+        # Every view agrees: both ranks hold v2's weights (rank 1's derived weights may be stale),
+        # rank 1's handle says DIVERGED, the sidecar refuses syncs until a verify.
+        self.assertEqual(c.rank_state(1)["engine_state"], 6)
+        self.assertEqual(c.rank_state(0)["engine_state"], 1)
+        st = c.status()
+        self.assertEqual(st["live_version"], "v2")
+        self.assertEqual({r["version"] for r in st["ranks"]}, {"v2"})
+        self.assertIn("not every rank applied it", st["diverged"])
+        self.assertIn('deltakv_syncs_total{result="diverged"} 1', c.metrics())
+        c.assert_serves(self, self.t("v2"))
+        rec = c.wait(c.sync("v3", self.t("d23")))
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertEqual(c.verify(self.t("v2"))["state"], "verified")
+        self.assertEqual(c.status()["diverged"], "")
+
+    def test_rank_stopped_mid_sync_is_noticed_by_its_heartbeat(self):
+        c = self.cluster(tp=2)
+        c.sidecar.send_signal(signal.SIGTERM)
+        c.sidecar.wait()
+        c.start_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
+        ranks = c.status()["ranks"]
+        sid = c.sync("v2", self.t("d12"))
+        time.sleep(0.3)
+        victim = [r for r in ranks if r["rank"] == 1][0]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            rec = c.wait(sid, timeout=30)
+        finally:
+            os.kill(victim, signal.SIGCONT)
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("engine rank 1", rec["error"])
+        self.assertIn("no heartbeat", rec["error"])
+        self.assertLess(rec["total_ms"], 10000, rec)  # not the 120 s stage timeout
 
     def test_rank_killed_mid_sync(self):
         c = self.cluster(tp=2)
