@@ -1,6 +1,7 @@
 #include "deltasync/sync_planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -8,6 +9,7 @@
 
 #include "deltasync/applier.h"
 #include "deltasync/xor_decoder.h"
+#include "sha256.h"
 
 namespace deltakv::deltasync {
 
@@ -140,6 +142,74 @@ std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_byt
   return out;
 }
 
+// SHA-256 of each object that records one, fed with the fetch windows in object order (the
+// windows of one object come front to back); gaps between windows and the tail after the last
+// are read from the store, so every byte of the object is hashed exactly once.
+class StreamDigests {
+ public:
+  StreamDigests(const DeltaManifest& m, ObjectStore& store, bool enabled) : store_(store) {
+    if (!enabled) return;
+    for (const DeltaObject& o : m.objects) {
+      if (!o.sha256.empty()) objects_.emplace(o.name, Digest{&o, std::make_unique<Sha256>(), 0});
+    }
+  }
+
+  // `bytes` are [offset, offset + size) of `object`. Returns the gap bytes it had to read.
+  StatusOr<uint64_t> Add(const std::string& object, uint64_t offset, std::string_view bytes) {
+    auto it = objects_.find(object);
+    if (it == objects_.end()) return uint64_t{0};
+    Digest& d = it->second;
+    uint64_t read = 0;
+    if (offset > d.next) {
+      ASSIGN_OR_RETURN(read, HashFromStore(d, offset));
+    }
+    const uint64_t end = offset + bytes.size();
+    if (end > d.next) {
+      std::string_view rest = bytes.substr(d.next - offset);
+      d.sha->Update({reinterpret_cast<const uint8_t*>(rest.data()), rest.size()});
+      d.next = end;
+    }
+    return read;
+  }
+
+  // Hashes what is left of every object and compares. DataLoss names the object.
+  StatusOr<uint64_t> Finish() {
+    uint64_t read = 0;
+    for (auto& [name, d] : objects_) {
+      ASSIGN_OR_RETURN(uint64_t n, HashFromStore(d, d.object->size));
+      read += n;
+      const std::string actual = d.sha->HexDigest();
+      if (actual != d.object->sha256) {
+        return DataLoss("delta object '" + name + "': sha256 mismatch: expected " +
+                        d.object->sha256 + ", actual " + actual);
+      }
+    }
+    return read;
+  }
+
+ private:
+  struct Digest {
+    const DeltaObject* object;
+    std::unique_ptr<Sha256> sha;
+    uint64_t next;  // bytes [0, next) are hashed
+  };
+
+  StatusOr<uint64_t> HashFromStore(Digest& d, uint64_t until) {
+    uint64_t read = 0;
+    while (d.next < until) {
+      const uint64_t n = std::min<uint64_t>(until - d.next, 16ull << 20);
+      ASSIGN_OR_RETURN(std::string bytes, store_.ReadRange(d.object->name, d.next, n));
+      d.sha->Update({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+      d.next += n;
+      read += n;
+    }
+    return read;
+  }
+
+  ObjectStore& store_;
+  std::map<std::string, Digest, std::less<>> objects_;
+};
+
 }  // namespace
 
 Status WriterPlanOutput::Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
@@ -210,8 +280,15 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
   }
   const std::vector<FetchWindow> windows =
       PlanWindows(m, std::max<uint64_t>(opt.fetch_window_bytes, 1));
-  auto fetch = [&store](const FetchWindow& w) {
-    return store.ReadRange(w.object, w.offset, w.length);
+  // Windows are fetched one at a time (at most one prefetch in flight), so the digests are fed
+  // in window order, each call ordered after the previous by the future's get().
+  StreamDigests digests(m, store, opt.verify_sha256);
+  std::atomic<uint64_t> gap_bytes{0};
+  auto fetch = [&store, &digests, &gap_bytes](const FetchWindow& w) -> StatusOr<std::string> {
+    ASSIGN_OR_RETURN(std::string bytes, store.ReadRange(w.object, w.offset, w.length));
+    ASSIGN_OR_RETURN(uint64_t gap, digests.Add(w.object, w.offset, bytes));
+    gap_bytes += gap;
+    return bytes;
   };
   std::future<StatusOr<std::string>> next;
   if (!windows.empty() && opt.prefetch) next = std::async(std::launch::async, fetch, windows[0]);
@@ -294,6 +371,12 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
     }
     stats.decode_ms += MsSince(t1);
     if (opt.progress) opt.progress(wi + 1, windows.size());
+  }
+  {
+    auto t0 = Clock::now();
+    ASSIGN_OR_RETURN(uint64_t tail, digests.Finish());
+    stats.fetch_ms += MsSince(t0);
+    stats.bytes_fetched += tail + gap_bytes.load();
   }
   // Small tensors: plan every byte so ranks can verify a full checksum.
   for (const auto& [index, bytes] : dense) {

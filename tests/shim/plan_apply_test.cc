@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 
@@ -258,6 +259,50 @@ TEST(PlanApply, CorruptFrameFailsWithParallelDecode) {
   Status s = SyncOnce(f, f.tmp / "d12", engine, 1 << 20, opt);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("tensor '"), std::string::npos) << s.ToString();
+}
+
+// Every object's sha256 is checked over the bytes as they stream in: a manifest whose recorded
+// digest is wrong (or a shard altered where the Adler sums cannot see it) fails planning with
+// DataLoss naming the object, at any fetch window size; turning the check off is the only
+// thing that lets it through.
+TEST(PlanApply, ObjectSha256IsCheckedWhileStreaming) {
+  Fixture f;
+  f.MakeV1V2Delta(0.02, 16 << 10);
+  const std::string manifest_path = f.tmp / "d12/manifest.json";
+  const std::string good = ReadAll(manifest_path);
+  for (uint64_t window : {uint64_t{1} << 12, uint64_t{1} << 16, uint64_t{32} << 20}) {
+    PlannerOptions opt;
+    opt.fetch_window_bytes = window;
+    auto engine = f.Slice(f.tmp / "v1");
+    EXPECT_TRUE(SyncOnce(f, f.tmp / "d12", engine, 1 << 20, opt).ok()) << window;
+  }
+  auto m = ParseDeltaManifest(good);
+  ASSERT_TRUE(m.ok());
+  std::string bad = good;
+  const std::string digest = m->objects[0].sha256;
+  ASSERT_EQ(digest.size(), 64u);
+  std::string wrong = digest;
+  wrong[10] = wrong[10] == '0' ? '1' : '0';
+  bad.replace(bad.find(digest), digest.size(), wrong);
+  {
+    std::ofstream out(manifest_path, std::ios::binary | std::ios::trunc);
+    out << bad;
+  }
+  for (uint64_t window : {uint64_t{1} << 12, uint64_t{32} << 20}) {
+    PlannerOptions opt;
+    opt.fetch_window_bytes = window;
+    auto engine = f.Slice(f.tmp / "v1");
+    Status s = SyncOnce(f, f.tmp / "d12", engine, 1 << 20, opt);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("delta object '" + m->objects[0].name + "': sha256 mismatch"),
+              std::string::npos)
+        << s.ToString();
+    PlannerOptions off = opt;
+    off.verify_sha256 = false;
+    engine = f.Slice(f.tmp / "v1");
+    EXPECT_TRUE(SyncOnce(f, f.tmp / "d12", engine, 1 << 20, off).ok()) << "only the digest is off";
+  }
 }
 
 TEST(PlanApply, WrongParentFailsVerificationAndChangesNothing) {

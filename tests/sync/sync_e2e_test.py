@@ -331,6 +331,13 @@ class SyncE2ETest(unittest.TestCase):
         write(os.path.join(d, "manifest.json"), json.dumps(m))
         self.expect_aborted(c, "v2", d, "checksum mismatch")
 
+        # A shard whose recorded sha256 is wrong: caught while the object streams in.
+        d = self.copy_delta("d12")
+        m = json.loads(read(os.path.join(d, "manifest.json")))
+        m["objects"][0]["sha256"] = "0" * 64
+        write(os.path.join(d, "manifest.json"), json.dumps(m))
+        self.expect_aborted(c, "v2", d, "sha256 mismatch")
+
         d = self.copy_delta("d12")
         write(os.path.join(d, "manifest.json"), '{"format": "deltakv.delta/1", "metadata": ')
         self.expect_aborted(c, "v2", d, "invalid JSON")

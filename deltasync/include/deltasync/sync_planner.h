@@ -72,6 +72,10 @@ struct PlannerOptions {
   unsigned decode_threads = 1;
   // Called after each fetch window with (windows done, windows total).
   std::function<void(size_t, size_t)> progress;
+  // Check every object's sha256 (when the manifest records one) over the bytes as they are
+  // fetched; bytes no frame covers are read at the end. A mismatch fails the call (DataLoss),
+  // so a caller that commits only after BuildSyncPlans returns never commits unverified bytes.
+  bool verify_sha256 = true;
 };
 
 // Where the planner puts the pieces: rank `rank`'s plan gets a record for plan tensor `tensor`
