@@ -635,6 +635,20 @@ class SyncE2ETest(unittest.TestCase):
         self.assertIn("no heartbeat", rec["error"])
         self.assertLess(rec["total_ms"], 10000, rec)  # not the 120 s stage timeout
 
+    def test_a_dead_ranks_tensor_table_is_removed(self):
+        c = self.cluster(tp=2)
+        table = f"/dev/shm/{c.shm}.tensors.1"
+        self.assertTrue(os.path.exists(table))
+        victim = [r for r in c.status()["ranks"] if r["rank"] == 1][0]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.time() + 10
+        while os.path.exists(table):
+            self.assertLess(time.time(), deadline, "the dead rank's table stayed in /dev/shm")
+            rec = c.scrub()  # any job reclaims dead ranks first
+            self.assertEqual(rec["state"], "failed", rec)
+            time.sleep(0.2)
+        self.assertTrue(os.path.exists(f"/dev/shm/{c.shm}.tensors.0"))
+
     def test_rank_killed_mid_sync(self):
         c = self.cluster(tp=2)
         c.sidecar.send_signal(signal.SIGTERM)

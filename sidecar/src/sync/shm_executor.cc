@@ -150,8 +150,19 @@ class ShmSyncExecutor::Job {
 
 // ------------------------------------------------------------------------------ shared parts
 
+// A rank that died without freeing its handle (SIGKILL, a crash, an engine that exits on SIGTERM
+// without cleaning up) leaves its tensor table behind; remove it when it is still the dead
+// process's (a successor's table has another creator).
+void RemoveTablesOf(const std::string& shm_name, const std::vector<shm::RankInfo>& dead) {
+  for (const shm::RankInfo& info : dead) {
+    const std::string name = deltasync::EngineTensorTableSegmentName(shm_name, info.rank);
+    auto seg = shm::Segment::Open(name, shm::SegmentKind::kScratch);
+    if (seg.ok() && seg->header()->creator_pid == info.pid) (void)shm::Segment::Unlink(name);
+  }
+}
+
 Status ShmSyncExecutor::Job::AttachRanks() {
-  ex_.control_->ReclaimDead();
+  RemoveTablesOf(ex_.options_.shm_name, ex_.control_->ReclaimDead());
   std::vector<shm::RankInfo> infos = ex_.control_->ActiveRanks();
   if (infos.empty()) {
     return FailedPrecondition("no engine ranks are attached to '" + ex_.options_.shm_name + "'");
@@ -665,6 +676,8 @@ StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(
 }
 
 Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
+  // Every job starts by dropping dead ranks' slots and the tensor tables they left.
+  RemoveTablesOf(options_.shm_name, control_->ReclaimDead());
   Job job(*this, request, update);
   switch (request.kind) {
     case JobKind::kSync:
