@@ -511,6 +511,7 @@ class SyncE2ETest(unittest.TestCase):
         self.assertEqual(ck["version"], "v1")
         self.assertEqual(ck["diverged"], "")
         job = [h for h in c.status()["history"] if h["kind"] == "verify"][0]
+        job = c.wait(job["id"])  # the table is stored just before the record finishes
         self.assertEqual(job["state"], "verified", job)
         self.assertGreater(job["bytes_checked"], 8 << 20)  # both ranks read their weights
         self.assertEqual(c.scrub()["state"], "verified")
