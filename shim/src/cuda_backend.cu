@@ -226,12 +226,10 @@ class CudaBackend final : public DeviceBackend {
     p->pieces = descs.size();
     RETURN_IF_ERROR(p->data.Reserve(batch.data.size()));
     RETURN_IF_ERROR(p->descs.Reserve(descs.size() * sizeof(Desc)));
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(p->data.ptr, batch.data.data(), batch.data.size(),
-                                    cudaMemcpyHostToDevice),
-                         "scatter bytes upload");
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(p->descs.ptr, descs.data(), descs.size() * sizeof(Desc),
-                                    cudaMemcpyHostToDevice),
-                         "scatter descriptor upload");
+    // Uploads go through the pinned buffer on the handle's stream, so they are real DMA and
+    // ordered before the scatter kernel CommitScatter launches on the same stream.
+    RETURN_IF_ERROR(Upload(p->data.ptr, batch.data.data(), batch.data.size()));
+    RETURN_IF_ERROR(Upload(p->descs.ptr, descs.data(), descs.size() * sizeof(Desc)));
     return std::unique_ptr<PreparedScatter>(std::move(p));
   }
 
@@ -254,6 +252,22 @@ class CudaBackend final : public DeviceBackend {
   }
 
  private:
+  // host -> device through pinned_ in chunks, on stream_; returns when the bytes are there.
+  Status Upload(void* device, const void* host, uint64_t bytes) {
+    const uint64_t chunk = std::min<uint64_t>(bytes, kGatherChunkBytes);
+    RETURN_IF_ERROR(pinned_.Reserve(chunk));
+    for (uint64_t done = 0; done < bytes;) {
+      const uint64_t n = std::min(chunk, bytes - done);
+      std::memcpy(pinned_.ptr, static_cast<const uint8_t*>(host) + done, n);
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<uint8_t*>(device) + done, pinned_.ptr, n,
+                                           cudaMemcpyHostToDevice, stream_),
+                           "upload");
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "upload");
+      done += n;
+    }
+    return Status::Ok();
+  }
+
   // Finds the device of the ops' memory (the first op decides; every op must agree), makes it
   // current on this thread and creates the stream on first use.
   Status Bind(std::span<const CopyOp> ops) {

@@ -45,7 +45,7 @@ struct StagedTensor {
 };
 
 // Validates every record against the registered tensors (local range inside the tensor),
-// gathers and stages. Returns one StagedTensor per plan tensor. InvalidArgument for a record
+// gathers the old bytes of the whole part in one DeviceBackend::Gather call, and stages. Returns one StagedTensor per plan tensor. InvalidArgument for a record
 // outside its local tensor or a plan tensor index the rank did not register.
 StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& plan,
                                               const std::vector<LocalTensor>& tensors,
