@@ -9,6 +9,7 @@
 //   POST /v1/dump      {"path": P}: writes the rank's local tensors to a safetensors file
 //   POST /v1/corrupt   {"tensor", "offset", "xor"}: flips bits of a live weight (tests)
 //   POST /v1/fail-derived  makes the derived-weights callback fail from now on (tests)
+//   POST /v1/slow-pause    {"ms": N}: the pause callback sleeps N ms first (tests)
 //   POST /v1/reload    {"checkpoint": DIR}: full reload of another checkpoint, paused (baseline)
 // so the served policy is observable. Requests are held while a commit pauses the engine.
 //
@@ -22,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -66,7 +68,14 @@ struct Weights {
 
 // Serving lock: requests hold it shared; a commit holds it exclusively (pause .. resume).
 std::shared_mutex g_serving;
+// Set by POST /v1/slow-pause: the pause callback first sleeps this long (fault injection, so a
+// test can act while a commit is under way).
+std::atomic<int> g_pause_delay_ms{0};
+
 int Pause(void*) {
+  if (int ms = g_pause_delay_ms.load(); ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
   g_serving.lock();
   return 0;
 }
@@ -245,6 +254,15 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
       return;
     }
     w.bytes[it - w.names.begin()][offset] ^= static_cast<uint8_t>(j.value("xor", 1));
+    res.set_content("{}", "application/json");
+  });
+  server.Post("/v1/slow-pause", [&](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.contains("ms") || !j["ms"].is_number_unsigned()) {
+      res.status = 400;
+      return;
+    }
+    g_pause_delay_ms.store(j["ms"].get<int>());
     res.set_content("{}", "application/json");
   });
   server.Post("/v1/fail-derived", [&](const httplib::Request&, httplib::Response& res) {

@@ -617,6 +617,33 @@ class SyncE2ETest(unittest.TestCase):
         self.assertEqual(c.verify(self.t("v2"))["state"], "verified")
         self.assertEqual(c.status()["diverged"], "")
 
+    def test_rank_killed_after_the_commit_decision_is_diverged(self):
+        c = self.cluster(tp=2)
+        code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[1]}/v1/slow-pause", {"ms": 3000})
+        self.assertEqual(code, 200)
+        victim = [r for r in c.status()["ranks"] if r["rank"] == 1][0]["pid"]
+        sid = c.sync("v2", self.t("d12"))
+        deadline = time.time() + 30
+        while http("GET", f"{c.url}/v1/syncs/{sid}")[1]["state"] != "committing":
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+        rec = c.wait(sid)
+        self.assertEqual(rec["state"], "diverged", rec)
+        self.assertIn("ranks 0 serve 'v2'", rec["error"])
+        self.assertIn("rank 1: engine rank 1", rec["error"])
+        self.assertIn("died", rec["error"])
+        # The survivor serves v2, and every view says so.
+        local = c.dump(0)
+        for name, (info, data) in checkpoint_tensors(self.t("v2")).items():
+            self.assertEqual(local[name], expected_local(name, info, data, 0, 2), name)
+        st = c.status()
+        self.assertEqual(st["live_version"], "v2")
+        self.assertIn("not every rank applied it", st["diverged"])
+        dead = [r for r in st["ranks"] if r["rank"] == 1]
+        self.assertTrue(not dead or not dead[0]["alive"], st["ranks"])
+        self.assertIn('deltakv_syncs_total{result="diverged"} 1', c.metrics())
+
     def test_rank_stopped_mid_sync_is_noticed_by_its_heartbeat(self):
         c = self.cluster(tp=2)
         c.sidecar.send_signal(signal.SIGTERM)

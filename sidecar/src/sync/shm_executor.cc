@@ -695,6 +695,7 @@ std::string ShmSyncExecutor::LiveVersion() const {
   // not; the recorded version when no rank names one.
   std::string common;
   for (const shm::RankInfo& r : control_->ActiveRanks()) {
+    if (control_->CheckRank(r) != shm::PeerState::kAlive) continue;  // a dead rank serves nothing
     auto t = ReadTensorTable(options_.shm_name, r.rank);
     if (!t.ok() || t->version.empty()) continue;
     if (!common.empty() && common != t->version) return "";
@@ -774,6 +775,7 @@ nlohmann::json ShmSyncExecutor::RanksJson() const {
     out.push_back({{"rank", r.rank},
                    {"world_size", r.world_size},
                    {"pid", r.pid},
+                   {"alive", control_->CheckRank(r) == shm::PeerState::kAlive},
                    {"version", table.ok() ? table->version : ""},
                    {"policy_version", r.live_policy_version > 0 ? r.live_policy_version - 1 : 0},
                    {"staged_sync_id", r.staged_sync_id}});
