@@ -60,6 +60,55 @@ __global__ void MovePieces(const Desc* descs, uint64_t count, uint8_t* staging) 
   }
 }
 
+// Adler-32 partial sums of live weights (DeviceBackend::ChecksumRanges): per piece of at most
+// kSumPieceBytes, s1 = sum b_j and s2 = sum ((position + j) mod M) * b_j, reduced mod M, added
+// to the range's output words. One block per piece; each thread sums at most
+// kSumPieceBytes / blockDim terms below 2^24, so its 64-bit sums cannot overflow, and every
+// value that reaches the atomics is below M, so 2^64 / M pieces could add to one output.
+constexpr uint32_t kAdlerMod = 65521;
+constexpr uint32_t kSumPieceBytes = 64 << 10;
+constexpr unsigned kSumThreads = 256;
+
+struct SumDesc {
+  uint64_t device;    // first byte of the piece
+  uint32_t position;  // canonical position of that byte, mod M
+  uint32_t length;    // <= kSumPieceBytes
+  uint32_t out;       // index of the range (output words 2*out, 2*out+1)
+  uint32_t reserved;
+};
+static_assert(sizeof(SumDesc) == 24);
+
+__global__ void SumPieces(const SumDesc* descs, uint64_t count, unsigned long long* sums) {
+  __shared__ unsigned long long r1[kSumThreads];
+  __shared__ unsigned long long r2[kSumThreads];
+  for (uint64_t p = blockIdx.x; p < count; p += gridDim.x) {
+    const SumDesc d = descs[p];
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(d.device);
+    unsigned long long s1 = 0, s2 = 0;
+    for (uint32_t j = threadIdx.x; j < d.length; j += blockDim.x) {
+      const uint32_t b = src[j];
+      const uint32_t w = (d.position + j) % kAdlerMod;  // position < M, j < 2^17: no overflow
+      s1 += b;
+      s2 += static_cast<unsigned long long>(w) * b;
+    }
+    r1[threadIdx.x] = s1 % kAdlerMod;
+    r2[threadIdx.x] = s2 % kAdlerMod;
+    __syncthreads();
+    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+      if (threadIdx.x < stride) {
+        r1[threadIdx.x] += r1[threadIdx.x + stride];
+        r2[threadIdx.x] += r2[threadIdx.x + stride];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      atomicAdd(&sums[2 * uint64_t{d.out}], r1[0] % kAdlerMod);
+      atomicAdd(&sums[2 * uint64_t{d.out} + 1], r2[0] % kAdlerMod);
+    }
+    __syncthreads();  // r1/r2 are reused by the next piece
+  }
+}
+
 Status CudaError(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   if (e == cudaErrorMemoryAllocation) {
@@ -185,6 +234,53 @@ class CudaBackend final : public DeviceBackend {
         at += ops[i].bytes;
       }
       begin = end;
+    }
+    return Status::Ok();
+  }
+
+  // On the device: one kernel over pieces of every range, sums kept in device words, one copy
+  // back. Device bytes are only read.
+  Status ChecksumRanges(std::span<const ChecksumRange> ranges,
+                        std::span<deltasync::AdlerDelta> out) override {
+    if (out.size() != ranges.size()) return InvalidArgument("one output per range");
+    if (ranges.empty()) return Status::Ok();
+    if (ranges.size() > UINT32_MAX / 2) return InvalidArgument("too many ranges in one call");
+    std::vector<CopyOp> probes;
+    for (const ChecksumRange& r : ranges) {
+      if (r.bytes > 0) probes.push_back({const_cast<void*>(r.device), nullptr, r.bytes});
+    }
+    if (probes.empty()) return Status::Ok();
+    RETURN_IF_ERROR(Bind(probes));
+    std::vector<SumDesc> descs;
+    for (uint32_t i = 0; i < ranges.size(); ++i) {
+      const ChecksumRange& r = ranges[i];
+      for (uint64_t done = 0; done < r.bytes; done += kSumPieceBytes) {
+        descs.push_back({reinterpret_cast<uint64_t>(r.device) + done,
+                         static_cast<uint32_t>((r.position + done) % kAdlerMod),
+                         static_cast<uint32_t>(std::min<uint64_t>(kSumPieceBytes, r.bytes - done)),
+                         i, 0});
+      }
+    }
+    const uint64_t sum_bytes = 2 * sizeof(unsigned long long) * ranges.size();
+    RETURN_IF_ERROR(descs_.Reserve(descs.size() * sizeof(SumDesc)));
+    RETURN_IF_ERROR(staging_.Reserve(sum_bytes));
+    RETURN_IF_ERROR(Upload(descs_.ptr, descs.data(), descs.size() * sizeof(SumDesc)));
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(staging_.ptr, 0, sum_bytes, stream_), "sums reset");
+    const unsigned blocks =
+        static_cast<unsigned>(std::clamp<uint64_t>(descs.size(), 1, uint64_t{1} << 16));
+    SumPieces<<<blocks, kSumThreads, 0, stream_>>>(static_cast<const SumDesc*>(descs_.ptr),
+                                                   descs.size(),
+                                                   static_cast<unsigned long long*>(staging_.ptr));
+    CUDA_RETURN_IF_ERROR(cudaGetLastError(), "checksum kernel launch");
+    RETURN_IF_ERROR(pinned_.Reserve(sum_bytes));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.ptr, staging_.ptr, sum_bytes,
+                                         cudaMemcpyDeviceToHost, stream_),
+                         "sums download");
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "checksum");
+    const auto* sums = static_cast<const unsigned long long*>(pinned_.ptr);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      out[i].Merge(deltasync::AdlerDelta::FromSums(static_cast<uint32_t>(sums[2 * i] % kAdlerMod),
+                                                   static_cast<uint32_t>(sums[2 * i + 1] % kAdlerMod)));
     }
     return Status::Ok();
   }

@@ -88,6 +88,32 @@ TEST_F(CudaBackendTest, GatherMatchesDeviceBytes) {
   }
 }
 
+// The device kernel's sums equal AdlerDelta::AddBytes on the host for small and long ranges,
+// at positions near the modulus and past 2^32; device bytes are unchanged.
+TEST_F(CudaBackendTest, ChecksumRangesMatchesTheHostSums) {
+  Mirror m(3 << 20);
+  auto ranges = Ranges(m.host.size(), 20000, 4);
+  ranges.push_back({m.host.size() - (1 << 20), 1 << 20});  // many kernel pieces
+  std::vector<ChecksumRange> in;
+  std::vector<deltasync::AdlerDelta> want(ranges.size()), got(ranges.size());
+  const uint64_t bases[] = {0, 65520, (uint64_t{1} << 33) + 7};
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const uint64_t position = bases[i % 3] + ranges[i].first;
+    in.push_back({m.at(ranges[i].first), ranges[i].second, position});
+    want[i].AddBytes(position, {m.host.data() + ranges[i].first, ranges[i].second});
+  }
+  ASSERT_TRUE(backend->ChecksumRanges(in, got).ok());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    ASSERT_EQ(got[i].s1(), want[i].s1()) << i;
+    ASSERT_EQ(got[i].s2(), want[i].s2()) << i;
+  }
+  EXPECT_EQ(m.Download(), m.host);
+  std::vector<deltasync::AdlerDelta> one(1);
+  std::vector<uint8_t> host(16);
+  ChecksumRange bad{host.data(), host.size(), 0};
+  EXPECT_EQ(backend->ChecksumRanges({&bad, 1}, one).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaBackendTest, PreparedScatterWritesExactlyTheRanges) {
   Mirror m(1 << 22);
   auto ranges = Ranges(m.host.size(), 80000, 2);
