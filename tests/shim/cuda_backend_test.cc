@@ -9,7 +9,17 @@
 #include <random>
 #include <vector>
 
+#include "deltasync/checkpoint.h"
+#include "deltasync/delta_manifest.h"
+#include "deltasync/engine_tensors.h"
+#include "deltasync/plan_verify.h"
+#include "deltasync/publisher.h"
+#include "deltasync/sync_planner.h"
+#include "deltasync/synthetic.h"
 #include "shim/device_backend.h"
+#include "shim/plan_stage.h"
+#include "shim/weight_checksum.h"
+#include "test_util.h"
 
 namespace deltakv::shim {
 namespace {
@@ -112,6 +122,92 @@ TEST_F(CudaBackendTest, ChecksumRangesMatchesTheHostSums) {
   std::vector<uint8_t> host(16);
   ChecksumRange bad{host.data(), host.size(), 0};
   EXPECT_EQ(backend->ChecksumRanges({&bad, 1}, one).code(), StatusCode::kInvalidArgument);
+}
+
+// The engine's staging path on the device, end to end at TP1: a real delta planned by the
+// sidecar's planner, staged (batched gather, XOR, partial sums), packed, prepared and committed
+// on the cuda backend gives the same sums as the cpu backend, verifies against the delta, leaves
+// the device holding the new checkpoint, and the live checksums on the device match it.
+TEST_F(CudaBackendTest, EngineStagingPathOnTheDevice) {
+  using namespace deltasync;
+  deltakv::testing::TempDir tmp;
+  std::vector<SyntheticFile> layout = {{"model.safetensors",
+                                        {{"w", DType::kBF16, {512, 256}},
+                                         {"n", DType::kF32, {256}},
+                                         {"b", DType::kBF16, {64}}}}};
+  ASSERT_TRUE(GenerateCheckpoint(tmp / "v1", layout, 5).ok());
+  MutationOptions mo;
+  mo.density = 0.02;
+  ASSERT_TRUE(MutateCheckpoint(tmp / "v1", tmp / "v2", mo).ok());
+  ASSERT_TRUE(PublishDelta(PublishOptions{tmp / "v1", tmp / "v2", tmp / "d"}).ok());
+  auto m = ParseDeltaManifest(deltakv::testing::ReadAll(tmp / "d/manifest.json")).value();
+  auto v1 = Checkpoint::Open(tmp / "v1").value();
+  auto v2 = Checkpoint::Open(tmp / "v2").value();
+
+  EngineTensorTable table{0, 1, "v1", {}};
+  std::vector<std::unique_ptr<Mirror>> device;
+  std::vector<std::vector<uint8_t>> host;
+  for (const TensorDecl& d : layout[0].tensors) {
+    TensorLayout l = *TensorLayout::Replicated(d.shape, d.dtype, 1);
+    table.tensors.push_back({d.name, d.dtype, l.canonical_bytes(), l});
+    auto bytes = v1.Bytes(*v1.Find(d.name));
+    host.emplace_back(bytes.begin(), bytes.end());
+    device.push_back(std::make_unique<Mirror>(bytes.size()));
+    device.back()->host = host.back();
+    ASSERT_EQ(cudaMemcpy(device.back()->device, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  auto ranks = ToRankTensorTables({table}).value();
+  auto plan_tables = PlanTensorTables(m, ranks).value();
+  std::vector<uint64_t> words((64 << 20) / 8);
+  std::span<uint8_t> buffer(reinterpret_cast<uint8_t*>(words.data()), words.size() * 8);
+  std::vector<WritePlanWriter> writers;
+  writers.emplace_back(buffer, plan_tables[0]);
+  auto store = MakeFileStore(tmp / "d");
+  ASSERT_TRUE(BuildSyncPlans(m, *store, ranks, writers, {}).ok());
+  const uint64_t used = writers[0].Finish().value();
+  std::vector<uint8_t> plan_copy(buffer.begin(), buffer.begin() + used);  // cpu run's own copy
+
+  auto run = [&](DeviceBackend& b, std::span<uint8_t> plan, std::vector<LocalTensor> locals,
+                 std::vector<StagedTensor>* staged) {
+    auto reader = WritePlanReader::Open(plan).value();
+    auto st = StagePlan(reader, locals, b);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    *staged = std::move(st).value();
+    auto batch = PackScatter(reader, locals);
+    ASSERT_TRUE(batch.ok());
+    auto prepared = b.PrepareScatter(std::move(batch).value());
+    ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+    ASSERT_TRUE(b.CommitScatter(**prepared).ok());
+  };
+  std::vector<LocalTensor> device_locals, host_locals;
+  for (size_t i = 0; i < host.size(); ++i) {
+    device_locals.push_back({table.tensors[i].name, device[i]->device, host[i].size()});
+    host_locals.push_back({table.tensors[i].name, host[i].data(), host[i].size()});
+  }
+  std::vector<StagedTensor> on_device, on_host;
+  run(*backend, buffer.first(used), device_locals, &on_device);
+  auto cpu = MakeDeviceBackend("cpu").value();
+  run(*cpu, plan_copy, host_locals, &on_host);
+  for (size_t t = 0; t < m.tensors.size(); ++t) {
+    EXPECT_EQ(on_device[t].delta.s1(), on_host[t].delta.s1()) << m.tensors[t].name;
+    EXPECT_EQ(on_device[t].delta.s2(), on_host[t].delta.s2()) << m.tensors[t].name;
+    EXPECT_TRUE(VerifyStagedTensor(m.tensors[t].name, plan_tables[0][t], on_device[t].delta,
+                                   on_device[t].full)
+                    .ok());
+  }
+  for (size_t i = 0; i < host.size(); ++i) {
+    auto want = v2.Bytes(*v2.Find(table.tensors[i].name));
+    EXPECT_EQ(device[i]->Download(), std::vector<uint8_t>(want.begin(), want.end()))
+        << table.tensors[i].name;
+  }
+  uint64_t read = 0;
+  auto sums = ChecksumWeights(device_locals, table.tensors, 0, *backend, {}, &read);
+  ASSERT_TRUE(sums.ok()) << sums.status().ToString();
+  for (size_t i = 0; i < host.size(); ++i) {
+    auto want = v2.Bytes(*v2.Find(table.tensors[i].name));
+    EXPECT_EQ((*sums)[i].owned.Apply(Adler32OfZeros(want.size()), want.size()), Adler32(want));
+  }
 }
 
 TEST_F(CudaBackendTest, PreparedScatterWritesExactlyTheRanges) {
