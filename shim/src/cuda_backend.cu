@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "backends.h"
+#include "deltasync/write_plan.h"
 #include "shim/device_backend.h"
+#include "shim/plan_stage.h"
 
 namespace deltakv::shim {
 namespace {
@@ -106,6 +108,56 @@ __global__ void SumPieces(const SumDesc* descs, uint64_t count, unsigned long lo
       atomicAdd(&sums[2 * uint64_t{d.out} + 1], r2[0] % kAdlerMod);
     }
     __syncthreads();  // r1/r2 are reused by the next piece
+  }
+}
+
+// Staging a plan part on the device (DeviceBackend::StagePart): per piece of a record, read the
+// old device bytes, XOR them into the uploaded plan bytes (which become the new bytes, kept in
+// device memory for the scatter), and add the piece's partial sums to its plan tensor's words:
+// [4t] s1 and [4t+1] s2 of the change new - old over owned positions, [4t+2], [4t+3] the sums
+// of the new bytes for full-verify tensors. Signed terms are reduced into [0, M) per thread.
+struct StageDesc {
+  uint64_t device;    // old bytes
+  uint32_t staging;   // offset of the piece in the uploaded bytes
+  uint32_t length;    // <= kPieceBytes
+  uint32_t position;  // canonical position of the first byte, mod M
+  uint32_t tensor;    // plan tensor
+  uint32_t flags;     // bit 0 owner, bit 1 full-verify sums
+  uint32_t reserved;
+};
+static_assert(sizeof(StageDesc) == 32);
+
+__global__ void StageXor(const StageDesc* descs, uint64_t count, uint8_t* bytes,
+                         unsigned long long* sums) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < count;
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    const StageDesc d = descs[i];
+    const uint8_t* old_bytes = reinterpret_cast<const uint8_t*>(d.device);
+    uint8_t* piece = bytes + d.staging;
+    long long d1 = 0, d2 = 0;
+    unsigned long long f1 = 0, f2 = 0;
+    for (uint32_t j = 0; j < d.length; ++j) {
+      const int old_byte = old_bytes[j];
+      const int new_byte = old_byte ^ piece[j];
+      piece[j] = static_cast<uint8_t>(new_byte);
+      const long long w = (d.position + j) % kAdlerMod;
+      d1 += new_byte - old_byte;
+      d2 += w * (new_byte - old_byte);
+      f1 += static_cast<unsigned long long>(new_byte);
+      f2 += static_cast<unsigned long long>(w) * new_byte;
+    }
+    unsigned long long* t = sums + 4 * uint64_t{d.tensor};
+    if (d.flags & 1) {
+      const long long m = kAdlerMod;
+      const unsigned long long a = static_cast<unsigned long long>(((d1 % m) + m) % m);
+      const unsigned long long b = static_cast<unsigned long long>(((d2 % m) + m) % m);
+      if (a != 0) atomicAdd(&t[0], a);
+      if (b != 0) atomicAdd(&t[1], b);
+    }
+    if (d.flags & 2) {
+      if (f1 % kAdlerMod != 0) atomicAdd(&t[2], f1 % kAdlerMod);
+      if (f2 % kAdlerMod != 0) atomicAdd(&t[3], f2 % kAdlerMod);
+    }
   }
 }
 
@@ -283,6 +335,81 @@ class CudaBackend final : public DeviceBackend {
                                                    static_cast<uint32_t>(sums[2 * i + 1] % kAdlerMod)));
     }
     return Status::Ok();
+  }
+
+  // One part: the plan bytes and two descriptor arrays go up once, one kernel XORs and sums,
+  // the sums come back; the new bytes stay on the device as the prepared scatter's data.
+  StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
+      const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+      std::vector<StagedTensor>* sums) override {
+    if (sums->size() != plan.tensors().size()) return Internal("one sum per plan tensor");
+    uint64_t total = 0, records = 0;
+    std::vector<CopyOp> probes;
+    RETURN_IF_ERROR(plan.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
+      RETURN_IF_ERROR(CheckPlanRecord(rec, plan.tensors(), tensors));
+      if (probes.size() < 8) {
+        const LocalTensor& lt = tensors[plan.tensors()[rec.tensor].rank_tensor];
+        probes.push_back({static_cast<uint8_t*>(lt.device) + rec.local_offset, nullptr, rec.length});
+      }
+      total += rec.length;
+      ++records;
+      return Status::Ok();
+    }));
+    auto p = std::make_unique<CudaPreparedScatter>();
+    p->ops_ = records;
+    if (records == 0) return std::unique_ptr<PreparedScatter>(std::move(p));
+    if (total > UINT32_MAX) return InvalidArgument("a plan part above 4 GiB must be split");
+    RETURN_IF_ERROR(Bind(probes));
+    std::vector<uint8_t> data(total);
+    std::vector<StageDesc> stage;
+    std::vector<Desc> scatter;
+    uint64_t at = 0;
+    RETURN_IF_ERROR(plan.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t> bytes) {
+      const deltasync::PlanTensor& pt = plan.tensors()[rec.tensor];
+      const uint64_t device = reinterpret_cast<uint64_t>(tensors[pt.rank_tensor].device) +
+                              rec.local_offset;
+      std::memcpy(data.data() + at, bytes.data(), bytes.size());
+      const bool owner = rec.flags & deltasync::kPlanRecordOwner;
+      const uint32_t flags =
+          (owner ? 1u : 0u) | (owner && (pt.flags & deltasync::kPlanTensorFullVerify) ? 2u : 0u);
+      for (uint64_t done = 0; done < rec.length; done += kPieceBytes) {
+        const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kPieceBytes, rec.length - done));
+        stage.push_back({device + done, static_cast<uint32_t>(at + done), n,
+                         static_cast<uint32_t>((rec.canonical_offset + done) % kAdlerMod),
+                         rec.tensor, flags, 0});
+        scatter.push_back({device + done, static_cast<uint32_t>(at + done), n});
+      }
+      (*sums)[rec.tensor].bytes_changed += rec.length;
+      at += rec.length;
+      return Status::Ok();
+    }));
+    p->device = device_;
+    p->pieces = scatter.size();
+    RETURN_IF_ERROR(p->data.Reserve(total));
+    RETURN_IF_ERROR(p->descs.Reserve(scatter.size() * sizeof(Desc)));
+    RETURN_IF_ERROR(Upload(p->data.ptr, data.data(), total));
+    RETURN_IF_ERROR(Upload(p->descs.ptr, scatter.data(), scatter.size() * sizeof(Desc)));
+    RETURN_IF_ERROR(descs_.Reserve(stage.size() * sizeof(StageDesc)));
+    RETURN_IF_ERROR(Upload(descs_.ptr, stage.data(), stage.size() * sizeof(StageDesc)));
+    const uint64_t sum_bytes = 4 * sizeof(unsigned long long) * sums->size();
+    RETURN_IF_ERROR(staging_.Reserve(sum_bytes));
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(staging_.ptr, 0, sum_bytes, stream_), "sums reset");
+    StageXor<<<Blocks(stage.size()), 256, 0, stream_>>>(
+        static_cast<const StageDesc*>(descs_.ptr), stage.size(), static_cast<uint8_t*>(p->data.ptr),
+        static_cast<unsigned long long*>(staging_.ptr));
+    CUDA_RETURN_IF_ERROR(cudaGetLastError(), "staging kernel launch");
+    RETURN_IF_ERROR(pinned_.Reserve(sum_bytes));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.ptr, staging_.ptr, sum_bytes,
+                                         cudaMemcpyDeviceToHost, stream_),
+                         "sums download");
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "staging");
+    const auto* w = static_cast<const unsigned long long*>(pinned_.ptr);
+    for (size_t t = 0; t < sums->size(); ++t) {
+      auto word = [&](size_t k) { return static_cast<uint32_t>(w[4 * t + k] % kAdlerMod); };
+      (*sums)[t].delta.Merge(deltasync::AdlerDelta::FromSums(word(0), word(1)));
+      (*sums)[t].full.Merge(deltasync::AdlerDelta::FromSums(word(2), word(3)));
+    }
+    return std::unique_ptr<PreparedScatter>(std::move(p));
   }
 
   Status Scatter(std::span<const CopyOp> ops) override {

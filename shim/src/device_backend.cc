@@ -4,6 +4,7 @@
 
 #include "backends.h"
 #include "shim/device_backend.h"
+#include "shim/plan_stage.h"
 
 namespace deltakv::shim {
 
@@ -33,6 +34,16 @@ Status DeviceBackend::CommitScatter(PreparedScatter& prepared) {
   Status s = Scatter(host->batch().ops);
   if (!s.ok()) return Internal("scatter failed: " + s.message());
   return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<PreparedScatter>> DeviceBackend::StagePart(
+    const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+    std::vector<StagedTensor>* sums) {
+  if (sums->size() != plan.tensors().size()) return Internal("one sum per plan tensor");
+  ASSIGN_OR_RETURN(std::vector<StagedTensor> staged, StagePlan(plan, tensors, *this));
+  for (size_t t = 0; t < staged.size(); ++t) (*sums)[t].Merge(staged[t]);
+  ASSIGN_OR_RETURN(ScatterBatch batch, PackScatter(plan, tensors));
+  return PrepareScatter(std::move(batch));
 }
 
 Status DeviceBackend::ChecksumRanges(std::span<const ChecksumRange> ranges,

@@ -238,11 +238,9 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
     return InvalidArgument("plan part " + std::to_string(root.part_index) +
                            " has another tensor table than part 0");
   }
-  ASSIGN_OR_RETURN(std::vector<StagedTensor> staged, StagePlan(reader, locals_, *backend_));
-  for (size_t t = 0; t < staged.size(); ++t) in.staged[t].Merge(staged[t]);
-  ASSIGN_OR_RETURN(ScatterBatch batch, PackScatter(reader, locals_));
+  // Gather, XOR, partial sums and the new bytes' staging in one backend call per part.
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> prepared,
-                   backend_->PrepareScatter(std::move(batch)));
+                   backend_->StagePart(reader, locals_, &in.staged));
   in.pc.prepared.push_back(std::move(prepared));
   if (callbacks_.derived != nullptr) {
     // The touched regions per tensor, merged where adjacent, for the derived-weights hook.

@@ -8,10 +8,8 @@ namespace deltakv::shim {
 using deltasync::PlanRecord;
 using deltasync::PlanTensor;
 
-namespace {
-
-Status CheckRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tensors,
-                   const std::vector<LocalTensor>& tensors) {
+Status CheckPlanRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tensors,
+                       const std::vector<LocalTensor>& tensors) {
   uint32_t t = plan_tensors[rec.tensor].rank_tensor;
   if (t >= tensors.size()) {
     return InvalidArgument("plan names tensor #" + std::to_string(t) + ", this rank registered " +
@@ -26,8 +24,6 @@ Status CheckRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tenso
   return Status::Ok();
 }
 
-}  // namespace
-
 StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& plan,
                                               const std::vector<LocalTensor>& tensors,
                                               DeviceBackend& backend) {
@@ -36,7 +32,7 @@ StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& 
   uint64_t total = 0;
   size_t records = 0;
   RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) -> Status {
-    RETURN_IF_ERROR(CheckRecord(rec, plan.tensors(), tensors));
+    RETURN_IF_ERROR(CheckPlanRecord(rec, plan.tensors(), tensors));
     total += rec.length;
     ++records;
     return Status::Ok();
@@ -79,7 +75,7 @@ StatusOr<ScatterBatch> PackScatter(const deltasync::WritePlanReader& plan,
   ScatterBatch batch;
   uint64_t total = 0;
   RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) -> Status {
-    RETURN_IF_ERROR(CheckRecord(rec, plan.tensors(), tensors));
+    RETURN_IF_ERROR(CheckPlanRecord(rec, plan.tensors(), tensors));
     total += rec.length;
     return Status::Ok();
   }));

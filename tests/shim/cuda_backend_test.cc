@@ -125,8 +125,9 @@ TEST_F(CudaBackendTest, ChecksumRangesMatchesTheHostSums) {
 }
 
 // The engine's staging path on the device, end to end at TP1: a real delta planned by the
-// sidecar's planner, staged (batched gather, XOR, partial sums), packed, prepared and committed
-// on the cuda backend gives the same sums as the cpu backend, verifies against the delta, leaves
+// sidecar's planner, staged by StagePart (on the cuda backend: XOR and partial sums in a device
+// kernel, the new bytes kept in device memory) and committed gives the same sums as the cpu
+// backend, verifies against the delta, leaves
 // the device holding the new checkpoint, and the live checksums on the device match it.
 TEST_F(CudaBackendTest, EngineStagingPathOnTheDevice) {
   using namespace deltasync;
@@ -171,12 +172,8 @@ TEST_F(CudaBackendTest, EngineStagingPathOnTheDevice) {
   auto run = [&](DeviceBackend& b, std::span<uint8_t> plan, std::vector<LocalTensor> locals,
                  std::vector<StagedTensor>* staged) {
     auto reader = WritePlanReader::Open(plan).value();
-    auto st = StagePlan(reader, locals, b);
-    ASSERT_TRUE(st.ok()) << st.status().ToString();
-    *staged = std::move(st).value();
-    auto batch = PackScatter(reader, locals);
-    ASSERT_TRUE(batch.ok());
-    auto prepared = b.PrepareScatter(std::move(batch).value());
+    staged->assign(reader.tensors().size(), StagedTensor{});
+    auto prepared = b.StagePart(reader, locals, staged);  // the engine's one call per part
     ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
     ASSERT_TRUE(b.CommitScatter(**prepared).ok());
   };
@@ -192,6 +189,9 @@ TEST_F(CudaBackendTest, EngineStagingPathOnTheDevice) {
   for (size_t t = 0; t < m.tensors.size(); ++t) {
     EXPECT_EQ(on_device[t].delta.s1(), on_host[t].delta.s1()) << m.tensors[t].name;
     EXPECT_EQ(on_device[t].delta.s2(), on_host[t].delta.s2()) << m.tensors[t].name;
+    EXPECT_EQ(on_device[t].full.s1(), on_host[t].full.s1()) << m.tensors[t].name;
+    EXPECT_EQ(on_device[t].full.s2(), on_host[t].full.s2()) << m.tensors[t].name;
+    EXPECT_EQ(on_device[t].bytes_changed, on_host[t].bytes_changed) << m.tensors[t].name;
     EXPECT_TRUE(VerifyStagedTensor(m.tensors[t].name, plan_tables[0][t], on_device[t].delta,
                                    on_device[t].full)
                     .ok());

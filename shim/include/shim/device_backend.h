@@ -24,7 +24,14 @@
 #include "base/status.h"
 #include "deltasync/adler32.h"
 
+namespace deltakv::deltasync {
+class WritePlanReader;
+}
+
 namespace deltakv::shim {
+
+struct LocalTensor;   // shim/plan_stage.h
+struct StagedTensor;  // shim/plan_stage.h
 
 struct CopyOp {
   void* device = nullptr;  // device address (host address for the cpu backend)
@@ -67,6 +74,17 @@ class DeviceBackend {
   virtual StatusOr<std::unique_ptr<PreparedScatter>> PrepareScatter(ScatterBatch batch);
   // Writes a prepared batch (prepared by this backend). Internal on failure.
   virtual Status CommitScatter(PreparedScatter& prepared);
+  // Stages one plan part in one call: validates every record against `tensors`, gathers the
+  // old bytes, XORs them with the plan's bytes into the new bytes, adds each plan tensor's
+  // partial sums to (*sums)[t] (StagedTensor: incremental over owned positions, full sums for
+  // kPlanTensorFullVerify tensors, bytes changed), and returns the new bytes prepared for
+  // CommitScatter (a device backend keeps them in device memory, so the pause is the scatter
+  // alone). The plan's bytes may be overwritten. REQUIRES: sums->size() ==
+  // plan.tensors().size(). The default composes StagePlan, PackScatter and PrepareScatter (XOR
+  // and sums on the host). InvalidArgument for a record outside its tensor; device errors.
+  virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
+      const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+      std::vector<StagedTensor>* sums);
   // Adds to out[i] the Adler partial sums of range i's bytes (AdlerDelta::AddBytes at its
   // position). REQUIRES: out.size() == ranges.size(). The default gathers through a bounded
   // host buffer; the cpu backend reads in place. Device bytes are never changed.

@@ -44,6 +44,12 @@ struct StagedTensor {
   }
 };
 
+// OK if the record's plan tensor names a registered tensor and its local range lies inside it;
+// InvalidArgument naming the tensor otherwise. (For backends that stage a part themselves.)
+Status CheckPlanRecord(const deltasync::PlanRecord& rec,
+                       std::span<const deltasync::PlanTensor> plan_tensors,
+                       const std::vector<LocalTensor>& tensors);
+
 // Validates every record against the registered tensors (local range inside the tensor),
 // gathers the old bytes of the whole part in one DeviceBackend::Gather call, and stages. Returns one StagedTensor per plan tensor. InvalidArgument for a record
 // outside its local tensor or a plan tensor index the rank did not register.
