@@ -226,13 +226,39 @@ struct PinnedBuffer {
   uint8_t* bytes() { return static_cast<uint8_t*>(ptr); }
 };
 
+// Device memory from the stream-ordered allocator: allocated and freed in order on the
+// handle's stream, out of the device's memory pool, whose release threshold the backend raises
+// so freed blocks stay in the pool. A prepared scatter released while the engine serves returns
+// its memory to the pool instead of calling cudaFree (which would synchronize the device).
+struct PoolBuffer {
+  void* ptr = nullptr;
+  uint64_t size = 0;
+  cudaStream_t stream = nullptr;
+  PoolBuffer() = default;
+  PoolBuffer(const PoolBuffer&) = delete;
+  PoolBuffer& operator=(const PoolBuffer&) = delete;
+  ~PoolBuffer() {
+    if (ptr != nullptr) cudaFreeAsync(ptr, stream);
+  }
+  Status Reserve(uint64_t n, cudaStream_t on) {
+    if (n <= size) return Status::Ok();
+    if (ptr != nullptr) cudaFreeAsync(ptr, stream);
+    ptr = nullptr;
+    size = 0;
+    stream = on;
+    CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr, std::max<uint64_t>(n, 1), on), "cudaMallocAsync");
+    size = n;
+    return Status::Ok();
+  }
+};
+
 class CudaPreparedScatter final : public PreparedScatter {
  public:
   uint64_t ops() const override { return ops_; }
   uint64_t bytes() const override { return data.size; }
 
-  DeviceBuffer data;
-  DeviceBuffer descs;
+  PoolBuffer data;
+  PoolBuffer descs;
   uint64_t pieces = 0;
   uint64_t ops_ = 0;
   int device = 0;
@@ -385,8 +411,8 @@ class CudaBackend final : public DeviceBackend {
     }));
     p->device = device_;
     p->pieces = scatter.size();
-    RETURN_IF_ERROR(p->data.Reserve(total));
-    RETURN_IF_ERROR(p->descs.Reserve(scatter.size() * sizeof(Desc)));
+    RETURN_IF_ERROR(p->data.Reserve(total, stream_));
+    RETURN_IF_ERROR(p->descs.Reserve(scatter.size() * sizeof(Desc), stream_));
     RETURN_IF_ERROR(Upload(p->data.ptr, data.data(), total));
     RETURN_IF_ERROR(Upload(p->descs.ptr, scatter.data(), scatter.size() * sizeof(Desc)));
     RETURN_IF_ERROR(descs_.Reserve(stage.size() * sizeof(StageDesc)));
@@ -447,8 +473,8 @@ class CudaBackend final : public DeviceBackend {
     }
     p->device = device_;
     p->pieces = descs.size();
-    RETURN_IF_ERROR(p->data.Reserve(batch.data.size()));
-    RETURN_IF_ERROR(p->descs.Reserve(descs.size() * sizeof(Desc)));
+    RETURN_IF_ERROR(p->data.Reserve(batch.data.size(), stream_));
+    RETURN_IF_ERROR(p->descs.Reserve(descs.size() * sizeof(Desc), stream_));
     // Uploads go through the pinned buffer on the handle's stream, so they are real DMA and
     // ordered before the scatter kernel CommitScatter launches on the same stream.
     RETURN_IF_ERROR(Upload(p->data.ptr, batch.data.data(), batch.data.size()));
@@ -512,6 +538,13 @@ class CudaBackend final : public DeviceBackend {
         CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
         CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate");
+        // Keep freed staging memory in the device's pool (no release back to the driver), so
+        // parts prepared and dropped while the engine serves never call cudaFree.
+        cudaMemPool_t pool;
+        CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
+        uint64_t keep = UINT64_MAX;
+        CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                             "cudaMemPoolSetAttribute");
       }
     }
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
