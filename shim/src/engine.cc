@@ -154,7 +154,15 @@ void Engine::WorkerLoop() {
   std::vector<uint8_t> buf;
   auto last_check = Clock::now();
   while (!stop_.load()) {
-    auto popped = handle_->commands().Pop(&buf, 200ms);
+    // Commands that arrived while a scrub ran come first, in order.
+    StatusOr<bool> popped = false;
+    if (!deferred_.empty()) {
+      buf = std::move(deferred_.front());
+      deferred_.pop_front();
+      popped = true;
+    } else {
+      popped = handle_->commands().Pop(&buf, 200ms);
+    }
     if (popped.ok() && *popped) {
       auto msg = shm::DecodeMessage(buf);
       if (!msg.ok()) continue;
@@ -274,11 +282,34 @@ void Engine::HandleVerify(const shm::Message& msg) {
   SetState(DELTAKV_ENGINE_VERIFYING);
   ChecksumOptions opts;
   opts.rate_bytes_per_s = req->rate_bytes_per_s;
-  opts.keep_going = [this] { return !stop_.load(); };
+  // A scrub yields to a sync: between chunks it looks at the command ring; ABORT for this job
+  // stops it, anything else is kept (in order) for after it.
+  const bool scrub = req->flags & shm::kVerifyScrub;
+  bool aborted = false;
+  opts.keep_going = [&] {
+    if (stop_.load()) return false;
+    if (!scrub) return true;
+    std::vector<uint8_t> cmd;
+    while (true) {
+      auto got = handle_->commands().TryPop(&cmd);
+      if (!got.ok() || !*got) break;
+      auto m = shm::DecodeMessage(cmd);
+      if (m.ok() && m->type == shm::MessageType::kAbort && m->sync_id == msg.sync_id) {
+        aborted = true;
+      } else {
+        deferred_.push_back(std::move(cmd));
+      }
+    }
+    return !aborted;
+  };
   uint64_t bytes_read = 0;
   auto sums = ChecksumWeights(locals_, table_, rank_, *backend_, opts, &bytes_read);
   SetState(before);
   if (!sums.ok()) {
+    if (aborted) {
+      Send(shm::MakeError(msg.sync_id, "rank " + std::to_string(rank_) + ": scrub stopped"));
+      return;
+    }
     set_error(sums.status());
     Send(shm::MakeError(msg.sync_id, "rank " + std::to_string(rank_) +
                                          ": checksum of the live weights failed: " +

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -117,6 +118,7 @@ class Engine {
   std::atomic<deltakv_engine_state> state_{DELTAKV_ENGINE_CREATED};
   std::atomic<uint64_t> policy_version_{0};
   std::optional<IncomingPlan> incoming_;  // worker thread only
+  std::deque<std::vector<uint8_t>> deferred_;  // worker thread only: commands seen mid-scrub
 
   mutable std::mutex version_mu_;
   std::string version_id_;  // GUARDED_BY(version_mu_)

@@ -593,6 +593,26 @@ class SyncE2ETest(unittest.TestCase):
         self.assertEqual(rec["state"], "live", rec)
         c.assert_serves(self, self.t("v3"))
 
+    def test_a_sync_stops_a_running_scrub(self):
+        c = self.cluster(tp=2)
+        self.assertEqual(c.verify(self.t("v1"))["state"], "verified")
+        # 1 MB/s per rank: this scrub would take seconds.
+        code, body = http("POST", c.url + "/v1/scrub", {"rate_gbps": 0.001}, TOKEN)
+        self.assertEqual(code, 202, body)
+        scrub = body["id"]
+        while http("GET", f"{c.url}/v1/syncs/{scrub}")[1]["state"] != "verifying":
+            time.sleep(0.01)
+        t0 = time.time()
+        sid = c.sync("v2", self.t("d12"))  # queued, not refused
+        rec = c.wait(sid)
+        self.assertEqual(rec["state"], "live", rec)
+        self.assertLess(time.time() - t0, 3.0)
+        srec = c.wait(scrub)
+        self.assertEqual(srec["state"], "failed", srec)
+        self.assertEqual(srec["error"], f"stopped for sync {sid}")
+        c.assert_serves(self, self.t("v2"))
+        self.assertEqual(c.scrub()["state"], "verified")
+
     def test_failure_after_commit_is_diverged_not_aborted(self):
         c = self.cluster(tp=2)
         code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[1]}/v1/fail-derived", {})

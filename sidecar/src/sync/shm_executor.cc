@@ -217,8 +217,24 @@ StatusOr<LiveChecksums> ShmSyncExecutor::Job::Checksum(uint64_t rate_bytes_per_s
   req.flags = flags;
   req.rate_bytes_per_s = rate_bytes_per_s;
   const uint64_t job_id = ex_.control_->AllocateSyncId();
-  auto live = CollectLiveChecksums(Channels(), tables_, job_id, req, ex_.options_.verify_timeout,
-                                   [this](uint32_t r) { return RankGone(r); });
+  const bool scrub = flags & shm::kVerifyScrub;
+  bool stopping = false;
+  auto live = CollectLiveChecksums(
+      Channels(), tables_, job_id, req, ex_.options_.verify_timeout, [&](uint32_t r) -> Status {
+        if (scrub && ex_.stop_scrub_.load()) {
+          // A sync is waiting: tell every rank to stop reading (they check between chunks).
+          if (!stopping) {
+            stopping = true;
+            auto bytes = shm::EncodeMessage(shm::MakeText(shm::MessageType::kAbort, job_id,
+                                                          "scrub stopped for a sync").value());
+            for (RankRun& rr : runs_) {
+              if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
+            }
+          }
+          return FailedPrecondition("the scrub was stopped for a sync");
+        }
+        return RankGone(r);
+      });
   if (live.ok()) {
     update_([&](SyncRecord& rec) {
       rec.tensors_checked = live->tensors.size();
@@ -637,6 +653,11 @@ Status ShmSyncExecutor::Job::RunVerify() {
 
 Status ShmSyncExecutor::Job::RunScrub() {
   SetState(SyncState::kVerifying);
+  // A stop request is for this scrub only: clear it when the scrub ends, however it ends.
+  struct ClearStop {
+    std::atomic<bool>& flag;
+    ~ClearStop() { flag.store(false); }
+  } clear_stop{ex_.stop_scrub_};
   ChecksumTable table = ex_.table();
   if (table.empty()) {
     return FailedPrecondition("nothing to scrub against: no checksum table yet (POST /v1/verify "

@@ -28,6 +28,7 @@
 // Thread-safety: Run is called by the SyncManager's single worker; the accessors from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,7 @@ class ShmSyncExecutor final : public SyncExecutor {
   std::string AttachedRanksKey() const override;
   bool TableCoversAttachedRanks() const override;
   bool CanScrub() const override;
+  void StopScrub() override { stop_scrub_.store(true); }
 
  private:
   class Job;
@@ -85,6 +87,7 @@ class ShmSyncExecutor final : public SyncExecutor {
   mutable std::mutex mu_;
   std::string live_version_;  // GUARDED_BY(mu_)
   ChecksumTable table_;       // GUARDED_BY(mu_)
+  std::atomic<bool> stop_scrub_{false};
 };
 
 }  // namespace deltakv::sidecar

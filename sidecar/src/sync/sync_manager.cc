@@ -27,6 +27,15 @@ StatusOr<std::string> SyncManager::Submit(SyncRequest request) {
     return InvalidArgument("'checkpoint' must be a non-empty string");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (request.kind == JobKind::kSync && !pending_ && running_ &&
+      running_kind_ == JobKind::kScrub) {
+    // A scrub yields to a sync: the sync waits in the queue while the ranks stop reading.
+    std::string id = QueueLocked(std::move(request));
+    executor_->StopScrub();
+    auto it = records_.find(*running_);
+    if (it != records_.end()) it->second.error = "stopped for sync " + id;
+    return id;
+  }
   if (pending_ || running_) {
     const std::string& busy = running_ ? *running_ : *pending_;
     return FailedPrecondition("job " + busy + " is in progress; one sync, verify or scrub runs " +
@@ -145,6 +154,7 @@ void SyncManager::WorkerLoop() {
       pending_.reset();
       running_ = id;
       request = records_.at(id).request;
+      running_kind_ = request.kind;
     }
     auto start = Clock::now();
     auto update = [&](const std::function<void(SyncRecord&)>& fn) {
@@ -169,7 +179,14 @@ void SyncManager::WorkerLoop() {
       it->second.total_ms = ms;
       it->second.finished_unix = UnixNow();
       it->second.state = final_state;
-      if (!s.ok()) it->second.error = s.message();
+      if (s.ok()) {
+        it->second.error.clear();  // a scrub that finished before it could be stopped
+      } else {
+        // A scrub stopped for a sync keeps the reason Submit wrote.
+        if (!(request.kind == JobKind::kScrub && it->second.error.rfind("stopped for sync", 0) == 0)) {
+          it->second.error = s.message();
+        }
+      }
     }
     finished_[JobKindName(request.kind)][SyncStateName(final_state)]++;
     running_.reset();

@@ -48,6 +48,8 @@ class SyncExecutor {
   virtual bool TableCoversAttachedRanks() const { return true; }
   // Whether a background scrub has something to compare with (a table that is not diverged).
   virtual bool CanScrub() const { return true; }
+  // Asks a running scrub to stop soon (a sync is waiting); called from any thread.
+  virtual void StopScrub() {}
 };
 
 struct SyncManagerOptions {
@@ -75,7 +77,8 @@ class SyncManager {
   SyncManager& operator=(const SyncManager&) = delete;
 
   // Queues a job and returns its id ("s…" sync, "v…" verify, "c…" scrub, one sequence);
-  // FailedPrecondition if one is queued or running; InvalidArgument for a sync without version
+  // FailedPrecondition if one is queued or running, except that a sync submitted while a scrub
+  // runs is queued and the scrub is stopped (it ends `failed`, "stopped for sync …"); InvalidArgument for a sync without version
   // or delta, or a verify without checkpoint.
   StatusOr<std::string> Submit(SyncRequest request);
   std::optional<SyncRecord> Get(const std::string& id) const;
@@ -104,6 +107,7 @@ class SyncManager {
   std::deque<std::string> order_;              // GUARDED_BY(mu_), oldest first
   std::optional<std::string> pending_;         // GUARDED_BY(mu_)
   std::optional<std::string> running_;         // GUARDED_BY(mu_)
+  JobKind running_kind_ = JobKind::kSync;      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                       // GUARDED_BY(mu_)
   std::map<std::string, std::map<std::string, uint64_t>> finished_;  // GUARDED_BY(mu_)
   bool stop_ = false;                          // GUARDED_BY(mu_)
