@@ -74,6 +74,7 @@ TEST(ChecksumTable, BadInputIsRefusedWithTheReason) {
       {"", "not a JSON object"},
       {"[1,2]", "not a JSON object"},
       {"{\"format\":\"other\"}", "format is not"},
+      {"{\"format\":1234.5}", "format is not"},  // found by checksum_table_fuzz
       {with("\"deadbeef\"", "\"deadbee\""), "is not 8 hex digits"},
       {with("\"deadbeef\"", "\"deadbeeg\""), "is not 8 hex digits"},
       {with("\"deadbeef\"", "17"), "checksum table"},

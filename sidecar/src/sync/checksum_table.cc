@@ -53,7 +53,8 @@ nlohmann::json ChecksumTable::ToJson() const {
 StatusOr<ChecksumTable> ChecksumTable::FromJson(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("checksum table: not a JSON object");
-  if (j.value("format", "") != kFormat) {
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != kFormat) {
     return InvalidArgument("checksum table: format is not '" + std::string(kFormat) + "'");
   }
   try {
