@@ -1,9 +1,11 @@
 #include "shm/segment.h"
 
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <boost/interprocess/exceptions.hpp>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
@@ -116,6 +118,20 @@ StatusOr<Segment> Segment::Create(const std::string& name, uint64_t size, Segmen
     segment.name_ = name;
     segment.unlink_on_destroy_ = true;
     object.truncate(static_cast<bip::offset_t>(size));
+    // Reserve the pages now: a shared-memory filesystem that is full would otherwise show up
+    // as SIGBUS at the first write to an unbacked page, in whichever process touches it.
+    int rc;
+    do {
+      rc = posix_fallocate(object.get_mapping_handle().handle, 0, static_cast<off_t>(size));
+    } while (rc == EINTR);
+    if (rc == ENOSPC || rc == EDQUOT) {
+      return ResourceExhausted("shm segment " + Quoted(name) + ": no space left in shared memory " +
+                               "(/dev/shm): need " + std::to_string(size) + " bytes");
+    }
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+      return IoError("shm segment " + Quoted(name) + ": reserve " + std::to_string(size) +
+                     " bytes: " + std::strerror(rc));
+    }
     auto mapping = std::make_unique<Mapping>();
     mapping->region = bip::mapped_region(object, bip::read_write, 0, size);
     segment.data_ = static_cast<uint8_t*>(mapping->region.get_address());

@@ -252,6 +252,27 @@ class CliTest(unittest.TestCase):
         run("apply", "--parent", self.t("v1"), "--delta", self.t("missing"), "--out",
             self.fresh("x"), expect=3)
 
+    def test_full_shared_memory_fails_at_start_not_with_sigbus(self):
+        # /dev/shm replaced by a small tmpfs in a private mount namespace: the sidecar reserves
+        # its segments' pages when it creates them, so a KV pool that does not fit is a clear
+        # error at start (and nothing is left in /dev/shm), not a SIGBUS when it is first used.
+        script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90; '
+                  'timeout 20 "$@" >/dev/null 2>/tmp/deltakv-shm-err-$$; rc=$?; '
+                  'cat /tmp/deltakv-shm-err-$$ >&2; rm -f /tmp/deltakv-shm-err-$$; '
+                  'echo "rc=$rc left=$(ls /dev/shm | tr "\n" " ")"')
+        token = self.t("token-shm")
+        write(token, "t0ken\n")
+        p = subprocess.run([*small_fs_prefix(), "sh", "-c", script, "sh", DELTAKV, "sidecar",
+                            "--listen", "127.0.0.1:0", "--token-file", token, "--shm-name",
+                            "dkv-cli-shm", "--kv-block-bytes", str(1 << 20),
+                            "--kv-capacity-slots", "256"], capture_output=True, text=True)
+        self.assertNotIn("rc=90", p.stdout, p.stderr)
+        m = re.search(r"rc=(\d+) left=(.*)", p.stdout)
+        self.assertIsNotNone(m, (p.stdout, p.stderr))
+        self.assertNotIn(int(m.group(1)), (0, 124, 128 + 7), p.stderr)  # not running, not SIGBUS
+        self.assertIn("no space left in shared memory (/dev/shm): need", p.stderr)
+        self.assertNotIn("kv", m.group(2), "the pool's segment was left behind")
+
     def test_full_filesystem_fails_cleanly_with_exit_3(self):
         # A 3 MiB filesystem holds the first ~2 MiB output file but not the second: the second
         # file's reservation fails (an unreserved mapping would die of SIGBUS instead), and the
