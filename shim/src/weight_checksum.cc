@@ -10,6 +10,7 @@ namespace deltakv::shim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr size_t kMaxRangesPerBatch = 1 << 16;
 
 struct Piece {
   uint64_t canonical = 0;
@@ -53,7 +54,8 @@ class JobRunner {
         targets.push_back(job.target);
         batch_bytes += n;
         done += n;
-        if (batch_bytes >= chunk) RETURN_IF_ERROR(flush());
+        // Bounded by bytes and by count (a layout of tiny pieces must not grow the batch).
+        if (batch_bytes >= chunk || batch.size() >= kMaxRangesPerBatch) RETURN_IF_ERROR(flush());
       }
     }
     return flush();
