@@ -49,7 +49,10 @@ if "$K" apply --parent v1 --delta d23 --out wrong; then echo "unexpected success
 [ ! -e wrong ] && echo "no output written (exit code 2 as documented)"
 echo; echo "== live sync: sidecar + reference engine (TP=2) serving v1"
 echo "demo-token" > token
-"$K" sidecar --listen 127.0.0.1:0 --port-file sidecar.port --token-file token --shm-name "$SHM" 2>sidecar.log &
+# --verify-checkpoint: once both ranks attach, their live weights are checksummed on every rank
+# and compared with v1 (the checksum table every later sync is checked against).
+"$K" sidecar --listen 127.0.0.1:0 --port-file sidecar.port --token-file token --shm-name "$SHM" \
+  --verify-checkpoint "$DIR/v1" --state-dir state 2>sidecar.log &
 SIDECAR_PID=$!
 while [ ! -s sidecar.port ]; do sleep 0.1; done
 URL=http://127.0.0.1:$(cat sidecar.port)
@@ -60,20 +63,38 @@ while [ ! -s ports/rank1.port ]; do sleep 0.1; done
 sleep 0.5
 answer() { curl -s "http://127.0.0.1:$(cat ports/rank$1.port)/v1/generate"; echo; }
 echo "rank 0 answers: $(answer 0)"
+checksums() { curl -s "$URL/v1/status" | python3 -c 'import json,sys; c=json.load(sys.stdin)["checksums"]; print("checksum table: version %s, %d tensors, verified against a checkpoint: %s, current: %s%s" % (c["version"], c["tensors"], c["checkpoint_verified"], c["current"], ", DIVERGED: " + c["diverged"] if c["diverged"] else ""))'; }
+for _ in $(seq 200); do
+  checksums | grep -q "verified against a checkpoint: True, current: True" && break
+  sleep 0.05
+done
+echo "start-up verify: $(checksums)"
+# wait_job ID: polls a sync/verify/scrub until it ends; prints its record.
+wait_job() {
+  while :; do
+    rec=$(curl -s "$URL/v1/syncs/$1")
+    state=$(echo "$rec" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    case "$state" in live|aborted|verified|diverged|failed) break ;; esac
+    sleep 0.05
+  done
+  echo "$rec"
+}
 for step in "v2 d12" "v3 d23"; do
   set -- $step
   id=$(curl -s -X POST -H "Authorization: Bearer demo-token" \
        -d "{\"version\":\"$1\",\"delta\":\"$DIR/$2\"}" "$URL/v1/sync" |
        python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-  while :; do
-    rec=$(curl -s "$URL/v1/syncs/$id")
-    state=$(echo "$rec" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-    [ "$state" = live ] || [ "$state" = aborted ] && break
-    sleep 0.05
-  done
+  rec=$(wait_job "$id")
+  state=$(echo "$rec" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
   echo "sync $id to $1: $state; $(echo "$rec" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("request to live %.0f ms, pause %.1f ms" % (r["total_ms"], r["phase_ms"].get("pause", 0)))')"
   [ "$state" = live ] || { echo "$rec"; exit 1; }
 done
 echo "rank 0 answers: $(answer 0)"
 echo "rank 1 answers: $(answer 1)"
+echo "after the syncs: $(checksums)"
+id=$(curl -s -X POST -H "Authorization: Bearer demo-token" -d "{}" "$URL/v1/scrub" |
+     python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+rec=$(wait_job "$id")
+echo "scrub $id: $(echo "$rec" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%s, %d MiB read by the ranks in %.0f ms" % (r["state"], r["bytes_checked"] >> 20, r["total_ms"]))')"
+echo "$rec" | grep -q '"state":"verified"' || { echo "$rec"; exit 1; }
 echo; echo "demo OK"

@@ -2,7 +2,7 @@
 //
 //   POST /v1/sync        {"version": V, "delta": URI} -> 202 {"id", "state"}    (bearer token)
 //   POST /v1/verify      {"checkpoint": URI[, "rate_gbps": G]} -> 202 {"id", "state"}  (token)
-//   POST /v1/scrub       [{"rate_gbps": G}] -> 202 {"id", "state"}                    (token)
+//   POST /v1/scrub       {} | {"rate_gbps": G} | empty -> 202 {"id", "state"}         (token)
 //   GET  /v1/syncs/{id}  the job's record: state, per-phase timings, bytes, error, mismatches
 //   GET  /v1/status      live version, divergence, checksum table, ranks, recent jobs
 //   GET  /healthz        "ok"
