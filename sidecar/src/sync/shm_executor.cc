@@ -249,7 +249,9 @@ Status ShmSyncExecutor::Job::Diverge(const std::string& why) {
   t.diverged = why;
   t.updated_unix = UnixNow();
   ex_.SetTable(std::move(t));
-  SetState(SyncState::kDiverged);
+  // The manager ends the record `diverged` when the job returns (a terminal state set now would
+  // let a client read the record before its error is written).
+  update_([](SyncRecord& r) { r.diverges = true; });
   return DataLoss(why);
 }
 

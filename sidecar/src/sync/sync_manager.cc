@@ -167,7 +167,7 @@ void SyncManager::WorkerLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     SyncState final_state;
     auto it = records_.find(id);
-    const bool diverged = it != records_.end() && it->second.state == SyncState::kDiverged;
+    const bool diverged = it != records_.end() && it->second.diverges;
     if (s.ok()) {
       final_state = request.kind == JobKind::kSync ? SyncState::kLive : SyncState::kVerified;
     } else if (diverged) {

@@ -26,7 +26,7 @@ namespace deltakv::sidecar {
 // Runs one job (a sync, a verify or a scrub). Calls `update` to publish progress (state
 // changes, timings, counters); the manager stores each update. Returns OK when the new version
 // is live (sync) or the live bytes matched (verify, scrub). On an error the record takes the
-// message and ends `diverged` if the executor set that state (a failure after COMMIT, or bytes
+// message and ends `diverged` if the executor set `diverges` (a failure after COMMIT, or bytes
 // that differ), else `aborted` (sync: the executor guarantees no engine byte changed) or
 // `failed` (verify, scrub).
 class SyncExecutor {

@@ -53,7 +53,9 @@ struct SyncRecord {
   std::string id;
   SyncRequest request;
   SyncState state = SyncState::kQueued;
-  std::string error;                       // set when aborted
+  std::string error;                       // set when aborted, diverged or failed
+  // Set by the executor while it runs: the job ends `diverged` (not serialized).
+  bool diverges = false;
   std::string parent_version;              // from the delta manifest
   std::map<std::string, double> phase_ms;  // "fetch", "decode", "stage", "pause", ...
   uint64_t bytes_fetched = 0;
