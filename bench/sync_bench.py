@@ -15,30 +15,14 @@ sync's pause over the slowest rank's reload pause. A figure missing from either 
 bench with an error rather than producing a ratio.
 """
 import argparse, json, os, platform, shutil, signal, subprocess, sys, tempfile, time
-import concurrent.futures, urllib.error, urllib.request
+import concurrent.futures
 
 
-def http(method, url, body=None, token=None):
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 method=method)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=3600) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        body = e.read().decode(errors="replace")[:500]
-        sys.exit(f"sync_bench: {method} {url}: HTTP {e.code}: {body}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import Bench  # noqa: E402
 
-
-def figure(obj, key, what):
-    """obj[key] as a positive number, or exits naming what is missing."""
-    v = obj.get(key) if isinstance(obj, dict) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        sys.exit(f"sync_bench: {what} has no {key!r}: {json.dumps(obj)[:500]}")
-    if v <= 0:
-        sys.exit(f"sync_bench: {what} reports {key}={v}, which cannot be a measured time")
-    return v
+_bench = Bench("sync_bench")
+http, figure = _bench.http, _bench.figure
 
 
 def vm_hwm_mib(pid):

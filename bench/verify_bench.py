@@ -17,7 +17,6 @@ scrub_rate_limited: one scrub with rate_gbps (a per-rank limit); achieved GB/s p
 bytes_checked / tp over the checksum phase. A missing figure stops the bench with an error.
 """
 import argparse, json, os, platform, shutil, signal, subprocess, sys, tempfile, time
-import urllib.error, urllib.request
 
 import numpy as np
 
@@ -25,27 +24,11 @@ BENCH = "verify_bench"
 TOKEN = "bench-token"
 
 
-def http(method, url, body=None, token=None):
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 method=method)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=3600) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        body = e.read().decode(errors="replace")[:500]
-        sys.exit(f"{BENCH}: {method} {url}: HTTP {e.code}: {body}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import Bench  # noqa: E402
 
-
-def figure(obj, key, what):
-    """obj[key] as a positive number, or exits naming what is missing."""
-    v = obj.get(key) if isinstance(obj, dict) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        sys.exit(f"{BENCH}: {what} has no {key!r}: {json.dumps(obj)[:500]}")
-    if v <= 0:
-        sys.exit(f"{BENCH}: {what} reports {key}={v}, which cannot be a measurement")
-    return v
+_bench = Bench("verify_bench")
+http, figure = _bench.http, _bench.figure
 
 
 def wait_file(path, proc, what, timeout=600):

@@ -150,6 +150,22 @@ void Engine::Send(const StatusOr<shm::Message>& msg) {
   (void)handle_->responses().Push(*bytes, 2s);
 }
 
+void Engine::SendReport(ReportMaker make, uint64_t id, const std::vector<shm::StagedEntry>& entries,
+                        uint64_t bytes) {
+  const uint32_t parts = static_cast<uint32_t>(
+      std::max<size_t>(1, (entries.size() + kEntriesPerStagedPart - 1) / kEntriesPerStagedPart));
+  for (uint32_t p = 0; p < parts; ++p) {
+    shm::StagedReport rep;
+    rep.part_index = p;
+    rep.part_count = parts;
+    rep.changed_bytes = p == 0 ? bytes : 0;
+    const size_t begin = p * kEntriesPerStagedPart;
+    const size_t end = std::min(entries.size(), begin + kEntriesPerStagedPart);
+    rep.entries.assign(entries.begin() + begin, entries.begin() + end);
+    Send(make(id, rep));
+  }
+}
+
 void Engine::WorkerLoop() {
   std::vector<uint8_t> buf;
   auto last_check = Clock::now();
@@ -330,18 +346,7 @@ void Engine::HandleVerify(const shm::Message& msg) {
           {t, d.s1(), d.s2(), VerifiedEntry::Flags(VerifiedEntry::kReplicaRef, holder)});
     }
   }
-  const uint32_t parts = static_cast<uint32_t>(
-      std::max<size_t>(1, (entries.size() + kEntriesPerStagedPart - 1) / kEntriesPerStagedPart));
-  for (uint32_t p = 0; p < parts; ++p) {
-    shm::StagedReport rep;
-    rep.part_index = p;
-    rep.part_count = parts;
-    rep.changed_bytes = p == 0 ? bytes_read : 0;
-    size_t begin = p * kEntriesPerStagedPart;
-    size_t end = std::min(entries.size(), begin + kEntriesPerStagedPart);
-    rep.entries.assign(entries.begin() + begin, entries.begin() + end);
-    Send(shm::MakeVerified(msg.sync_id, rep));
-  }
+  SendReport(shm::MakeVerified, msg.sync_id, entries, bytes_read);
 }
 
 void Engine::HandlePlan(const shm::Message& msg) {
@@ -378,18 +383,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
     }
     changed += staged[t].bytes_changed;
   }
-  const uint32_t parts = static_cast<uint32_t>(
-      std::max<size_t>(1, (entries.size() + kEntriesPerStagedPart - 1) / kEntriesPerStagedPart));
-  for (uint32_t p = 0; p < parts; ++p) {
-    shm::StagedReport rep;
-    rep.part_index = p;
-    rep.part_count = parts;
-    rep.changed_bytes = p == 0 ? changed : 0;
-    size_t begin = p * kEntriesPerStagedPart;
-    size_t end = std::min(entries.size(), begin + kEntriesPerStagedPart);
-    rep.entries.assign(entries.begin() + begin, entries.begin() + end);
-    Send(shm::MakeStaged(sync_id, rep));
-  }
+  SendReport(shm::MakeStaged, sync_id, entries, changed);
   // Wait for the decision; it lives in the control block, so it survives the sidecar. The wait
   // ends: decided (a newer decision counts as ABORT for this sync), the sidecar dead or replaced
   // (judged from its pid and heartbeat within about a second), or the handle freed.

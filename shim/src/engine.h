@@ -93,6 +93,11 @@ class Engine {
   // Writes the staged plan; returns the pause in microseconds.
   StatusOr<uint64_t> ApplyCommit(PendingCommit& pc);
   void Send(const StatusOr<shm::Message>& msg);
+  // Sends a STAGED or VERIFIED report in parts of at most kEntriesPerStagedPart entries, with
+  // `bytes` (changed or read) in part 0.
+  using ReportMaker = StatusOr<shm::Message> (*)(uint64_t, const shm::StagedReport&);
+  void SendReport(ReportMaker make, uint64_t id, const std::vector<shm::StagedEntry>& entries,
+                  uint64_t bytes);
   // Checksums the live weights and sends kVerified (or kError) for `job_id`.
   void HandleVerify(const shm::Message& msg);
   void SetState(deltakv_engine_state s) { state_.store(s, std::memory_order_release); }

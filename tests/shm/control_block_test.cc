@@ -273,22 +273,25 @@ TEST(ControlBlockTest, ConcurrentSameRankHasExactlyOneWinner) {
   }
 }
 
+// A child process that registers `rank` of `world`, sets word `rank`, and waits to be killed.
+pid_t SpawnIdleRank(const std::string& name, const Words& words, uint32_t rank, uint32_t world) {
+  return ForkChild([&, rank, world] {
+    auto engine = ControlBlock::Attach(name);
+    if (!engine.ok()) return 1;
+    StatusOr<RankHandle> handle = (*engine)->RegisterRank(rank, world);
+    if (!handle.ok()) return 2;
+    words.Set(static_cast<int>(rank), 1);
+    pause();
+    return 0;
+  });
+}
+
 TEST(ControlBlockTest, SigkilledRankIsReclaimed) {
   const std::string name = UniqueName("ctl");
   ScopedUnlink cleanup(name);
   auto sidecar = ControlBlock::Create(name, SmallOptions()).value();
   Words words;
-  auto spawn_rank = [&](uint32_t rank) {
-    return ForkChild([&, rank] {
-      auto engine = ControlBlock::Attach(name);
-      if (!engine.ok()) return 1;
-      StatusOr<RankHandle> handle = (*engine)->RegisterRank(rank, 4);
-      if (!handle.ok()) return 2;
-      words.Set(static_cast<int>(rank), 1);
-      pause();
-      return 0;
-    });
-  };
+  auto spawn_rank = [&](uint32_t rank) { return SpawnIdleRank(name, words, rank, 4); };
   // Rank 0 dies; the sidecar's ReclaimDead notices (zombie or reaped, either way).
   pid_t victim = spawn_rank(0);
   ASSERT_TRUE(words.AwaitNonzero(0));
@@ -330,17 +333,7 @@ TEST(ControlBlockTest, CheckRankSeesStoppedAndZombieRanksQuickly) {
   ScopedUnlink cleanup(name);
   auto sidecar = ControlBlock::Create(name, SmallOptions()).value();
   Words words;
-  auto spawn_rank = [&](uint32_t rank) {
-    return ForkChild([&, rank] {
-      auto engine = ControlBlock::Attach(name);
-      if (!engine.ok()) return 1;
-      StatusOr<RankHandle> handle = (*engine)->RegisterRank(rank, 2);
-      if (!handle.ok()) return 2;
-      words.Set(static_cast<int>(rank), 1);
-      pause();
-      return 0;
-    });
-  };
+  auto spawn_rank = [&](uint32_t rank) { return SpawnIdleRank(name, words, rank, 2); };
   pid_t stopped = spawn_rank(0);
   pid_t zombie = spawn_rank(1);
   ASSERT_TRUE(words.AwaitNonzero(0));

@@ -91,7 +91,17 @@ void HttpApi::Routes() {
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
-  s.Post("/v1/sync", [this](const httplib::Request& req, httplib::Response& res) {
+  // Syncs, verifies and scrubs are jobs: 202 with an id, polled at /v1/syncs/{id}.
+  auto submit = [this](httplib::Response& res, SyncRequest r) {
+    auto id = manager_->Submit(std::move(r));
+    if (!id.ok()) {
+      return SendError(res, HttpStatusFor(id.status()),
+                       std::string(StatusCodeName(id.status().code())), id.status().message());
+    }
+    res.set_header("Location", "/v1/syncs/" + *id);
+    SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
+  };
+  s.Post("/v1/sync", [submit](const httplib::Request& req, httplib::Response& res) {
     Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
       return SendError(res, 400, "INVALID_ARGUMENT", "body must be a JSON object");
@@ -106,25 +116,9 @@ void HttpApi::Routes() {
     }
     r.version = body["version"].get<std::string>();
     r.delta = body["delta"].get<std::string>();
-    auto id = manager_->Submit(std::move(r));
-    if (!id.ok()) {
-      return SendError(res, HttpStatusFor(id.status()),
-                       std::string(StatusCodeName(id.status().code())), id.status().message());
-    }
-    res.set_header("Location", "/v1/syncs/" + *id);
-    SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
+    submit(res, std::move(r));
   });
 
-  // Verify and scrub are jobs like syncs: 202 with an id, polled at /v1/syncs/{id}.
-  auto submit = [this](httplib::Response& res, SyncRequest r) {
-    auto id = manager_->Submit(std::move(r));
-    if (!id.ok()) {
-      return SendError(res, HttpStatusFor(id.status()),
-                       std::string(StatusCodeName(id.status().code())), id.status().message());
-    }
-    res.set_header("Location", "/v1/syncs/" + *id);
-    SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
-  };
   // Optional "rate_gbps" (number >= 0): the ranks' read rate limit; false if it is malformed.
   auto read_rate = [](const Json& body, SyncRequest& r, httplib::Response& res) {
     auto it = body.find("rate_gbps");
