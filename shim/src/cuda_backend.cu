@@ -350,12 +350,7 @@ class CudaBackend final : public DeviceBackend {
                                                    descs.size(),
                                                    static_cast<unsigned long long*>(staging_.ptr));
     CUDA_RETURN_IF_ERROR(cudaGetLastError(), "checksum kernel launch");
-    RETURN_IF_ERROR(pinned_.Reserve(sum_bytes));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.ptr, staging_.ptr, sum_bytes,
-                                         cudaMemcpyDeviceToHost, stream_),
-                         "sums download");
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "checksum");
-    const auto* sums = static_cast<const unsigned long long*>(pinned_.ptr);
+    ASSIGN_OR_RETURN(const unsigned long long* sums, DownloadSums(sum_bytes));
     for (size_t i = 0; i < ranges.size(); ++i) {
       out[i].Merge(deltasync::AdlerDelta::FromSums(static_cast<uint32_t>(sums[2 * i] % kAdlerMod),
                                                    static_cast<uint32_t>(sums[2 * i + 1] % kAdlerMod)));
@@ -424,12 +419,7 @@ class CudaBackend final : public DeviceBackend {
         static_cast<const StageDesc*>(descs_.ptr), stage.size(), static_cast<uint8_t*>(p->data.ptr),
         static_cast<unsigned long long*>(staging_.ptr));
     CUDA_RETURN_IF_ERROR(cudaGetLastError(), "staging kernel launch");
-    RETURN_IF_ERROR(pinned_.Reserve(sum_bytes));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.ptr, staging_.ptr, sum_bytes,
-                                         cudaMemcpyDeviceToHost, stream_),
-                         "sums download");
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "staging");
-    const auto* w = static_cast<const unsigned long long*>(pinned_.ptr);
+    ASSIGN_OR_RETURN(const unsigned long long* w, DownloadSums(sum_bytes));
     for (size_t t = 0; t < sums->size(); ++t) {
       auto word = [&](size_t k) { return static_cast<uint32_t>(w[4 * t + k] % kAdlerMod); };
       (*sums)[t].delta.Merge(deltasync::AdlerDelta::FromSums(word(0), word(1)));
@@ -501,6 +491,16 @@ class CudaBackend final : public DeviceBackend {
   }
 
  private:
+  // The sum words the last kernel left in staging_, copied into pinned_ once the stream is done.
+  StatusOr<const unsigned long long*> DownloadSums(uint64_t bytes) {
+    RETURN_IF_ERROR(pinned_.Reserve(bytes));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(pinned_.ptr, staging_.ptr, bytes, cudaMemcpyDeviceToHost, stream_),
+        "sums download");
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "sums download");
+    return static_cast<const unsigned long long*>(pinned_.ptr);
+  }
+
   // host -> device through pinned_ in chunks, on stream_; returns when the bytes are there.
   Status Upload(void* device, const void* host, uint64_t bytes) {
     const uint64_t chunk = std::min<uint64_t>(bytes, kGatherChunkBytes);
