@@ -99,16 +99,17 @@ Status WritePlanReader::ForEach(
     if (end - pos < sizeof(PlanRecord)) return InvalidArgument("plan: truncated record header");
     PlanRecord rec;
     std::memcpy(&rec, buf_.data() + pos, sizeof(rec));
-    std::string where = "plan record " + std::to_string(index);
+    // The record's name is built only on the error paths (this loop runs per changed run).
+    auto where = [index] { return "plan record " + std::to_string(index); };
     if (rec.tensor >= tensors_.size())
-      return InvalidArgument(where + ": tensor index out of range");
+      return InvalidArgument(where() + ": tensor index out of range");
     const PlanTensor& t = tensors_[rec.tensor];
     if (rec.canonical_offset > t.canonical_length ||
         rec.length > t.canonical_length - rec.canonical_offset) {
-      return InvalidArgument(where + ": canonical range beyond the tensor");
+      return InvalidArgument(where() + ": canonical range beyond the tensor");
     }
     uint64_t need = sizeof(PlanRecord) + Align8(rec.length);
-    if (need > end - pos) return InvalidArgument(where + ": data runs past the plan");
+    if (need > end - pos) return InvalidArgument(where() + ": data runs past the plan");
     RETURN_IF_ERROR(
         fn(rec, std::span<uint8_t>(buf_.data() + pos + sizeof(PlanRecord), rec.length)));
     pos += need;

@@ -66,6 +66,7 @@ TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
   size_t next = 0;
   std::mt19937_64 rng(2);
   for (uint64_t frontier = 0; frontier < 3'000'000; frontier += 50'000) {
+    if (frontier > 0) index.BeginBlock(frontier - 50'000, 50'000);
     while (next < positions.size() && positions[next] < frontier) {
       index.Append(positions[next], static_cast<uint8_t>(positions[next] | 1));
       ++next;

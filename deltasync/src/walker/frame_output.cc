@@ -9,19 +9,32 @@ void FrameOutput::StartFrame(uint64_t global_start, uint64_t window, bool hash) 
   index_.Reset(window);
   hash_.Reset();
   hashing_ = hash;
-  hashed_ = 0;
+  delivered_ = 0;
   global_start_ = global_start;
   window_ = window;
   pos_ = 0;
   nonzeros_ = 0;
 }
 
-void FrameOutput::AppendBytes(const uint8_t* data, size_t size) {
+void FrameOutput::EndBlock() {
+  const uint64_t end = index_.end();
   if (hashing_) {
-    HashUpTo(pos_);
-    hash_.Update(data, size);
-    hashed_ = pos_ + size;
+    for (uint64_t i = delivered_; i < end; ++i) {
+      const uint64_t e = index_.at(i);
+      emitter_.Add(global_start_ + (e >> 8), static_cast<uint8_t>(e));
+      hash_.AddByteAt(e >> 8, static_cast<uint8_t>(e));
+    }
+    hash_.UpdateZeros(pos_ - hash_.length());
+  } else {
+    for (uint64_t i = delivered_; i < end; ++i) {
+      const uint64_t e = index_.at(i);
+      emitter_.Add(global_start_ + (e >> 8), static_cast<uint8_t>(e));
+    }
   }
+  delivered_ = end;
+}
+
+void FrameOutput::AppendBytes(const uint8_t* data, size_t size) {
   size_t i = 0;
   // Skip zero words quickly; inspect bytes only in words that hold a nonzero.
   while (i + 8 <= size) {
@@ -47,17 +60,6 @@ void FrameOutput::AppendRepeated(uint8_t value, uint64_t count) {
     pos_ += count;
     return;
   }
-  if (hashing_) {
-    HashUpTo(pos_);
-    uint8_t chunk[256];
-    std::memset(chunk, value, sizeof(chunk));
-    for (uint64_t left = count; left > 0;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, sizeof(chunk)));
-      hash_.Update(chunk, n);
-      left -= n;
-    }
-    hashed_ = pos_ + count;
-  }
   for (uint64_t i = 0; i < count; ++i) AddNonzero(pos_ + i, value);
   pos_ += count;
 }
@@ -71,19 +73,13 @@ void FrameOutput::CopyMatch(uint64_t offset, uint64_t length) {
     const uint64_t e = index_.at(i);
     const uint64_t p = e >> 8;
     if (p >= source_end) break;
-    const uint8_t v = static_cast<uint8_t>(e);
-    if (hashing_) {
-      HashUpTo(p + offset);
-      hash_.Update(&v, 1);
-      hashed_ = p + offset + 1;
-    }
-    AddNonzero(p + offset, v);
+    AddNonzero(p + offset, static_cast<uint8_t>(e));
   }
   pos_ += length;
 }
 
 uint64_t FrameOutput::FinishHash() {
-  HashUpTo(pos_);
+  hash_.UpdateZeros(pos_ - hash_.length());
   return hash_.Digest();
 }
 

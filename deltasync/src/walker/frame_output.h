@@ -1,7 +1,9 @@
 // FrameOutput: the decoded stream of one frame, kept virtually. It advances the frame position
-// over literals, repeated bytes and matches, records every nonzero byte in the NonzeroIndex,
-// hands it to the RunEmitter at its global position, and feeds the content checksum lazily
-// (zero gaps go to Xxh64::UpdateZeros when the next nonzero byte or the frame end arrives).
+// over literals, repeated bytes and matches and records every nonzero byte in the NonzeroIndex;
+// that is all the per-sequence work. At the end of each block (EndBlock) one pass over the
+// block's new entries hands them to the RunEmitter at their global positions and feeds the
+// content checksum from them (zero gaps go to Xxh64::UpdateZeros), so neither costs anything
+// inside the sequence loop.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,11 @@ class FrameOutput {
 
   uint64_t position() const { return pos_; }
   uint64_t nonzeros() const { return nonzeros_; }
+
+  // Brackets every block: BeginBlock before its first byte (`max_output` bounds what it may
+  // write), EndBlock after its last (delivers its nonzeros and hashes them).
+  void BeginBlock(uint64_t max_output) { index_.BeginBlock(pos_, max_output); }
+  void EndBlock();
 
   // Appends bytes as they are (raw blocks, literals).
   void AppendBytes(const uint8_t* data, size_t size);
@@ -52,21 +59,14 @@ class FrameOutput {
   void CopyMatch(uint64_t offset, uint64_t length);
   void AddNonzero(uint64_t position, uint8_t value) {
     index_.Append(position, value);
-    emitter_.Add(global_start_ + position, value);
     ++nonzeros_;
-  }
-  void HashUpTo(uint64_t position) {
-    if (position > hashed_) {
-      hash_.UpdateZeros(position - hashed_);
-      hashed_ = position;
-    }
   }
 
   RunEmitter& emitter_;
   NonzeroIndex index_;
   Xxh64 hash_;
   bool hashing_ = false;
-  uint64_t hashed_ = 0;  // frame position up to which the hash has been fed
+  uint64_t delivered_ = 0;  // absolute index of the first entry EndBlock has not handled
   uint64_t global_start_ = 0;
   uint64_t window_ = 0;
   uint64_t pos_ = 0;

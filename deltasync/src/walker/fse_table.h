@@ -13,6 +13,9 @@ namespace deltakv::deltasync::walker {
 
 inline constexpr uint32_t kFseMaxLog = 9;
 inline constexpr uint32_t kFseMaxSymbols = 256;
+// Upper bound on the bytes of one sequence-table description (4 + 53 symbols x 10 bits, plus
+// zero-run flags), used to keep a copy for reuse.
+inline constexpr size_t kFseMaxDescriptionBytes = 128;
 
 // One decoding state: emit `symbol`, then next state = base + read(nb_bits).
 struct FseCell {

@@ -1,6 +1,8 @@
 #include "walker/huffman.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
 #include <string>
 
 #include "walker/bit_reader.h"
@@ -101,16 +103,28 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
     }
     *consumed = 1 + bytes;
   }
-  // Weight sum, implied last weight, and the rank counts.
-  std::array<uint32_t, kHuffmanMaxLog + 2> rank_count{};
+  // Weight sum, implied last weight, and the rank counts. Four partial histograms: most weights
+  // are 0, and one histogram would chain every increment through the same counter.
+  std::array<std::array<uint32_t, 16>, 4> partial{};
   uint64_t total = 0;
+  uint8_t max_weight = 0;
   for (uint32_t i = 0; i < count; ++i) {
-    if (weights[i] > kHuffmanMaxLog) {
-      return DataLoss("Huffman weight " + std::to_string(weights[i]) + " above maximum " +
-                      std::to_string(kHuffmanMaxLog));
+    const uint8_t w = weights[i];
+    max_weight = std::max(max_weight, w);
+    ++partial[i & 3][w & 15];
+    total += (uint64_t{1} << (w & 15)) >> 1;
+  }
+  if (max_weight > kHuffmanMaxLog) {
+    for (uint32_t i = 0; i < count; ++i) {
+      if (weights[i] > kHuffmanMaxLog) {
+        return DataLoss("Huffman weight " + std::to_string(weights[i]) + " above maximum " +
+                        std::to_string(kHuffmanMaxLog));
+      }
     }
-    ++rank_count[weights[i]];
-    total += (uint64_t{1} << weights[i]) >> 1;
+  }
+  std::array<uint32_t, kHuffmanMaxLog + 2> rank_count{};
+  for (uint32_t w = 0; w < rank_count.size(); ++w) {
+    rank_count[w] = partial[0][w] + partial[1][w] + partial[2][w] + partial[3][w];
   }
   if (total == 0) return DataLoss("Huffman weights are all zero");
   const uint32_t log = static_cast<uint32_t>(std::bit_width(total));  // highbit + 1
@@ -129,20 +143,26 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
     return DataLoss("Huffman weights: odd or too small count of weight-1 symbols");
   }
   // Canonical assignment: lower weights (longer codes) take the lower table indices.
-  std::array<uint32_t, kHuffmanMaxLog + 2> start{};
-  uint32_t next = 0;
-  for (uint32_t w = 1; w <= log; ++w) {
-    start[w] = next;
-    next += rank_count[w] << (w - 1);
-  }
   table->log = log;
-  for (uint32_t s = 0; s < num_symbols; ++s) {
+  // Symbols in canonical order (by weight, then symbol), so the cells are written in increasing
+  // address order and every symbol can be written with whole 8-byte stores of four cells: the
+  // cells a short run writes past its end belong to the symbols that follow and are rewritten.
+  // No branch depends on a weight.
+  std::array<uint32_t, kHuffmanMaxLog + 2> slot{};
+  for (uint32_t w = 1; w <= log; ++w) slot[w] = slot[w - 1] + rank_count[w - 1];
+  std::array<uint8_t, kMaxWeights + 1> order;
+  for (uint32_t s = 0; s < num_symbols; ++s) order[slot[weights[s]]++] = static_cast<uint8_t>(s);
+  HuffmanCell* out = table->cells.data();
+  for (uint32_t k = rank_count[0]; k < num_symbols; ++k) {
+    const uint32_t s = order[k];
     const uint32_t w = weights[s];
-    if (w == 0) continue;
     const uint32_t len = (1u << w) >> 1;
     const HuffmanCell cell{static_cast<uint8_t>(s), static_cast<uint8_t>(log + 1 - w)};
-    for (uint32_t i = 0; i < len; ++i) table->cells[start[w] + i] = cell;
-    start[w] += len;
+    uint16_t one;
+    std::memcpy(&one, &cell, 2);
+    const uint64_t four = uint64_t{one} * 0x0001000100010001ull;
+    for (uint32_t i = 0; i < len; i += 4) std::memcpy(out + i, &four, 8);
+    out += len;
   }
   return Status::Ok();
 }

@@ -21,7 +21,7 @@ struct HuffmanCell {
 
 struct HuffmanTable {
   uint32_t log = 0;  // maximum code length; the table has 1 << log cells
-  std::array<HuffmanCell, 1u << kHuffmanMaxLog> cells;
+  std::array<HuffmanCell, (1u << kHuffmanMaxLog) + 4> cells;  // + 4: room for whole 8-byte stores
 };
 
 // Reads a Huffman tree description from the start of `in` and builds `table`. Stores the bytes

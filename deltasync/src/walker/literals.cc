@@ -1,5 +1,6 @@
 #include "walker/literals.h"
 
+#include <cstring>
 #include <string>
 
 namespace deltakv::deltasync::walker {
@@ -89,8 +90,16 @@ Status DecodeLiterals(std::span<const uint8_t> block, size_t block_max, Literals
   }
   std::span<const uint8_t> section = block.subspan(header, compressed);
   if (type == 2) {
-    size_t tree = 0;
-    RETURN_IF_ERROR(ReadHuffmanTable(section, &state->huffman, &tree));
+    size_t tree = state->description_size;
+    if (tree == 0 || section.size() < tree ||
+        std::memcmp(section.data(), state->description, tree) != 0) {
+      state->description_size = 0;
+      RETURN_IF_ERROR(ReadHuffmanTable(section, &state->huffman, &tree));
+      if (tree <= sizeof(state->description)) {
+        std::memcpy(state->description, section.data(), tree);
+        state->description_size = tree;
+      }
+    }
     state->has_huffman = true;
     section = section.subspan(tree);
   } else if (!state->has_huffman) {

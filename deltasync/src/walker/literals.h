@@ -23,6 +23,10 @@ struct Literals {
 struct LiteralsState {
   HuffmanTable huffman;
   bool has_huffman = false;
+  // The tree description `huffman` was built from (self-delimiting, at most 129 bytes): a block
+  // that repeats it reuses the table unbuilt. 0: nothing reusable.
+  uint8_t description[160];
+  size_t description_size = 0;
   std::vector<uint8_t> buffer;  // decoded Huffman literals of the current block
 };
 

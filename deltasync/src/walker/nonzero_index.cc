@@ -9,17 +9,18 @@ void NonzeroIndex::Reset(uint64_t window) {
   base_ = 0;
   first_.clear();
   page_base_ = 0;
+  retired_ = 0;
   // The ring covers the window plus one block of lookahead, rounded up to a power of two.
-  const uint64_t span_chunks =
-      (std::min<uint64_t>(window, kMaxPosition) + (256u << 10)) >> kChunkShift;
+  const uint64_t span = std::min<uint64_t>(window, kMaxPosition) + (256u << 10);
   max_words_ = 1;
-  while (max_words_ * 64 < span_chunks) max_words_ <<= 1;
+  while (max_words_ * 64 < span) max_words_ <<= 1;
   // Start small and grow with the output (before the ring first wraps), so a frame that
   // declares a huge window but is short costs little.
   const uint64_t words = std::min<uint64_t>(max_words_, 1024);
   chunk_bits_.assign(words, 0);
   word_mask_ = words - 1;
-  clean_until_ = 0;
+  summary_.assign(words / 64, 0);
+  summary_mask_ = words / 64 - 1;
 }
 
 void NonzeroIndex::ExtendPages(uint64_t page) {
@@ -28,21 +29,38 @@ void NonzeroIndex::ExtendPages(uint64_t page) {
   if (page >= covered) first_.resize(first_.size() + (page - covered + 1), end());
 }
 
-void NonzeroIndex::CleanChunks(uint64_t chunk) {
-  // Clean 4 KiB ahead (the ring keeps 256 KiB beyond the window), so this runs rarely.
-  const uint64_t target_word = (chunk >> 6) + 64;
-  if (target_word > chunk_bits_.size() && chunk_bits_.size() < max_words_ &&
-      clean_until_ >> 6 <= chunk_bits_.size()) {
-    // Not wrapped yet: slot == chunk, so growing keeps every bit in place.
+void NonzeroIndex::Clear(uint64_t position) {
+  const uint64_t word = position >> 6;
+  uint64_t& bits = chunk_bits_[word & word_mask_];
+  bits &= ~(uint64_t{1} << (position & 63));
+  if (bits == 0) summary_[(word >> 6) & summary_mask_] &= ~(uint64_t{1} << (word & 63));
+}
+
+void NonzeroIndex::RetireBelow(uint64_t index) {
+  for (; retired_ < index; ++retired_) Clear(entries_[retired_ - base_] >> 8);
+}
+
+void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
+  const uint64_t limit = position + max_output;
+  if (limit > chunk_bits_.size() * 64 && chunk_bits_.size() < max_words_) {
+    // Not wrapped yet (every position so far is below `ring`): slot == position, so growing
+    // keeps every bit in place.
     uint64_t words = chunk_bits_.size();
-    while (words < target_word && words < max_words_) words <<= 1;
+    while (words * 64 < limit && words < max_words_) words <<= 1;
     chunk_bits_.resize(words, 0);
     word_mask_ = words - 1;
+    summary_.resize(words / 64, 0);
+    summary_mask_ = words / 64 - 1;
   }
-  uint64_t word = clean_until_ >> 6;
-  if (target_word - word > chunk_bits_.size()) word = target_word - chunk_bits_.size();
-  for (; word < target_word; ++word) chunk_bits_[word & word_mask_] = 0;
-  clean_until_ = target_word << 6;
+  const uint64_t ring = chunk_bits_.size() * 64;
+  if (limit <= ring) return;
+  // Writes up to `limit` reuse the slots of positions below limit - ring: clear them. Matches
+  // reach at most a window back, which stays inside the ring (ring >= window + max_output).
+  const uint64_t horizon = limit - ring;
+  while (retired_ < end() && (entries_[retired_ - base_] >> 8) < horizon) {
+    Clear(entries_[retired_ - base_] >> 8);
+    ++retired_;
+  }
 }
 
 uint64_t NonzeroIndex::LowerBound(uint64_t position, uint64_t frontier) {
@@ -77,6 +95,8 @@ void NonzeroIndex::Prune(uint64_t floor, uint64_t frontier) {
   // Batch: release only when at least half of the pages (and a thousand) are stale.
   if (drop_pages < 1024 || drop_pages * 2 < first_.size()) return;
   const uint64_t new_base = first_[drop_pages];
+  // Entries dropped here are below the window, a ring slot nobody has reused yet.
+  RetireBelow(new_base);
   entries_.erase(entries_.begin(), entries_.begin() + static_cast<ptrdiff_t>(new_base - base_));
   base_ = new_base;
   first_.erase(first_.begin(), first_.begin() + static_cast<ptrdiff_t>(drop_pages));

@@ -5,7 +5,10 @@
 //
 // A ring bitmap with one bit per byte of the window ("is nonzero") answers the most common
 // question, "is this short match source all zero?", exactly from one or two words in cache,
-// without touching the entries (window / 8 bytes of memory).
+// without touching the entries (window / 8 bytes of memory). Bits are cleared entry by entry as
+// entries fall a whole ring behind, so the ring never costs work per output byte. A summary with
+// one bit per bitmap word answers long ranges (a zero run matched from an earlier zero run) in
+// a few words as well.
 //
 // Entries and pages older than the window are dropped in amortized O(1), so memory is bounded
 // by the nonzeros, pages and chunk bits inside the window. Indices handed out are absolute
@@ -26,46 +29,58 @@ class NonzeroIndex {
   // Starts an empty frame whose matches reach at most `window` bytes back.
   void Reset(uint64_t window);
 
-  // REQUIRES: position > every earlier position, position <= kMaxPosition, value != 0.
+  // Prepares for a block that writes at most `max_output` bytes from `position` on: grows the
+  // ring while it has not wrapped, and clears the ring bits the block's writes will reuse (those
+  // of entries a whole ring behind), so the bitmap costs O(nonzeros), never O(output).
+  void BeginBlock(uint64_t position, uint64_t max_output);
+
+  // REQUIRES: position > every earlier position, position <= kMaxPosition, value != 0, and
+  // position below the limit of the last BeginBlock.
   void Append(uint64_t position, uint8_t value) {
     const uint64_t page = position >> kPageShift;
     if (page >= page_base_ + first_.size()) ExtendPages(page);
     entries_.push_back(position << 8 | value);
-    const uint64_t chunk = position >> kChunkShift;
-    if (chunk >= clean_until_) CleanChunks(chunk);
-    chunk_bits_[(chunk >> 6) & word_mask_] |= uint64_t{1} << (chunk & 63);
+    const uint64_t word = position >> 6;
+    chunk_bits_[word & word_mask_] |= uint64_t{1} << (position & 63);
+    summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
   }
 
   // Absolute index of the first entry at a position >= `position`.
   // REQUIRES: floor() <= position <= frontier, where frontier is the current output position.
   uint64_t LowerBound(uint64_t position, uint64_t frontier);
 
-  // Returns true only if no entry lies in [begin, end). Exact for ranges under 1 KiB; longer
-  // ranges are answered at page granularity (false then means "maybe").
+  // Returns true only if no entry lies in [begin, end). Exact for ranges up to 256 KiB (from the
+  // bitmap and its summary); longer ranges are answered at page granularity (false then means
+  // "maybe").
   // REQUIRES: floor() <= begin < end <= frontier.
   [[gnu::always_inline]] bool EmptyRange(uint64_t begin, uint64_t end, uint64_t frontier) {
-    const uint64_t first_chunk = begin >> kChunkShift;
-    const uint64_t last_chunk = (end - 1) >> kChunkShift;
-    if (last_chunk < clean_until_ && (last_chunk >> 6) - (first_chunk >> 6) <= 1) {
+    // Ring bits for positions in [frontier - ring, frontier) are current (BeginBlock).
+    const uint64_t last = end - 1;
+    const uint64_t w0 = begin >> 6, w1 = last >> 6;
+    const uint64_t lo_mask = ~uint64_t{0} << (begin & 63);
+    const uint64_t hi_mask = ~uint64_t{0} >> (63 - (last & 63));
+    if (w1 - w0 <= 1) [[likely]] {
       // At most two words: straight-line code.
-      const uint64_t w0 = first_chunk >> 6, w1 = last_chunk >> 6;
-      const uint64_t lo_mask = ~uint64_t{0} << (first_chunk & 63);
-      const uint64_t hi_mask = ~uint64_t{0} >> (63 - (last_chunk & 63));
       if (w0 == w1) return (chunk_bits_[w0 & word_mask_] & lo_mask & hi_mask) == 0;
       return ((chunk_bits_[w0 & word_mask_] & lo_mask) |
               (chunk_bits_[w1 & word_mask_] & hi_mask)) == 0;
     }
-    if (last_chunk - first_chunk < 1024) {
-      // Chunks below clean_until_ are current; chunks at or above it hold no nonzero yet.
-      if (first_chunk >= clean_until_) return true;
-      const uint64_t last = last_chunk < clean_until_ ? last_chunk : clean_until_ - 1;
-      for (uint64_t word = first_chunk >> 6; word <= (last >> 6); ++word) {
-        uint64_t bits = chunk_bits_[word & word_mask_];
-        if (word == (first_chunk >> 6)) bits &= ~uint64_t{0} << (first_chunk & 63);
-        if (word == (last >> 6)) bits &= ~uint64_t{0} >> (63 - (last & 63));
-        if (bits != 0) return false;
-      }
-      return true;
+    // Longer: the two edge words, then the interior words through the summary (one bit per
+    // word), up to 256 KiB of interior in at most 64 summary words.
+    if (((chunk_bits_[w0 & word_mask_] & lo_mask) | (chunk_bits_[w1 & word_mask_] & hi_mask)) !=
+        0) {
+      return false;
+    }
+    const uint64_t i0 = w0 + 1, i1 = w1 - 1;  // interior words, inclusive
+    const uint64_t s0 = i0 >> 6, s1 = i1 >> 6;
+    if (s1 - s0 < 64) {
+      const uint64_t first_mask = ~uint64_t{0} << (i0 & 63);
+      const uint64_t last_mask = ~uint64_t{0} >> (63 - (i1 & 63));
+      if (s0 == s1) return (summary_[s0 & summary_mask_] & first_mask & last_mask) == 0;
+      uint64_t bits = (summary_[s0 & summary_mask_] & first_mask) |
+                      (summary_[s1 & summary_mask_] & last_mask);
+      for (uint64_t sw = s0 + 1; sw < s1; ++sw) bits |= summary_[sw & summary_mask_];
+      return bits == 0;
     }
     const uint64_t frontier_page = frontier >> kPageShift;
     if (frontier_page >= page_base_ + first_.size()) ExtendPages(frontier_page);
@@ -88,20 +103,23 @@ class NonzeroIndex {
   size_t live_pages() const { return first_.size(); }
 
  private:
-  static constexpr unsigned kChunkShift = 0;  // one bit per byte: exact
-
   void ExtendPages(uint64_t page);
-  // Clears the ring words that chunks up to `chunk` (and the rest of its word) will reuse.
-  void CleanChunks(uint64_t chunk);
+  // Clears the ring bit of `position` (and its summary bit when the word empties).
+  void Clear(uint64_t position);
+  // Clears the ring bits of entries with an absolute index below `index`.
+  void RetireBelow(uint64_t index);
 
   std::vector<uint64_t> entries_;     // packed, sorted by position
   uint64_t base_ = 0;                 // absolute index of entries_[0]
   std::vector<uint64_t> first_;       // absolute entry index per page
   uint64_t page_base_ = 0;            // page number of first_[0]
-  std::vector<uint64_t> chunk_bits_;  // ring: bit (c & 63) of word (c >> 6) & word_mask_
+  std::vector<uint64_t> chunk_bits_;  // ring: bit (p & 63) of word (p >> 6) & word_mask_
   uint64_t word_mask_ = 0;
-  uint64_t max_words_ = 1;    // ring size needed for the window
-  uint64_t clean_until_ = 0;  // chunks below this are current (a multiple of 64)
+  // One bit per ring word: set while the word holds a nonzero bit (same ring indexing).
+  std::vector<uint64_t> summary_;
+  uint64_t summary_mask_ = 0;
+  uint64_t max_words_ = 1;  // ring size needed for the window plus one block
+  uint64_t retired_ = 0;    // absolute index: entries below it have their ring bits cleared
 };
 
 }  // namespace deltakv::deltasync::walker

@@ -1,5 +1,6 @@
 #include "walker/sequences.h"
 
+#include <cstring>
 #include <string>
 
 #include "deltasync/xor_decoder.h"
@@ -56,12 +57,12 @@ const char* const kTableNames[3] = {"literal lengths", "offsets", "match lengths
 
 // Reads one table according to `mode`; advances `pos` within `in`.
 Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* pos,
-                 bool has_previous, FseTable* table) {
+                 bool has_previous, SequenceTable* table) {
   static constexpr uint32_t kMaxSymbol[3] = {kMaxLiteralCode, kMaxOffsetCode, kMaxMatchCode};
   static constexpr uint32_t kMaxLog[3] = {9, 8, 9};
   switch (mode) {
     case 0:
-      *table = DefaultTable(which);
+      table->current = &DefaultTable(which);
       return Status::Ok();
     case 1: {
       if (*pos >= in.size()) {
@@ -72,22 +73,37 @@ Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* 
         return DataLoss(std::string(kTableNames[which]) + ": RLE symbol " + std::to_string(symbol) +
                         " above maximum code");
       }
-      BuildRleFseTable(symbol, table);
+      BuildRleFseTable(symbol, &table->rle);
+      table->current = &table->rle;
       ++*pos;
       return Status::Ok();
     }
     case 2: {
+      // A description is self-delimiting: the same leading bytes parse to the same table.
+      const size_t known = table->description_size;
+      if (known > 0 && in.size() - *pos >= known &&
+          std::memcmp(in.data() + *pos, table->description, known) == 0) {
+        table->current = &table->built;
+        *pos += known;
+        return Status::Ok();
+      }
       FseCounts counts;
       size_t used = 0;
+      table->description_size = 0;
       RETURN_IF_ERROR(
           ReadFseCounts(in.subspan(*pos), kMaxSymbol[which], kMaxLog[which], &counts, &used)
               .WithPrefix(kTableNames[which]));
-      BuildFseTable(counts, table);
+      BuildFseTable(counts, &table->built);
+      table->current = &table->built;
+      if (used <= sizeof(table->description)) {
+        std::memcpy(table->description, in.data() + *pos, used);
+        table->description_size = used;
+      }
       *pos += used;
       return Status::Ok();
     }
     default:
-      if (!has_previous) {
+      if (!has_previous || table->current == nullptr) {
         return DataLoss(std::string(kTableNames[which]) +
                         ": Repeat mode without an earlier table in the frame");
       }
@@ -153,12 +169,12 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   if (!br.Init(in.data() + pos, in.size() - pos)) {
     return DataLoss("sequence bitstream empty or without end marker");
   }
-  const FseCell* ll_cells = state->ll.cells.data();
-  const FseCell* of_cells = state->of.cells.data();
-  const FseCell* ml_cells = state->ml.cells.data();
-  uint32_t ll_state = static_cast<uint32_t>(br.Read(state->ll.log));
-  uint32_t of_state = static_cast<uint32_t>(br.Read(state->of.log));
-  uint32_t ml_state = static_cast<uint32_t>(br.Read(state->ml.log));
+  const FseCell* ll_cells = state->ll.current->cells.data();
+  const FseCell* of_cells = state->of.current->cells.data();
+  const FseCell* ml_cells = state->ml.current->cells.data();
+  uint32_t ll_state = static_cast<uint32_t>(br.Read(state->ll.current->log));
+  uint32_t of_state = static_cast<uint32_t>(br.Read(state->of.current->log));
+  uint32_t ml_state = static_cast<uint32_t>(br.Read(state->ml.current->log));
   uint64_t rep0 = state->rep[0], rep1 = state->rep[1], rep2 = state->rep[2];
   uint64_t produced = 0;
   const uint64_t room =

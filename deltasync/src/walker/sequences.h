@@ -14,9 +14,21 @@
 
 namespace deltakv::deltasync::walker {
 
+// One of the three sequence tables (literal lengths, offsets, match lengths) as a block uses
+// it: the predefined table, an RLE table, or one built from a description. A built table is
+// kept with the description it came from, so a later block that repeats the same description
+// bytes (common: consecutive blocks of a delta have the same statistics) reuses it unbuilt.
+struct SequenceTable {
+  const FseTable* current = nullptr;  // what the block decodes with
+  FseTable built;                     // from the description in `description`
+  FseTable rle;
+  uint8_t description[kFseMaxDescriptionBytes];
+  size_t description_size = 0;  // 0: `built` holds nothing reusable
+};
+
 // Sequence decoding state carried across the compressed blocks of a frame.
 struct SequenceState {
-  FseTable ll, of, ml;
+  SequenceTable ll, of, ml;
   bool has_tables = false;  // set by the first block with sequences (for Repeat mode)
   uint64_t rep[3] = {1, 4, 8};
   void Reset() {

@@ -15,15 +15,37 @@ class Xxh64 {
   void Update(const uint8_t* data, size_t size);
   // Same result as Update() over `size` zero bytes.
   void UpdateZeros(uint64_t size);
+  // Same result as UpdateZeros(position - length()) then Update(&value, 1): a sparse stream is
+  // hashed from its nonzero bytes alone. REQUIRES: position >= length().
+  void AddByteAt(uint64_t position, uint8_t value) {
+    const uint64_t gap = position - total_;
+    if (buffered_ + gap < 32) [[likely]] {
+      buffered_ += static_cast<uint32_t>(gap);  // the buffer past buffered_ is already zero
+    } else {
+      UpdateZeros(gap);
+    }
+    buffer_[buffered_++] = value;
+    total_ = position + 1;
+    if (buffered_ == 32) {
+      ConsumeStripe(buffer_);
+      ClearBuffer();
+    }
+  }
+  // Bytes hashed so far.
+  uint64_t length() const { return total_; }
   uint64_t Digest() const;
 
  private:
   void ConsumeStripe(const uint8_t* p);
+  void ClearBuffer() {
+    __builtin_memset(buffer_, 0, sizeof(buffer_));
+    buffered_ = 0;
+  }
 
   uint64_t seed_ = 0;
   uint64_t lanes_[4] = {};
   uint64_t total_ = 0;
-  uint8_t buffer_[32] = {};
+  uint8_t buffer_[32] = {};  // bytes at and past buffered_ are zero
   uint32_t buffered_ = 0;
 };
 

@@ -250,6 +250,7 @@ Status SparseZstdWalker::Impl::DecodeBlock(std::span<const uint8_t> body) {
   const uint64_t room =
       options_.limits.max_output > global ? options_.limits.max_output - global : 0;
   uint64_t work = 1;
+  output_.BeginBlock(walker::kMaxBlockSize);
   if (block_type_ != 2) {
     if (block_size_ > room) {
       return ResourceExhausted(std::string(kOutputLimitMessage) + ": more than " +
@@ -280,6 +281,7 @@ Status SparseZstdWalker::Impl::DecodeBlock(std::span<const uint8_t> body) {
     stats_.compat_flags |= block.compat_flags;
     work += block.sequences + block.literal_bytes;
   }
+  output_.EndBlock();
   ++stats_.blocks;
   const uint64_t new_nonzeros = output_.nonzeros() - before_nonzeros;
   stats_.nonzero_bytes += new_nonzeros;
