@@ -57,6 +57,35 @@ TEST(WalkerXxh64, ZeroRunsEqualZeroBytesAtAnySplit) {
   }
 }
 
+TEST(WalkerXxh64, SparseUpdatesEqualTheDenseStream) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const uint64_t length = rng() % 5000;
+    std::vector<uint8_t> dense(length, 0);
+    walker::Xxh64 sparse;
+    uint64_t at = 0;
+    // Several calls, mixing dense Update, zero runs and sparse ranges of varied density.
+    while (at < length) {
+      const uint64_t end = std::min<uint64_t>(length, at + 1 + rng() % 700);
+      if (rng() % 4 == 0) {
+        for (uint64_t p = at; p < end; ++p) dense[p] = static_cast<uint8_t>(rng());
+        sparse.Update(dense.data() + at, end - at);
+      } else {
+        std::vector<uint64_t> entries;
+        const uint64_t gap = rng() % 5 == 0 ? 100000 : 1 + rng() % 80;  // some zero runs
+        for (uint64_t p = at + rng() % gap; p < end; p += 1 + rng() % gap) {
+          dense[p] = static_cast<uint8_t>(1 + rng() % 255);
+          entries.push_back(p << 8 | dense[p]);
+        }
+        sparse.UpdateSparse(entries.data(), entries.size(), end);
+      }
+      ASSERT_EQ(sparse.length(), end);
+      at = end;
+    }
+    ASSERT_EQ(sparse.Digest(), Xxh64Digest(dense.data(), dense.size())) << "trial " << trial;
+  }
+}
+
 TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
   walker::NonzeroIndex index;
   const uint64_t window = 1 << 20;

@@ -18,18 +18,12 @@ void FrameOutput::StartFrame(uint64_t global_start, uint64_t window, bool hash) 
 
 void FrameOutput::EndBlock() {
   const uint64_t end = index_.end();
-  if (hashing_) {
-    for (uint64_t i = delivered_; i < end; ++i) {
-      const uint64_t e = index_.at(i);
-      emitter_.Add(global_start_ + (e >> 8), static_cast<uint8_t>(e));
-      hash_.AddByteAt(e >> 8, static_cast<uint8_t>(e));
-    }
-    hash_.UpdateZeros(pos_ - hash_.length());
-  } else {
-    for (uint64_t i = delivered_; i < end; ++i) {
-      const uint64_t e = index_.at(i);
-      emitter_.Add(global_start_ + (e >> 8), static_cast<uint8_t>(e));
-    }
+  for (uint64_t i = delivered_; i < end; ++i) {
+    const uint64_t e = index_.at(i);
+    emitter_.Add(global_start_ + (e >> 8), static_cast<uint8_t>(e));
+  }
+  if (hashing_ && pos_ > hash_.length()) {
+    hash_.UpdateSparse(index_.data_at(delivered_), end - delivered_, pos_);
   }
   delivered_ = end;
 }

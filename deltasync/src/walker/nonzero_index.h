@@ -95,6 +95,8 @@ class NonzeroIndex {
   uint64_t end() const { return base_ + entries_.size(); }
   // Packed entry at absolute index `i`. REQUIRES: LowerBound-derived i < end().
   uint64_t at(uint64_t i) const { return entries_[i - base_]; }
+  // The packed entries from absolute index `i` on, contiguous up to end().
+  const uint64_t* data_at(uint64_t i) const { return entries_.data() + (i - base_); }
 
   // Declares positions below `floor` unreachable; memory for them is released in batches.
   void Prune(uint64_t floor, uint64_t frontier);

@@ -153,6 +153,66 @@ void Xxh64::UpdateZeros(uint64_t size) {
   buffered_ = static_cast<uint32_t>(size % 32);  // zeros: the buffer is clear here
 }
 
+namespace {
+
+// Advances four lanes over `stripes` zero stripes, in registers for short gaps.
+inline void ZeroStripes(uint64_t& v0, uint64_t& v1, uint64_t& v2, uint64_t& v3,
+                        uint64_t stripes) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (stripes >= 8 && HasAvx512()) {
+    uint64_t lanes[4] = {v0, v1, v2, v3};
+    ZeroStripesAvx512(lanes, stripes);
+    v0 = lanes[0];
+    v1 = lanes[1];
+    v2 = lanes[2];
+    v3 = lanes[3];
+    return;
+  }
+#endif
+  for (; stripes > 0; --stripes) {
+    v0 = std::rotl(v0, 31) * kP1;
+    v1 = std::rotl(v1, 31) * kP1;
+    v2 = std::rotl(v2, 31) * kP1;
+    v3 = std::rotl(v3, 31) * kP1;
+  }
+}
+
+}  // namespace
+
+void Xxh64::UpdateSparse(const uint64_t* entries, size_t count, uint64_t end) {
+  uint64_t v0 = lanes_[0], v1 = lanes_[1], v2 = lanes_[2], v3 = lanes_[3];
+  // buffer_ holds stripe `current` (bytes below total_; the rest zero).
+  uint64_t current = total_ >> 5;
+  auto close_current = [&] {
+    v0 = Round(v0, Load64(buffer_));
+    v1 = Round(v1, Load64(buffer_ + 8));
+    v2 = Round(v2, Load64(buffer_ + 16));
+    v3 = Round(v3, Load64(buffer_ + 24));
+    std::memset(buffer_, 0, sizeof(buffer_));
+  };
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t position = entries[i] >> 8;
+    const uint64_t stripe = position >> 5;
+    if (stripe != current) {
+      // Every position below this one is final, so the current stripe is complete.
+      close_current();
+      ZeroStripes(v0, v1, v2, v3, stripe - current - 1);
+      current = stripe;
+    }
+    buffer_[position & 31] = static_cast<uint8_t>(entries[i]);
+  }
+  if ((end >> 5) > current) {
+    close_current();
+    ZeroStripes(v0, v1, v2, v3, (end >> 5) - current - 1);
+  }
+  lanes_[0] = v0;
+  lanes_[1] = v1;
+  lanes_[2] = v2;
+  lanes_[3] = v3;
+  total_ = end;
+  buffered_ = static_cast<uint32_t>(end & 31);
+}
+
 uint64_t Xxh64::Digest() const {
   uint64_t h;
   if (total_ >= 32) {

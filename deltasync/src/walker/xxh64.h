@@ -15,22 +15,11 @@ class Xxh64 {
   void Update(const uint8_t* data, size_t size);
   // Same result as Update() over `size` zero bytes.
   void UpdateZeros(uint64_t size);
-  // Same result as UpdateZeros(position - length()) then Update(&value, 1): a sparse stream is
-  // hashed from its nonzero bytes alone. REQUIRES: position >= length().
-  void AddByteAt(uint64_t position, uint8_t value) {
-    const uint64_t gap = position - total_;
-    if (buffered_ + gap < 32) [[likely]] {
-      buffered_ += static_cast<uint32_t>(gap);  // the buffer past buffered_ is already zero
-    } else {
-      UpdateZeros(gap);
-    }
-    buffer_[buffered_++] = value;
-    total_ = position + 1;
-    if (buffered_ == 32) {
-      ConsumeStripe(buffer_);
-      ClearBuffer();
-    }
-  }
+  // Same result as Update() over the stream from length() up to `end` that is zero except at
+  // `count` packed entries (position << 8 | value, positions increasing, in [length(), end)):
+  // a sparse stream is hashed from its nonzero bytes alone, the lanes in registers throughout. REQUIRES: the stream's position 0 is
+  // the first byte ever hashed (stripes are aligned to multiples of 32).
+  void UpdateSparse(const uint64_t* entries, size_t count, uint64_t end);
   // Bytes hashed so far.
   uint64_t length() const { return total_; }
   uint64_t Digest() const;
