@@ -127,6 +127,37 @@ TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
   EXPECT_LT(index.live_entries(), positions.size());  // pruning released memory
 }
 
+TEST(WalkerBitReader, FastReaderAgreesWithTheByteReader) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<uint8_t> data(1 + rng() % 40);
+    for (auto& b : data) b = static_cast<uint8_t>(rng());
+    if (data.back() == 0) data.back() = 1;
+    walker::BackwardBitReader slow;
+    walker::FastBackwardBitReader fast;
+    ASSERT_TRUE(slow.Init(data.data(), data.size()));
+    ASSERT_TRUE(fast.Init(data.data(), data.size()));
+    ASSERT_EQ(fast.bits_left(), slow.bits_left());
+    // Groups of reads of at most 56 bits between reloads, until past the start.
+    while (!slow.overflowed()) {
+      unsigned budget = 56;
+      while (budget > 0) {
+        const unsigned n = static_cast<unsigned>(rng() % (std::min(budget, 26u) + 1));
+        const uint64_t expected = slow.Read(n);
+        const uint64_t got = fast.Read(n);
+        budget -= n;
+        ASSERT_EQ(fast.bits_left(), slow.bits_left());
+        if (slow.overflowed()) break;
+        ASSERT_EQ(got, expected) << "trial " << trial << " n " << n;
+        if (n == 0) break;
+      }
+      ASSERT_EQ(fast.finished(), slow.finished());
+      ASSERT_EQ(fast.overflowed(), slow.overflowed());
+      fast.Reload();
+    }
+  }
+}
+
 TEST(WalkerBitReader, BackwardReadsAndZeroFill) {
   const uint8_t data[] = {0b10110010, 0b00000101};  // marker at bit 2 of the last byte
   walker::BackwardBitReader br;

@@ -91,4 +91,64 @@ class BackwardBitReader {
   int64_t bits_left_ = 0;
 };
 
+// The same stream read through a 64-bit container (the layout libzstd's decoder uses): a read
+// is two shifts of a register and the container is refilled by Reload() between groups of
+// reads of at most 56 bits. For hot loops (the sequence bitstream). Past the start, reads
+// return unspecified (but in-range for their width) values and overflowed() turns true.
+class FastBackwardBitReader {
+ public:
+  // Returns false when the stream is empty or its last byte is 0 (no end marker).
+  bool Init(const uint8_t* data, size_t size) {
+    if (size == 0 || data[size - 1] == 0) return false;
+    start_ = data;
+    const unsigned marker = 9 - static_cast<unsigned>(std::bit_width(data[size - 1]));
+    if (size >= 8) {
+      ptr_ = data + size - 8;
+      std::memcpy(&container_, ptr_, 8);
+      consumed_ = marker;
+    } else {
+      // Short stream: its bytes at the bottom of the container, the missing top ones counted as
+      // consumed.
+      ptr_ = data;
+      container_ = 0;
+      std::memcpy(&container_, data, size);
+      consumed_ = marker + 8 * static_cast<unsigned>(8 - size);
+    }
+    return true;
+  }
+  // REQUIRES: n <= 56, and at most 56 bits read since the last Reload().
+  uint64_t Read(unsigned n) {
+    const uint64_t v = ((container_ << (consumed_ & 63)) >> 1) >> (63 - n);
+    consumed_ += n;
+    return v;
+  }
+  // Refills the container so that at least 56 unread bits are in it (or all that are left).
+  void Reload() {
+    if (ptr_ >= start_ + 8) [[likely]] {
+      ptr_ -= consumed_ >> 3;
+      consumed_ &= 7;
+      std::memcpy(&container_, ptr_, 8);
+      return;
+    }
+    if (ptr_ == start_ || consumed_ > 64) return;
+    size_t back = consumed_ >> 3;
+    if (back > static_cast<size_t>(ptr_ - start_)) back = static_cast<size_t>(ptr_ - start_);
+    ptr_ -= back;
+    consumed_ -= static_cast<unsigned>(8 * back);
+    std::memcpy(&container_, ptr_, 8);
+  }
+  // Unread bits; negative once the reader went past the start.
+  int64_t bits_left() const {
+    return static_cast<int64_t>(ptr_ - start_) * 8 + 64 - static_cast<int64_t>(consumed_);
+  }
+  bool overflowed() const { return bits_left() < 0; }
+  bool finished() const { return bits_left() == 0; }
+
+ private:
+  const uint8_t* start_ = nullptr;
+  const uint8_t* ptr_ = nullptr;  // the container holds the 8 bytes at ptr_
+  uint64_t container_ = 0;
+  unsigned consumed_ = 0;  // bits of the container already read, from its top
+};
+
 }  // namespace deltakv::deltasync::walker

@@ -13,7 +13,6 @@ void FrameOutput::StartFrame(uint64_t global_start, uint64_t window, bool hash) 
   global_start_ = global_start;
   window_ = window;
   pos_ = 0;
-  nonzeros_ = 0;
 }
 
 void FrameOutput::EndBlock() {

@@ -23,7 +23,7 @@ class FrameOutput {
   void StartFrame(uint64_t global_start, uint64_t window, bool hash);
 
   uint64_t position() const { return pos_; }
-  uint64_t nonzeros() const { return nonzeros_; }
+  uint64_t nonzeros() const { return index_.end(); }  // indices count from the frame start
 
   // Brackets every block: BeginBlock before its first byte (`max_output` bounds what it may
   // write), EndBlock after its last (delivers its nonzeros and hashes them).
@@ -32,6 +32,11 @@ class FrameOutput {
 
   // Appends bytes as they are (raw blocks, literals).
   void AppendBytes(const uint8_t* data, size_t size);
+  // The same for a few bytes (a sequence's literals): no call, no branch per byte.
+  void AppendFew(const uint8_t* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) index_.AppendIfNonzero(pos_ + i, data[i]);
+    pos_ += size;
+  }
   // Appends `count` copies of `value`.
   void AppendRepeated(uint8_t value, uint64_t count);
   // Appends a match. REQUIRES: 1 <= offset <= position(), offset <= window.
@@ -57,10 +62,7 @@ class FrameOutput {
 
  private:
   void CopyMatch(uint64_t offset, uint64_t length);
-  void AddNonzero(uint64_t position, uint8_t value) {
-    index_.Append(position, value);
-    ++nonzeros_;
-  }
+  void AddNonzero(uint64_t position, uint8_t value) { index_.Append(position, value); }
 
   RunEmitter& emitter_;
   NonzeroIndex index_;
@@ -70,7 +72,6 @@ class FrameOutput {
   uint64_t global_start_ = 0;
   uint64_t window_ = 0;
   uint64_t pos_ = 0;
-  uint64_t nonzeros_ = 0;
 };
 
 }  // namespace deltakv::deltasync::walker

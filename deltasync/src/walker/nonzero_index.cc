@@ -42,6 +42,7 @@ void NonzeroIndex::RetireBelow(uint64_t index) {
 
 void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
   const uint64_t limit = position + max_output;
+  entries_.Reserve(entries_.size() + static_cast<size_t>(max_output) + 1);
   if (limit > chunk_bits_.size() * 64 && chunk_bits_.size() < max_words_) {
     // Not wrapped yet (every position so far is below `ring`): slot == position, so growing
     // keeps every bit in place.
@@ -97,7 +98,7 @@ void NonzeroIndex::Prune(uint64_t floor, uint64_t frontier) {
   const uint64_t new_base = first_[drop_pages];
   // Entries dropped here are below the window, a ring slot nobody has reused yet.
   RetireBelow(new_base);
-  entries_.erase(entries_.begin(), entries_.begin() + static_cast<ptrdiff_t>(new_base - base_));
+  entries_.EraseFront(static_cast<size_t>(new_base - base_));
   base_ = new_base;
   first_.erase(first_.begin(), first_.begin() + static_cast<ptrdiff_t>(drop_pages));
   page_base_ += drop_pages;

@@ -15,11 +15,49 @@
 // (they stay valid across pruning as long as the entry itself is still inside the window).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 namespace deltakv::deltasync::walker {
+
+// A growable array of packed entries that keeps writable room past its size: BeginBlock makes
+// room for a whole block, so appends inside a block need no capacity check and a branch-free
+// append can write a slot and count it only when its byte is nonzero.
+class EntryBuffer {
+ public:
+  size_t size() const { return size_; }
+  const uint64_t* data() const { return data_.get(); }
+  uint64_t operator[](size_t i) const { return data_[i]; }
+  void clear() { size_ = 0; }
+  // Capacity for at least `n` entries; contents kept.
+  void Reserve(size_t n) {
+    if (n <= capacity_) return;
+    size_t grown = std::max<size_t>(n, capacity_ + capacity_ / 2);
+    auto bigger = std::make_unique_for_overwrite<uint64_t[]>(grown);
+    if (size_ > 0) std::memcpy(bigger.get(), data_.get(), size_ * sizeof(uint64_t));
+    data_ = std::move(bigger);
+    capacity_ = grown;
+  }
+  // REQUIRES: size() < capacity (after Reserve).
+  void Push(uint64_t v) { data_[size_++] = v; }
+  void PushIf(uint64_t v, bool keep) {
+    data_[size_] = v;
+    size_ += keep ? 1 : 0;
+  }
+  void EraseFront(size_t n) {
+    std::memmove(data_.get(), data_.get() + n, (size_ - n) * sizeof(uint64_t));
+    size_ -= n;
+  }
+
+ private:
+  std::unique_ptr<uint64_t[]> data_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
 
 class NonzeroIndex {
  public:
@@ -39,10 +77,20 @@ class NonzeroIndex {
   void Append(uint64_t position, uint8_t value) {
     const uint64_t page = position >> kPageShift;
     if (page >= page_base_ + first_.size()) ExtendPages(page);
-    entries_.push_back(position << 8 | value);
+    entries_.Push(position << 8 | value);
     const uint64_t word = position >> 6;
     chunk_bits_[word & word_mask_] |= uint64_t{1} << (position & 63);
     summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
+  }
+  // Append(position, value) when value != 0, nothing otherwise, without a branch on value.
+  void AppendIfNonzero(uint64_t position, uint8_t value) {
+    const uint64_t page = position >> kPageShift;
+    if (page >= page_base_ + first_.size()) ExtendPages(page);
+    const uint64_t bit = value != 0 ? 1 : 0;
+    entries_.PushIf(position << 8 | value, bit != 0);
+    const uint64_t word = position >> 6;
+    chunk_bits_[word & word_mask_] |= bit << (position & 63);
+    summary_[(word >> 6) & summary_mask_] |= bit << (word & 63);
   }
 
   // Absolute index of the first entry at a position >= `position`.
@@ -111,7 +159,7 @@ class NonzeroIndex {
   // Clears the ring bits of entries with an absolute index below `index`.
   void RetireBelow(uint64_t index);
 
-  std::vector<uint64_t> entries_;     // packed, sorted by position
+  EntryBuffer entries_;               // packed, sorted by position
   uint64_t base_ = 0;                 // absolute index of entries_[0]
   std::vector<uint64_t> first_;       // absolute entry index per page
   uint64_t page_base_ = 0;            // page number of first_[0]

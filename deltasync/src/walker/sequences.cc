@@ -135,7 +135,11 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   uint64_t lit_pos = 0;
   auto emit_literals = [&](uint64_t n) {
     if (literals.bytes != nullptr) {
-      out->AppendBytes(literals.bytes + lit_pos, n);
+      if (n <= 16) [[likely]] {
+        out->AppendFew(literals.bytes + lit_pos, n);
+      } else {
+        out->AppendBytes(literals.bytes + lit_pos, n);
+      }
     } else {
       out->AppendRepeated(literals.rle_value, n);
     }
@@ -165,7 +169,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   RETURN_IF_ERROR(ReadTable(2, (modes >> 2) & 3, in, &pos, state->has_tables, &state->ml));
   state->has_tables = true;
 
-  BackwardBitReader br;
+  FastBackwardBitReader br;
   if (!br.Init(in.data() + pos, in.size() - pos)) {
     return DataLoss("sequence bitstream empty or without end marker");
   }
@@ -175,6 +179,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   uint32_t ll_state = static_cast<uint32_t>(br.Read(state->ll.current->log));
   uint32_t of_state = static_cast<uint32_t>(br.Read(state->of.current->log));
   uint32_t ml_state = static_cast<uint32_t>(br.Read(state->ml.current->log));
+  br.Reload();
   uint64_t rep0 = state->rep[0], rep1 = state->rep[1], rep2 = state->rep[2];
   uint64_t produced = 0;
   const uint64_t room =
@@ -194,10 +199,12 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
       ml_extra = (v >> ll_bits) & walker::LowMask(ml_bits);
       offset_extra = v >> (ll_bits + ml_bits);
     } else {
-      offset_extra = br.Read(of_bits);
-      ml_extra = br.Read(ml_bits);
+      offset_extra = br.Read(of_bits);  // at most 31 bits
+      br.Reload();
+      ml_extra = br.Read(ml_bits);  // at most 16 + 16 bits
       ll_extra = br.Read(ll_bits);
     }
+    br.Reload();
     const uint64_t offset_value = (uint64_t{1} << of_bits) + offset_extra;
     const uint64_t match_length = kMatchBase[ml_cell.symbol] + ml_extra;
     const uint64_t literal_length = kLiteralBase[ll_cell.symbol] + ll_extra;
@@ -208,6 +215,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
       of_state = of_cell.base + static_cast<uint32_t>(v & walker::LowMask(of_n));
       ml_state = ml_cell.base + static_cast<uint32_t>((v >> of_n) & walker::LowMask(ml_n));
       ll_state = ll_cell.base + static_cast<uint32_t>(v >> (of_n + ml_n));
+      br.Reload();
     }
     if (br.overflowed()) [[unlikely]] {
       return DataLoss("sequence bitstream read past its start at sequence " + std::to_string(n) +
