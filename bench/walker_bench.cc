@@ -1,15 +1,29 @@
-// Sparse zstd walker benchmark. Prints the environment, then one JSON line per workload with
-// the walker's logical throughput and the baseline measured in the same run: libzstd
-// ZSTD_decompressDCtx into a buffer followed by a nonzero scan. Each side runs in its own
-// forked child so its peak RSS (wait4 / ru_maxrss) is measured separately. Times are the best
-// of --reps runs, as wall clock (*_gbps, speedup) and as thread CPU time (*_cpu_gbps,
-// speedup_cpu; steadier on a shared machine).
+// Sparse zstd walker benchmark. Prints the environment, then one JSON line per workload: the
+// walker's time (checking the frames' content checksums, the production path, and again with
+// the check off) next to baselines measured in the same run on the same frame:
+//   dense_decode       ZSTD_decompressDCtx into a reused, pre-faulted buffer (no scan): the
+//                      fastest dense decode; libzstd verifies the checksum too.
+//   dense_decode_scan  the same plus a scan for the nonzero bytes (what the walker delivers).
+//   zero_hash          XXH64 over the frame's length of zeros (the walker's zero-stripe path):
+//                      the floor of what checking a checksum costs without reading any data.
+// Each side runs in its own forked child so its peak RSS (wait4 / ru_maxrss) is measured
+// separately. Times are the best of --reps runs as thread CPU time (*_cpu_*; steadier on a
+// shared machine) and wall clock.
 //
-// Workloads: XOR-delta-like buffers with scattered nonzero bytes at the given densities,
-// compressed by libzstd at the given levels (library defaults: no checksum unless --checksum).
+// Workloads (--shape): adam (default): the XOR of two bf16 tensors across one Adam-like step on
+// fp32 master weights (weights ~ N(0, 0.02), a clipped unit-normal update scaled so that the
+// given fraction of bytes changes; both rounded to bf16 to nearest even): mostly low-byte
+// changes with carries, some exponent and sign bytes. bf16: low bytes 1..7 of 2-byte elements.
+// scattered: uniformly scattered random bytes. Frames come from libzstd at each --levels,
+// with content checksums (as the publisher writes them) unless --no-checksum. Levels at or
+// above 10 compress slowly, so they use --slow-level-mib of data.
 //
-// Usage: walker_bench [--size-mib N] [--densities 0.001,0.01,0.05] [--levels 1,3,9]
-//                     [--reps R] [--checksum] [--shape scattered|bf16] [--walker-only]
+// Targets (printed with each line): walker >= 4x dense_decode at byte density <= 0.05 %, >= 2x
+// at <= 0.5 %, >= 1x above; <= 15 ns per sequence; checking checksums <= 1.1x unchecked.
+//
+// Usage: walker_bench [--size-mib N] [--slow-level-mib N] [--densities 0.0005,0.005,0.025]
+//                     [--levels 1,3,19] [--reps R] [--no-checksum]
+//                     [--shape adam|bf16|scattered] [--walker-only]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +31,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,18 +43,20 @@
 
 #include "bench_util.h"
 #include "deltasync/zstd_walker.h"
+#include "walker/xxh64.h"
 
 namespace deltakv::deltasync {
 namespace {
 
 struct Flags {
   size_t size_mib = 256;
-  std::vector<double> densities = {0.001, 0.01, 0.05};
-  std::vector<int> levels = {1, 3, 9};
+  size_t slow_level_mib = 32;
+  std::vector<double> densities = {0.0005, 0.005, 0.025};
+  std::vector<int> levels = {1, 3, 19};
   int reps = 3;
-  bool checksum = false;
-  std::string shape = "scattered";
-  bool walker_only = false;  // for profiling: skip the baseline
+  bool checksum = true;
+  std::string shape = "adam";
+  bool walker_only = false;  // for profiling: skip the baselines
 };
 
 template <typename T>
@@ -69,6 +86,8 @@ Flags ParseFlags(int argc, char** argv) {
     };
     if (a == "--size-mib") {
       f.size_mib = std::strtoull(next(), nullptr, 10);
+    } else if (a == "--slow-level-mib") {
+      f.slow_level_mib = std::strtoull(next(), nullptr, 10);
     } else if (a == "--densities") {
       f.densities = ParseList<double>(next());
     } else if (a == "--levels") {
@@ -77,6 +96,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.reps = std::atoi(next());
     } else if (a == "--checksum") {
       f.checksum = true;
+    } else if (a == "--no-checksum") {
+      f.checksum = false;
     } else if (a == "--walker-only") {
       f.walker_only = true;
     } else if (a == "--shape") {
@@ -86,13 +107,77 @@ Flags ParseFlags(int argc, char** argv) {
       std::exit(2);
     }
   }
+  if (f.shape != "adam" && f.shape != "bf16" && f.shape != "scattered") {
+    std::fprintf(stderr, "unknown --shape %s (adam, bf16, scattered)\n", f.shape.c_str());
+    std::exit(2);
+  }
+  if (f.size_mib == 0 || f.slow_level_mib == 0 || f.reps < 1 || f.densities.empty() ||
+      f.levels.empty()) {
+    std::fprintf(stderr, "sizes, --reps and the lists must be positive and non-empty\n");
+    std::exit(2);
+  }
   return f;
 }
 
-std::vector<uint8_t> MakeData(const Flags& f, double density, uint64_t seed) {
-  std::vector<uint8_t> data(f.size_mib << 20, 0);
+// A fast, reproducible generator (splitmix64) with an approximately normal draw (the sum of
+// four uniforms, Irwin-Hall); the bench needs realistic magnitudes, not exact tails.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float Uniform() { return static_cast<float>(Next() >> 40) * (1.0f / 16777216.0f); }
+  float Normal() {  // mean 0, variance 1
+    return (Uniform() + Uniform() + Uniform() + Uniform() - 2.0f) * 1.7320508f;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint16_t Bf16(float x) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// One Adam-like step of `n` bf16 elements at learning rate `lr`, XORed, into `out` (2n bytes).
+void AdamXor(uint8_t* out, size_t n, double lr, uint64_t seed) {
+  Rng rng(seed);
+  const float step = static_cast<float>(lr);
+  for (size_t i = 0; i < n; ++i) {
+    const float w = rng.Normal() * 0.02f;
+    const float u = std::clamp(rng.Normal(), -3.0f, 3.0f);
+    const uint16_t x = static_cast<uint16_t>(Bf16(w) ^ Bf16(w - step * u));
+    std::memcpy(out + 2 * i, &x, 2);
+  }
+}
+
+// The learning rate at which an Adam-like step changes `density` of the bytes (bisection on a
+// sample; the fraction grows monotonically with the rate).
+double CalibrateLearningRate(double density) {
+  std::vector<uint8_t> sample(2 << 18);
+  double lo = 1e-10, hi = 1e-1;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    AdamXor(sample.data(), sample.size() / 2, mid, 7);
+    const size_t nonzero = sample.size() - static_cast<size_t>(
+                                               std::count(sample.begin(), sample.end(), 0));
+    (static_cast<double>(nonzero) / static_cast<double>(sample.size()) < density ? lo : hi) = mid;
+  }
+  return std::sqrt(lo * hi);
+}
+
+std::vector<uint8_t> MakeData(const Flags& f, size_t size, double density, uint64_t seed) {
+  std::vector<uint8_t> data(size, 0);
   std::mt19937_64 rng(seed);
-  if (f.shape == "bf16") {
+  if (f.shape == "adam") {
+    AdamXor(data.data(), data.size() / 2, CalibrateLearningRate(density), seed);
+  } else if (f.shape == "bf16") {
     // Nonzero low bytes of 2-byte elements; `density` is the fraction of bytes changed.
     std::geometric_distribution<size_t> gap(std::min(1.0, density * 2));
     for (size_t i = 2 * gap(rng); i < data.size(); i += 2 + 2 * gap(rng)) {
@@ -137,6 +222,7 @@ struct Measurement {
   uint64_t nonzeros = 0;
   uint64_t sum = 0;
   uint64_t sequences = 0;
+  uint64_t checksums_verified = 0;
   long peak_rss_kib = 0;
   bool ok = false;
 };
@@ -154,7 +240,7 @@ class CountingSink : public NonzeroSink {
   uint64_t sum = 0;
 };
 
-Measurement RunWalker(const std::vector<uint8_t>& frame, int reps) {
+Measurement RunWalker(const std::vector<uint8_t>& frame, int reps, bool verify) {
   Measurement m;
   for (int r = 0; r < reps; ++r) {
     CountingSink sink;
@@ -162,6 +248,7 @@ Measurement RunWalker(const std::vector<uint8_t>& frame, int reps) {
     bench::Stopwatch sw;
     WalkerOptions options;
     options.limits.max_window_log = 31;
+    options.limits.verify_checksum = verify;
     auto stats = WalkZstd(frame, options, sink);
     const double s = sw.Seconds();
     const double cpu = ThreadCpuSeconds() - cpu0;
@@ -174,14 +261,17 @@ Measurement RunWalker(const std::vector<uint8_t>& frame, int reps) {
     m.nonzeros = sink.nonzeros;
     m.sum = sink.sum;
     m.sequences = stats->sequences;
+    m.checksums_verified = stats->checksums_verified;
   }
   m.ok = true;
   return m;
 }
 
-Measurement RunLibzstdScan(const std::vector<uint8_t>& frame, size_t size, int reps) {
+// libzstd into one buffer, written once before the first timed run (pre-faulted) and reused;
+// with `scan`, followed by a scan that counts and sums the nonzero bytes.
+Measurement RunDense(const std::vector<uint8_t>& frame, size_t size, int reps, bool scan) {
   Measurement m;
-  std::vector<uint8_t> buffer(size);
+  std::vector<uint8_t> buffer(size, 1);
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
   for (int r = 0; r < reps; ++r) {
     const double cpu0 = ThreadCpuSeconds();
@@ -194,20 +284,22 @@ Measurement RunLibzstdScan(const std::vector<uint8_t>& frame, size_t size, int r
       return m;
     }
     uint64_t nonzeros = 0, sum = 0;
-    const uint8_t* p = buffer.data();
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      if (w == 0) continue;
-      for (int j = 0; j < 8; ++j) {
-        nonzeros += p[i + j] != 0;
-        sum += p[i + j];
+    if (scan) {
+      const uint8_t* p = buffer.data();
+      size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        std::memcpy(&w, p + i, 8);
+        if (w == 0) continue;
+        for (int j = 0; j < 8; ++j) {
+          nonzeros += p[i + j] != 0;
+          sum += p[i + j];
+        }
       }
-    }
-    for (; i < n; ++i) {
-      nonzeros += p[i] != 0;
-      sum += p[i];
+      for (; i < n; ++i) {
+        nonzeros += p[i] != 0;
+        sum += p[i];
+      }
     }
     const double s = sw.Seconds();
     const double cpu = ThreadCpuSeconds() - cpu0;
@@ -217,6 +309,24 @@ Measurement RunLibzstdScan(const std::vector<uint8_t>& frame, size_t size, int r
     m.sum = sum;
   }
   ZSTD_freeDCtx(dctx);
+  m.ok = true;
+  return m;
+}
+
+// XXH64 of `size` zero bytes through the walker's zero-stripe path.
+Measurement RunZeroHash(size_t size, int reps) {
+  Measurement m;
+  for (int r = 0; r < reps; ++r) {
+    const double cpu0 = ThreadCpuSeconds();
+    bench::Stopwatch sw;
+    walker::Xxh64 hash;
+    hash.UpdateZeros(size);
+    m.sum = hash.Digest();  // keeps the work
+    const double s = sw.Seconds();
+    const double cpu = ThreadCpuSeconds() - cpu0;
+    if (r == 0 || s < m.best_s) m.best_s = s;
+    if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
+  }
   m.ok = true;
   return m;
 }
@@ -254,14 +364,14 @@ bool WriteAll(int fd, const void* p, size_t n) {
 
 // Generates and compresses a workload in a child, so the parent (whose address space the
 // measuring children inherit) never holds the logical buffer.
-std::vector<uint8_t> MakeFrame(const Flags& flags, double density, int level,
+std::vector<uint8_t> MakeFrame(const Flags& flags, size_t size, double density, int level,
                                uint64_t* expected_nonzeros) {
   int fds[2];
   if (pipe(fds) != 0) std::exit(1);
   const pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    const auto data = MakeData(flags, density, 1000 + static_cast<uint64_t>(level));
+    const auto data = MakeData(flags, size, density, 1000 + static_cast<uint64_t>(level));
     uint64_t nonzeros = 0;
     for (uint8_t b : data) nonzeros += b != 0;
     const auto frame = Compress(data, level, flags.checksum);
@@ -308,19 +418,50 @@ Measurement InChild(Fn&& fn) {
   return m;
 }
 
+// The speedup over the fastest dense decode that the walker must reach at `density`.
+double TargetSpeedup(double density) {
+  if (density <= 0.0005) return 4.0;
+  if (density <= 0.005) return 2.0;
+  return 1.0;
+}
+
+constexpr double kTargetNsPerSequence = 15.0;
+constexpr double kTargetChecksumOverhead = 1.10;
+
 int Main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
   bench::PrintEnvironment("walker_bench");
-  const size_t size = flags.size_mib << 20;
+  int failures = 0;
   for (double density : flags.densities) {
     for (int level : flags.levels) {
+      const size_t mib = level >= 10 ? std::min(flags.slow_level_mib, flags.size_mib)
+                                     : flags.size_mib;
+      const size_t size = mib << 20;
       uint64_t expected_nonzeros = 0;
-      const std::vector<uint8_t> frame = MakeFrame(flags, density, level, &expected_nonzeros);
-      const Measurement walker = InChild([&] { return RunWalker(frame, flags.reps); });
-      const Measurement baseline =
-          flags.walker_only ? Measurement{}
-                            : InChild([&] { return RunLibzstdScan(frame, size, flags.reps); });
+      const std::vector<uint8_t> frame =
+          MakeFrame(flags, size, density, level, &expected_nonzeros);
+      const Measurement walker = InChild([&] { return RunWalker(frame, flags.reps, true); });
+      const Measurement unchecked = InChild([&] { return RunWalker(frame, flags.reps, false); });
+      Measurement dense, scan, zero_hash;
+      if (!flags.walker_only) {
+        dense = InChild([&] { return RunDense(frame, size, flags.reps, false); });
+        scan = InChild([&] { return RunDense(frame, size, flags.reps, true); });
+        zero_hash = InChild([&] { return RunZeroHash(size, flags.reps); });
+      }
+      const bool measured = walker.ok && unchecked.ok &&
+                            (flags.walker_only || (dense.ok && scan.ok && zero_hash.ok));
+      const bool agree = walker.ok && unchecked.ok && walker.nonzeros == expected_nonzeros &&
+                         unchecked.nonzeros == expected_nonzeros &&
+                         (flags.walker_only || (scan.nonzeros == expected_nonzeros &&
+                                                walker.sum == scan.sum)) &&
+                         walker.checksums_verified == (flags.checksum ? 1u : 0u);
       const double gb = static_cast<double>(size) / 1e9;
+      const double ns_per_sequence =
+          walker.sequences ? walker.best_cpu_s * 1e9 / static_cast<double>(walker.sequences) : 0;
+      const double unchecked_ns_per_sequence =
+          unchecked.sequences
+              ? unchecked.best_cpu_s * 1e9 / static_cast<double>(unchecked.sequences)
+              : 0;
       nlohmann::json j = {
           {"bench", "walker_bench"},
           {"kind", "result"},
@@ -328,26 +469,48 @@ int Main(int argc, char** argv) {
           {"density", density},
           {"level", level},
           {"checksum", flags.checksum},
-          {"logical_mib", flags.size_mib},
+          {"logical_mib", mib},
           {"compressed_bytes", frame.size()},
           {"sequences", walker.sequences},
           {"nonzeros", expected_nonzeros},
-          {"agree", walker.ok && baseline.ok && walker.nonzeros == expected_nonzeros &&
-                        baseline.nonzeros == expected_nonzeros && walker.sum == baseline.sum},
-          {"walker_gbps", walker.ok ? gb / walker.best_s : 0.0},
-          {"libzstd_scan_gbps", baseline.ok ? gb / baseline.best_s : 0.0},
-          {"speedup", walker.ok && baseline.ok ? baseline.best_s / walker.best_s : 0.0},
-          {"walker_cpu_gbps", walker.ok ? gb / walker.best_cpu_s : 0.0},
-          {"libzstd_scan_cpu_gbps", baseline.ok ? gb / baseline.best_cpu_s : 0.0},
-          {"speedup_cpu", walker.ok && baseline.ok ? baseline.best_cpu_s / walker.best_cpu_s : 0.0},
-          {"walker_ns_per_sequence",
-           walker.ok && walker.sequences ? walker.best_cpu_s * 1e9 / walker.sequences : 0.0},
+          {"agree", agree},
+          {"walker_ms", walker.best_s * 1e3},
+          {"walker_cpu_ms", walker.best_cpu_s * 1e3},
+          {"walker_cpu_gbps", gb / walker.best_cpu_s},
+          {"walker_ns_per_sequence", ns_per_sequence},
+          {"walker_unchecked_cpu_ms", unchecked.best_cpu_s * 1e3},
+          {"walker_unchecked_ns_per_sequence", unchecked_ns_per_sequence},
+          {"checksum_overhead", walker.best_cpu_s / unchecked.best_cpu_s},
+          {"target_ns_per_sequence", kTargetNsPerSequence},
+          {"target_checksum_overhead", kTargetChecksumOverhead},
           {"walker_peak_rss_mib", walker.peak_rss_kib / 1024.0},
-          {"libzstd_scan_peak_rss_mib", baseline.peak_rss_kib / 1024.0},
           {"parent_rss_at_fork_mib", CurrentRssKib() / 1024.0},
           {"build", bench::BuildType()}};
+      if (!flags.walker_only) {
+        const double target = TargetSpeedup(density);
+        const double speedup = dense.best_cpu_s / walker.best_cpu_s;
+        j.update({{"dense_decode_cpu_ms", dense.best_cpu_s * 1e3},
+                  {"dense_decode_cpu_gbps", gb / dense.best_cpu_s},
+                  {"dense_decode_scan_cpu_ms", scan.best_cpu_s * 1e3},
+                  {"zero_hash_cpu_ms", zero_hash.best_cpu_s * 1e3},
+                  {"speedup_vs_dense_decode", speedup},
+                  {"speedup_vs_dense_decode_wall", dense.best_s / walker.best_s},
+                  {"speedup_vs_dense_decode_scan", scan.best_cpu_s / walker.best_cpu_s},
+                  {"target_speedup", target},
+                  {"meets_speedup_target", speedup >= target},
+                  {"dense_decode_peak_rss_mib", dense.peak_rss_kib / 1024.0}});
+      }
+      j["meets_ns_per_sequence_target"] = ns_per_sequence <= kTargetNsPerSequence;
+      j["meets_checksum_target"] =
+          walker.best_cpu_s / unchecked.best_cpu_s <= kTargetChecksumOverhead;
       bench::PrintResult(j);
+      // A figure that could not be measured, or disagreement with libzstd, fails the run.
+      if (!measured || !agree) ++failures;
     }
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "walker_bench: %d workload(s) failed or disagreed\n", failures);
+    return 1;
   }
   return 0;
 }

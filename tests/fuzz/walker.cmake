@@ -4,3 +4,6 @@ deltakv_add_fuzzer(walker_differential_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/walker_d
 target_include_directories(walker_differential_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/tests)
 deltakv_add_fuzzer(walker_crash_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/walker_crash_fuzz.cc
                    deltakv_deltasync)
+deltakv_add_fuzzer(walker_sparse_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/walker_sparse_fuzz.cc
+                   deltakv_deltasync PkgConfig::ZSTD)
+target_include_directories(walker_sparse_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/tests)
