@@ -17,10 +17,7 @@ void FrameOutput::StartFrame(uint64_t global_start, uint64_t window, bool hash) 
 
 void FrameOutput::EndBlock() {
   const uint64_t end = index_.end();
-  for (uint64_t i = delivered_; i < end; ++i) {
-    const uint64_t e = index_.at(i);
-    emitter_.Add(global_start_ + (e >> 8), static_cast<uint8_t>(e));
-  }
+  emitter_.AddEntries(index_.data_at(delivered_), end - delivered_, global_start_);
   if (hashing_ && pos_ > hash_.length()) {
     hash_.UpdateSparse(index_.data_at(delivered_), end - delivered_, pos_);
   }

@@ -33,14 +33,14 @@ class FrameOutput {
   // Appends bytes as they are (raw blocks, literals).
   void AppendBytes(const uint8_t* data, size_t size);
   // The same for a few bytes (a sequence's literals): no call, no branch per byte.
-  void AppendFew(const uint8_t* data, size_t size) {
+  [[gnu::always_inline]] void AppendFew(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < size; ++i) index_.AppendIfNonzero(pos_ + i, data[i]);
     pos_ += size;
   }
   // Appends `count` copies of `value`.
   void AppendRepeated(uint8_t value, uint64_t count);
   // Appends a match. REQUIRES: 1 <= offset <= position(), offset <= window.
-  void AppendMatch(uint64_t offset, uint64_t length) {
+  [[gnu::always_inline]] void AppendMatch(uint64_t offset, uint64_t length) {
     // Common case on sparse data: the source (or, when overlapping, its first period) holds
     // no nonzero byte, so the match produces only zeros.
     const uint64_t source = pos_ - offset;

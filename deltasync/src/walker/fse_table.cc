@@ -1,6 +1,7 @@
 #include "walker/fse_table.h"
 
 #include <bit>
+#include <cstring>
 #include <string>
 
 #include "walker/bit_reader.h"
@@ -84,13 +85,31 @@ void BuildFseTable(const FseCounts& counts, FseTable* table) {
     }
   }
   const uint32_t step = (size >> 1) + (size >> 3) + 3;
-  uint32_t pos = 0;
-  for (uint32_t s = 0; s < counts.num_symbols; ++s) {
-    for (int32_t i = 0; i < counts.prob[s]; ++i) {
-      table->cells[pos].symbol = static_cast<uint8_t>(s);
-      do {
-        pos = (pos + step) & mask;
-      } while (pos > high);
+  if (high == size - 1) {
+    // No "less than 1" symbols (the common case): lay the symbols out in order, 8 at a time,
+    // then deal them to the cells at stride `step`. No branch depends on the counts.
+    uint8_t spread[(1u << kFseMaxLog) + 8];
+    uint32_t at = 0;
+    for (uint32_t s = 0; s < counts.num_symbols; ++s) {
+      const uint64_t eight = uint64_t{s} * 0x0101010101010101ull;
+      const int32_t n = counts.prob[s];
+      for (int32_t i = 0; i < n; i += 8) std::memcpy(spread + at + i, &eight, 8);
+      at += static_cast<uint32_t>(n > 0 ? n : 0);
+    }
+    uint32_t pos = 0;
+    for (uint32_t i = 0; i < size; ++i) {
+      table->cells[pos].symbol = spread[i];
+      pos = (pos + step) & mask;
+    }
+  } else {
+    uint32_t pos = 0;
+    for (uint32_t s = 0; s < counts.num_symbols; ++s) {
+      for (int32_t i = 0; i < counts.prob[s]; ++i) {
+        table->cells[pos].symbol = static_cast<uint8_t>(s);
+        do {
+          pos = (pos + step) & mask;
+        } while (pos > high);
+      }
     }
   }
   for (uint32_t u = 0; u < size; ++u) {

@@ -22,7 +22,7 @@ Status DecodeFseWeights(std::span<const uint8_t> in, uint8_t* weights, uint32_t*
       ReadFseCounts(in, 255, kWeightsFseMaxLog, &counts, &header).WithPrefix("Huffman weights"));
   FseTable table;
   BuildFseTable(counts, &table);
-  BackwardBitReader br;
+  FastBackwardBitReader br;
   if (!br.Init(in.data() + header, in.size() - header)) {
     return DataLoss("Huffman weights: FSE bitstream empty or without end marker");
   }
@@ -30,6 +30,7 @@ Status DecodeFseWeights(std::span<const uint8_t> in, uint8_t* weights, uint32_t*
   uint32_t state2 = static_cast<uint32_t>(br.Read(table.log));
   uint32_t n = 0;
   for (;;) {
+    br.Reload();  // each turn reads at most 2 x 6 bits
     if (n + 2 > kMaxWeights) return DataLoss("Huffman weights: more than 255 weights");
     const FseCell& c1 = table.cells[state1];
     weights[n++] = c1.symbol;

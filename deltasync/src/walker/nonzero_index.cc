@@ -23,12 +23,6 @@ void NonzeroIndex::Reset(uint64_t window) {
   summary_mask_ = words / 64 - 1;
 }
 
-void NonzeroIndex::ExtendPages(uint64_t page) {
-  // Pages not yet covered hold no entry, so each starts at the current end.
-  const uint64_t covered = page_base_ + first_.size();
-  if (page >= covered) first_.resize(first_.size() + (page - covered + 1), end());
-}
-
 void NonzeroIndex::Clear(uint64_t position) {
   const uint64_t word = position >> 6;
   uint64_t& bits = chunk_bits_[word & word_mask_];

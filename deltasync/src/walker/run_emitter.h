@@ -39,6 +39,26 @@ class RunEmitter {
     run_.push_back(value);
   }
 
+  // Add() for each of `count` packed entries (position << 8 | value) at `base` + position, in
+  // one loop: the common step (the next byte extends the run) is one compare and one store.
+  void AddEntries(const uint64_t* entries, size_t count, uint64_t base) {
+    size_t i = 0;
+    while (i < count) {
+      if (!run_.empty()) {
+        // Extend the current run with adjacent bytes while it has room.
+        uint64_t end = start_ + run_.size();
+        while (i < count && base + (entries[i] >> 8) == end && run_.size() < kMaxRun) {
+          run_.push_back(static_cast<uint8_t>(entries[i]));
+          ++end;
+          ++i;
+        }
+        if (i == count) return;
+      }
+      Add(base + (entries[i] >> 8), static_cast<uint8_t>(entries[i]));
+      ++i;
+    }
+  }
+
   void Flush() {
     if (run_.empty()) return;
     if (status_.ok()) {

@@ -111,6 +111,21 @@ Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* 
   }
 }
 
+// Appends the next `n` literals to the output.
+[[gnu::always_inline]] inline void EmitLiterals(const Literals& literals, uint64_t n,
+                                                uint64_t* lit_pos, FrameOutput* out) {
+  if (literals.bytes != nullptr) {
+    if (n <= 16) [[likely]] {
+      out->AppendFew(literals.bytes + *lit_pos, n);
+    } else {
+      out->AppendBytes(literals.bytes + *lit_pos, n);
+    }
+  } else {
+    out->AppendRepeated(literals.rle_value, n);
+  }
+  *lit_pos += n;
+}
+
 }  // namespace
 
 Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& literals,
@@ -133,18 +148,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     }
   }
   uint64_t lit_pos = 0;
-  auto emit_literals = [&](uint64_t n) {
-    if (literals.bytes != nullptr) {
-      if (n <= 16) [[likely]] {
-        out->AppendFew(literals.bytes + lit_pos, n);
-      } else {
-        out->AppendBytes(literals.bytes + lit_pos, n);
-      }
-    } else {
-      out->AppendRepeated(literals.rle_value, n);
-    }
-    lit_pos += n;
-  };
+  auto emit_literals = [&](uint64_t n) { EmitLiterals(literals, n, &lit_pos, out); };
   result->sequences = 0;
   result->compat_flags = 0;
   if (count == 0) {
@@ -248,7 +252,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
       return DataLoss("block output above Block_Maximum_Size " + std::to_string(limits.block_max) +
                       " (libzstd tolerates)");
     }
-    emit_literals(literal_length);
+    EmitLiterals(literals, literal_length, &lit_pos, out);
     if (offset > out->position()) {
       return DataLoss("sequence " + std::to_string(n) + ": offset " + std::to_string(offset) +
                       " reaches before the frame start (position " +
