@@ -59,6 +59,35 @@ void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
 }
 
 uint64_t NonzeroIndex::LowerBound(uint64_t position, uint64_t frontier) {
+  // Match sources are usually close behind the frontier, so the answer is usually among the
+  // last entries: gallop back from the end first (O(log distance)).
+  const size_t n = entries_.size();
+  const uint64_t key = position << 8;
+  if (n > 0 && entries_[n - 1] >= key) {
+    size_t hi = n - 1, step = 1;  // entries_[hi] >= key
+    while (step <= 64) {
+      if (hi < step) break;
+      if (entries_[hi - step] < key) {
+        // The answer lies in (hi - step, hi].
+        size_t lo = hi - step + 1, len = hi - lo + 1;
+        const uint64_t* first = entries_.data() + lo;
+        while (len > 1) {
+          const size_t half = len / 2;
+          first = first[half - 1] < key ? first + half : first;
+          len -= half;
+        }
+        return base_ + static_cast<uint64_t>(first - entries_.data());
+      }
+      hi -= step;
+      step *= 2;
+    }
+  } else {
+    return end();  // every entry is below the position
+  }
+  return PagedLowerBound(position, frontier);
+}
+
+uint64_t NonzeroIndex::PagedLowerBound(uint64_t position, uint64_t frontier) {
   const uint64_t frontier_page = frontier >> kPageShift;
   if (frontier_page >= page_base_ + first_.size()) ExtendPages(frontier_page);
   uint64_t page = position >> kPageShift;

@@ -83,7 +83,7 @@ class NonzeroIndex {
     summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
   }
   // Append(position, value) when value != 0, nothing otherwise, without a branch on value.
-  void AppendIfNonzero(uint64_t position, uint8_t value) {
+  [[gnu::always_inline]] void AppendIfNonzero(uint64_t position, uint8_t value) {
     const uint64_t page = position >> kPageShift;
     if (page >= page_base_ + first_.size()) ExtendPages(page);
     const uint64_t bit = value != 0 ? 1 : 0;
@@ -159,6 +159,8 @@ class NonzeroIndex {
   size_t live_pages() const { return first_.size(); }
 
  private:
+  // LowerBound through the page index (sources far behind the frontier).
+  uint64_t PagedLowerBound(uint64_t position, uint64_t frontier);
   void ExtendPages(uint64_t page) {
     // Pages not yet covered hold no entry, so each starts at the current end.
     const uint64_t covered = page_base_ + first_.size();
