@@ -1,10 +1,26 @@
 """End-to-end live sync benchmark: request -> live, pause and per-phase times for a generated
-model at several element densities and TP degrees, next to a full reload of the same new
-checkpoint into the same engine (the baseline) in the same run; sidecar peak RSS. JSON lines.
+model at several element densities, TP degrees and sidecar decode-thread counts, next to three
+baselines measured in the same run; sidecar peak RSS. JSON lines.
 
   python3 bench/sync_bench.py --deltakv build/sidecar/deltakv \
       --engine build/shim/deltakv-demo-engine [--size-mib 4096] [--densities 0.001,0.01,0.05] \
-      [--tp 1,4] [--dir $TMPDIR] [--sidecar-args "--decode-threads 1"]
+      [--tp 1,4] [--decode-threads 1,2] [--malloc glibc,jemalloc] [--dir $TMPDIR]
+      [--sidecar-args "..."]
+
+--malloc runs every configuration once per allocator: glibc malloc, and jemalloc preloaded
+(LD_PRELOAD of --jemalloc, found in the usual library directories by default) into the sidecar
+and into the fetch + walk baseline, so the allocators are compared in the same run.
+
+Baselines:
+- fetch + walk alone: `deltakv frame scan` of the delta's objects (read from the same store,
+  walked with checksums, nothing planned or staged), one thread. request_to_live_vs_walk is
+  request -> live over it: what planning, staging, commit and the protocol add on top of the
+  two steps a sync cannot skip.
+- the touched-line bound: each rank finds the 64-byte lines the sync changed (against the
+  parent checkpoint) and times one store per line on as many threads as its scatter
+  (POST /v1/touch-bound on the demo engine); pause_vs_touch_bound is the sync's pause over the
+  slowest rank's bound.
+- a full reload (below).
 
 The deltas form a chain v1 -> v2 -> v3 -> ... (one density per step), synced in order; after
 each sync the engine reloads the same new checkpoint in full, which leaves its bytes unchanged
@@ -49,11 +65,31 @@ def main():
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--densities", default="0.001,0.01,0.05")
     ap.add_argument("--tp", default="1,4")
+    ap.add_argument("--decode-threads", default="1,2", help="sidecar --decode-threads values")
+    ap.add_argument("--malloc", default="glibc", help="allocators to compare: glibc,jemalloc")
+    ap.add_argument("--jemalloc", default="", help="path of libjemalloc.so (default: search)")
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--sidecar-args", default="", help="extra sidecar flags, space-separated")
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
     tps = [int(x) for x in a.tp.split(",")]
+    thread_counts = [int(x) for x in a.decode_threads.split(",")]
+    mallocs = a.malloc.split(",")
+    envs = {}
+    for m in mallocs:
+        if m == "glibc":
+            envs[m] = dict(os.environ)
+        elif m == "jemalloc":
+            path = a.jemalloc or next((p for p in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                                                   "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+                                                   "/usr/lib64/libjemalloc.so.2",
+                                                   "/usr/lib/libjemalloc.so.2")
+                                       if os.path.exists(p)), "")
+            if not path or not os.path.exists(path):
+                sys.exit("sync_bench: --malloc jemalloc needs libjemalloc.so.2 (or --jemalloc PATH)")
+            envs[m] = {**os.environ, "LD_PRELOAD": path}
+        else:
+            sys.exit(f"sync_bench: unknown allocator '{m}' (glibc, jemalloc)")
     root = tempfile.mkdtemp(prefix="deltakv-syncbench-", dir=a.dir)
     t = lambda *p: os.path.join(root, *p)
     k = lambda *args: json.loads(subprocess.run([a.deltakv, *args, "--json"], check=True,
@@ -70,15 +106,33 @@ def main():
               "--seed", str(i + 2))
             pub = k("publish", "--parent", t(parent), "--new", t(new), "--out", t("d-" + new))
             chain.append((d, parent, new, pub))
+        # Fetch + walk alone, per delta (best of three, so the objects are in the page cache as
+        # they are for the sidecar's fetch from a local store).
+        walk_ms = {}
+        for (d, parent, new, pub), m in [(c, m) for c in chain for m in mallocs]:
+            manifest = json.load(open(t("d-" + new, "manifest.json")))
+            objects = [t("d-" + new, o["name"]) for o in manifest["objects"]]
+            best = None
+            for _ in range(3):
+                out = subprocess.run([a.deltakv, "frame", "scan", *objects, "--json"], check=True,
+                                     capture_output=True, text=True, env=envs[m]).stdout
+                secs = [figure(json.loads(line), "seconds", "frame scan output")
+                        for line in out.splitlines() if line.strip()]
+                if len(secs) != len(objects):
+                    sys.exit(f"sync_bench: frame scan reported {len(secs)} of {len(objects)} objects")
+                best = sum(secs) if best is None else min(best, sum(secs))
+            walk_ms[new, m] = best * 1000
         open(t("token"), "w").write("bench-token\n")
-        for tp in tps:
-            shm = f"dkv-bench-{os.getpid()}-{tp}"
+        results = []
+        for tp, threads, m in [(tp, n, m) for tp in tps for n in thread_counts for m in mallocs]:
+            run = f"{tp}-{threads}-{m}"
+            shm = f"dkv-bench-{os.getpid()}-{run}"
             sidecar = subprocess.Popen([a.deltakv, "sidecar", "--listen", "127.0.0.1:0", "--port-file",
-                                        t(f"sc{tp}.port"), "--token-file", t("token"), "--shm-name", shm,
-                                        *a.sidecar_args.split()],
-                                       stderr=subprocess.DEVNULL)
-            url = f"http://127.0.0.1:{wait_file(t(f'sc{tp}.port'), sidecar, 'sidecar')}"
-            ports = t(f"ports{tp}")
+                                        t(f"sc{run}.port"), "--token-file", t("token"), "--shm-name", shm,
+                                        "--decode-threads", str(threads), *a.sidecar_args.split()],
+                                       stderr=subprocess.DEVNULL, env=envs[m])
+            url = f"http://127.0.0.1:{wait_file(t(f'sc{run}.port'), sidecar, 'sidecar')}"
+            ports = t(f"ports{run}")
             os.makedirs(ports)
             engine = subprocess.Popen([a.engine, "--checkpoint", t("v1"), "--tp", str(tp), "--shm", shm,
                                        "--port-dir", ports], stderr=subprocess.DEVNULL)
@@ -100,6 +154,15 @@ def main():
                     if rec["state"] != "live":
                         sys.exit(f"sync_bench: sync failed: {rec.get('error')}")
                     with concurrent.futures.ThreadPoolExecutor(tp) as ex:
+                        bounds = list(ex.map(lambda p: http("POST", f"http://127.0.0.1:{p}/v1/touch-bound",
+                                                            {"parent": t(parent)}), rank_ports))
+                    for r, p in zip(bounds, rank_ports):
+                        if r.get("ok") is not True:
+                            sys.exit(f"sync_bench: touch bound on port {p} failed: "
+                                     f"{r.get('error', json.dumps(r)[:500])}")
+                    touch_ms = max(figure(r, "touch_ms", f"touch-bound response (port {p})")
+                                   for r, p in zip(bounds, rank_ports))
+                    with concurrent.futures.ThreadPoolExecutor(tp) as ex:
                         reloads = list(ex.map(lambda p: http("POST", f"http://127.0.0.1:{p}/v1/reload",
                                                              {"checkpoint": t(new)}), rank_ports))
                     for r, p in zip(reloads, rank_ports):
@@ -114,11 +177,17 @@ def main():
                     weight_lines = figure(rec, "weight_lines", f"sync record {sid}")
                     if not isinstance(rec.get("touched_lines"), int):
                         sys.exit(f"sync_bench: sync record {sid} has no 'touched_lines'")
-                    print(json.dumps({
-                        "bench": "sync_bench", "tp": tp, "element_density": d,
+                    result = {
+                        "bench": "sync_bench", "kind": "result", "tp": tp, "decode_threads": threads, "malloc": m,
+                        "element_density": d,
                         "byte_density": pub["density"], "model_bytes": pub["checkpoint_bytes"],
                         "delta_bytes": pub["compressed_bytes"],
                         "request_to_live_ms": wall, "sidecar_total_ms": rec["total_ms"],
+                        "walk_alone_ms": walk_ms[new, m],
+                        "request_to_live_vs_walk": wall / walk_ms[new, m],
+                        "touch_bound_ms": touch_ms,
+                        "touched_lines_measured": sum(r["lines"] for r in bounds),
+                        "pause_vs_touch_bound": pause / touch_ms,
                         "phase_ms": rec["phase_ms"], "pause_ms": pause,
                         "full_reload_pause_ms": full_pause, "full_reload_total_ms": full_total,
                         "full_reload_threads": reloads[0].get("threads"),
@@ -128,7 +197,9 @@ def main():
                         # (the cpu backend), the pause ratio cannot go much below it.
                         "touched_line_fraction": rec["touched_lines"] / weight_lines,
                         "plan_parts": rec.get("plan_parts"),
-                        "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}), flush=True)
+                        "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}
+                    results.append(result)
+                    print(json.dumps(result), flush=True)
             finally:
                 for p in (engine, sidecar):
                     p.send_signal(signal.SIGTERM)
@@ -136,6 +207,22 @@ def main():
                 for f in os.listdir("/dev/shm"):
                     if f.startswith(shm):
                         os.remove(os.path.join("/dev/shm", f))
+        # Allocator A/B: jemalloc over glibc for the same configuration and delta.
+        if "glibc" in mallocs and "jemalloc" in mallocs:
+            by = {(r["tp"], r["decode_threads"], r["element_density"], r["malloc"]): r
+                  for r in results}
+            for (tp, threads, d, m), r in by.items():
+                if m != "jemalloc" or (tp, threads, d, "glibc") not in by:
+                    continue
+                g = by[tp, threads, d, "glibc"]
+                print(json.dumps({
+                    "bench": "sync_bench", "kind": "malloc_ab", "tp": tp, "decode_threads": threads,
+                    "element_density": d,
+                    "request_to_live_jemalloc_vs_glibc":
+                        r["request_to_live_ms"] / g["request_to_live_ms"],
+                    "walk_alone_jemalloc_vs_glibc": r["walk_alone_ms"] / g["walk_alone_ms"],
+                    "sidecar_peak_rss_jemalloc_vs_glibc":
+                        r["sidecar_peak_rss_mib"] / g["sidecar_peak_rss_mib"]}), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

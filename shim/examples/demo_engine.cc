@@ -11,6 +11,10 @@
 //   POST /v1/fail-derived  makes the derived-weights callback fail from now on (tests)
 //   POST /v1/slow-pause    {"ms": N}: the pause callback sleeps N ms first (tests)
 //   POST /v1/reload    {"checkpoint": DIR}: full reload of another checkpoint, paused (baseline)
+//   POST /v1/touch-bound {"parent": DIR}: the memory floor of the last sync's writes: finds the
+//                      64-byte lines of live weights that differ from the parent checkpoint and
+//                      times one store per such line (of the byte already there) on as many
+//                      threads as the cpu backend's scatter: {"lines", "touch_ms", "threads"}
 // so the served policy is observable. Requests are held while a commit pauses the engine.
 //
 //   deltakv-demo-engine --checkpoint DIR --tp N [--shm NAME] [--port P] [--port-dir D] [--poll]
@@ -148,6 +152,57 @@ void CopyWeights(const Weights& src, Weights* dst, unsigned threads) {
   }
   copy_share(0, total / threads);
   for (auto& th : pool) th.join();
+}
+
+// Every 64-byte memory line of `live` that holds a byte differing from `parent` (same layout).
+std::vector<uint8_t*> DifferingLines(const Weights& parent, Weights* live) {
+  std::vector<uint8_t*> lines;
+  for (size_t i = 0; i < live->bytes.size(); ++i) {
+    uint8_t* base = live->bytes[i].data();
+    const uint8_t* old = parent.bytes[i].data();
+    const size_t n = live->bytes[i].size();
+    uintptr_t last_line = ~uintptr_t{0};
+    for (size_t at = 0; at < n;) {
+      // Compare 8 bytes at a time; only a differing word is looked at byte by byte.
+      if (at + 8 <= n) {
+        uint64_t a, b;
+        std::memcpy(&a, base + at, 8);
+        std::memcpy(&b, old + at, 8);
+        if (a == b) {
+          at += 8;
+          continue;
+        }
+      }
+      const size_t stop = std::min(n, at + 8);
+      for (; at < stop; ++at) {
+        if (base[at] == old[at]) continue;
+        const uintptr_t line = reinterpret_cast<uintptr_t>(base + at) >> 6;
+        if (line != last_line) lines.push_back(base + at);
+        last_line = line;
+      }
+    }
+  }
+  return lines;
+}
+
+// One store per line (the value already there) split over `threads` threads; milliseconds.
+double TouchLines(const std::vector<uint8_t*>& lines, unsigned threads) {
+  threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, lines.size())));
+  auto touch = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      volatile uint8_t* p = lines[i];
+      *p = *p;
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    pool.emplace_back(touch, lines.size() * t / threads, lines.size() * (t + 1) / threads);
+  }
+  touch(0, lines.size() / threads);
+  for (auto& th : pool) th.join();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 std::string Sha256Hex(const Weights& w) {
@@ -336,6 +391,45 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
             {"pause_ms", std::chrono::duration<double, std::milli>(end - paused).count()}}
             .dump(),
         "application/json");
+  });
+  server.Post("/v1/touch-bound", [&](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.contains("parent") || !j["parent"].is_string()) {
+      res.status = 400;
+      return;
+    }
+    auto fail = [&](int status, const Status& s) {
+      res.status = status;
+      res.set_content(nlohmann::json{{"ok", false}, {"error", s.ToString()}}.dump(),
+                      "application/json");
+    };
+    auto parent = Checkpoint::Open(j["parent"].get<std::string>());
+    if (!parent.ok()) return fail(400, parent.status());
+    Weights old;
+    if (Status s = LoadShards(*parent, rank, tp, &old, /*existing=*/false); !s.ok()) {
+      return fail(400, s);
+    }
+    if (old.names != w.names) {
+      return fail(400, InvalidArgument("parent checkpoint has other tensors than the loaded one"));
+    }
+    for (size_t i = 0; i < w.names.size(); ++i) {
+      if (old.bytes[i].size() != w.bytes[i].size()) {
+        return fail(400, InvalidArgument("tensor '" + w.names[i] + "' differs in size"));
+      }
+    }
+    const unsigned threads = DefaultThreads();
+    std::unique_lock<std::shared_mutex> hold(g_serving);
+    const std::vector<uint8_t*> lines = DifferingLines(old, &w);
+    // The better of two passes: a floor for the scatter, whose lines staging has just read.
+    const double first = TouchLines(lines, threads);
+    const double ms = std::min(first, TouchLines(lines, threads));
+    hold.unlock();
+    res.set_content(nlohmann::json{{"ok", true},
+                                   {"lines", lines.size()},
+                                   {"touch_ms", ms},
+                                   {"threads", threads}}
+                        .dump(),
+                    "application/json");
   });
   int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
                         : (server.bind_to_port("127.0.0.1", port + static_cast<int>(rank))
