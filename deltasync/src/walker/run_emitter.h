@@ -62,7 +62,8 @@ class RunEmitter {
   void Flush() {
     if (run_.empty()) return;
     if (status_.ok()) {
-      status_ = sink_.OnRun(start_, run_);
+      Status s = sink_.OnRun(start_, run_);
+      if (!s.ok()) [[unlikely]] status_ = std::move(s);  // no assignment on the common path
       ++runs_;
     }
     run_.clear();

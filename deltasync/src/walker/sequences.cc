@@ -126,6 +126,46 @@ Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* 
   *lit_pos += n;
 }
 
+// LowMask for widths below 64 (every width the sequence loop uses).
+inline uint64_t SmallMask(unsigned n) { return (uint64_t{1} << n) - 1; }
+
+// The error of a sequence that failed one of the loop's checks, in the order the checks are
+// defined: the bitstream, the offset, the literals, the block's output, the match source.
+[[gnu::noinline, gnu::cold]] Status SequenceError(uint32_t n, bool overflowed, uint64_t offset,
+                                                 uint64_t literal_length, uint64_t lit_left,
+                                                 uint64_t produced, uint64_t room,
+                                                 uint64_t source_limit,
+                                                 const SequenceLimits& limits) {
+  if (overflowed) {
+    return DataLoss("sequence bitstream read past its start at sequence " + std::to_string(n) +
+                    " (libzstd tolerates)");
+  }
+  if (offset == 0) {
+    return DataLoss("sequence " + std::to_string(n) +
+                    ": offset 0 from repeat offset 1 minus 1 (libzstd tolerates)");
+  }
+  if (literal_length > lit_left) {
+    return DataLoss("sequence " + std::to_string(n) + ": literal length " +
+                    std::to_string(literal_length) + " exceeds the " + std::to_string(lit_left) +
+                    " literals left");
+  }
+  if (produced > room) {
+    if (produced > limits.output_room) {
+      return ResourceExhausted(std::string(kOutputLimitMessage) + ": block output passes the limit");
+    }
+    return DataLoss("block output above Block_Maximum_Size " + std::to_string(limits.block_max) +
+                    " (libzstd tolerates)");
+  }
+  if (offset > source_limit) {
+    return DataLoss("sequence " + std::to_string(n) + ": offset " + std::to_string(offset) +
+                    " reaches before the frame start (position " + std::to_string(source_limit) +
+                    ")");
+  }
+  return DataLoss("sequence " + std::to_string(n) + ": offset " + std::to_string(offset) +
+                  " beyond the window of " + std::to_string(limits.window) +
+                  " bytes (libzstd tolerates)");
+}
+
 }  // namespace
 
 Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& literals,
@@ -188,43 +228,51 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   uint64_t produced = 0;
   const uint64_t room =
       limits.output_room < limits.block_max ? limits.output_room : limits.block_max;
+  const uint64_t window = limits.window;
   for (uint32_t n = 0; n < count; ++n) {
     const FseCell ll_cell = ll_cells[ll_state];
     const FseCell of_cell = of_cells[of_state];
     const FseCell ml_cell = ml_cells[ml_state];
-    // Extra bits in stream order offset, match length, literal length: one peek when they fit.
+    // Extra bits in stream order offset, match length, literal length, then the state updates
+    // in order LL, ML, OF (none after the last sequence): one read each, one refill, when the
+    // whole sequence fits the container's 56 bits (nearly always).
     const unsigned of_bits = of_cell.symbol;
     const unsigned ml_bits = kMatchBits[ml_cell.symbol];
     const unsigned ll_bits = kLiteralBits[ll_cell.symbol];
+    const unsigned extra_bits = of_bits + ml_bits + ll_bits;
+    const unsigned ll_n = ll_cell.nb_bits, ml_n = ml_cell.nb_bits, of_n = of_cell.nb_bits;
+    const bool update = n + 1 < count;
+    const unsigned state_bits = update ? ll_n + ml_n + of_n : 0;
     uint64_t offset_extra, ml_extra, ll_extra;
-    if (of_bits + ml_bits + ll_bits <= 56) [[likely]] {
-      const uint64_t v = br.Read(of_bits + ml_bits + ll_bits);
-      ll_extra = v & walker::LowMask(ll_bits);
-      ml_extra = (v >> ll_bits) & walker::LowMask(ml_bits);
+    if (extra_bits + state_bits <= 56) [[likely]] {
+      const uint64_t v = br.Read(extra_bits);
+      ll_extra = v & SmallMask(ll_bits);
+      ml_extra = (v >> ll_bits) & SmallMask(ml_bits);
       offset_extra = v >> (ll_bits + ml_bits);
     } else {
-      offset_extra = br.Read(of_bits);  // at most 31 bits
+      if (extra_bits <= 56) {
+        const uint64_t v = br.Read(extra_bits);
+        ll_extra = v & SmallMask(ll_bits);
+        ml_extra = (v >> ll_bits) & SmallMask(ml_bits);
+        offset_extra = v >> (ll_bits + ml_bits);
+      } else {
+        offset_extra = br.Read(of_bits);  // at most 31 bits
+        br.Reload();
+        ml_extra = br.Read(ml_bits);  // at most 16 + 16 bits
+        ll_extra = br.Read(ll_bits);
+      }
       br.Reload();
-      ml_extra = br.Read(ml_bits);  // at most 16 + 16 bits
-      ll_extra = br.Read(ll_bits);
+    }
+    if (update) {
+      const uint64_t v = br.Read(state_bits);
+      of_state = of_cell.base + static_cast<uint32_t>(v & SmallMask(of_n));
+      ml_state = ml_cell.base + static_cast<uint32_t>((v >> of_n) & SmallMask(ml_n));
+      ll_state = ll_cell.base + static_cast<uint32_t>(v >> (of_n + ml_n));
     }
     br.Reload();
     const uint64_t offset_value = (uint64_t{1} << of_bits) + offset_extra;
     const uint64_t match_length = kMatchBase[ml_cell.symbol] + ml_extra;
     const uint64_t literal_length = kLiteralBase[ll_cell.symbol] + ll_extra;
-    if (n + 1 < count) {
-      // State updates in order LL, ML, OF; at most 9 + 9 + 8 bits, one peek.
-      const unsigned ll_n = ll_cell.nb_bits, ml_n = ml_cell.nb_bits, of_n = of_cell.nb_bits;
-      const uint64_t v = br.Read(ll_n + ml_n + of_n);
-      of_state = of_cell.base + static_cast<uint32_t>(v & walker::LowMask(of_n));
-      ml_state = ml_cell.base + static_cast<uint32_t>((v >> of_n) & walker::LowMask(ml_n));
-      ll_state = ll_cell.base + static_cast<uint32_t>(v >> (of_n + ml_n));
-      br.Reload();
-    }
-    if (br.overflowed()) [[unlikely]] {
-      return DataLoss("sequence bitstream read past its start at sequence " + std::to_string(n) +
-                      " (libzstd tolerates)");
-    }
     // Repeat offsets without data-dependent branches (sparse frames alternate between the
     // LL > 0 and LL == 0 forms): index 0..2 = rep0..rep2, 3 = rep0 - 1, 4 = a new offset.
     const unsigned index =
@@ -235,34 +283,17 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     rep2 = index <= 1 ? rep2 : rep1;
     rep1 = index == 0 ? rep1 : rep0;
     rep0 = offset;
-    if (offset == 0) [[unlikely]] {
-      return DataLoss("sequence " + std::to_string(n) +
-                      ": offset 0 from repeat offset 1 minus 1 (libzstd tolerates)");
-    }
-    if (literal_length > literals.size - lit_pos) {
-      return DataLoss("sequence " + std::to_string(n) + ": literal length " +
-                      std::to_string(literal_length) + " exceeds the " +
-                      std::to_string(literals.size - lit_pos) + " literals left");
-    }
+    // Every check of the sequence in one branch; the slow path names the first that failed.
+    const uint64_t lit_left = literals.size - lit_pos;
     produced += literal_length + match_length;
-    if (produced > room) [[unlikely]] {
-      if (produced > limits.output_room) {
-        return ResourceExhausted(std::string(kOutputLimitMessage) + ": block output passes the limit");
-      }
-      return DataLoss("block output above Block_Maximum_Size " + std::to_string(limits.block_max) +
-                      " (libzstd tolerates)");
+    const uint64_t source_limit = out->position() + literal_length;
+    const bool bad = br.overflowed() | (offset == 0) | (literal_length > lit_left) |
+                     (produced > room) | (offset > source_limit) | (offset > window);
+    if (bad) [[unlikely]] {
+      return SequenceError(n, br.overflowed(), offset, literal_length, lit_left, produced, room,
+                           source_limit, limits);
     }
     EmitLiterals(literals, literal_length, &lit_pos, out);
-    if (offset > out->position()) {
-      return DataLoss("sequence " + std::to_string(n) + ": offset " + std::to_string(offset) +
-                      " reaches before the frame start (position " +
-                      std::to_string(out->position()) + ")");
-    }
-    if (offset > limits.window) {
-      return DataLoss("sequence " + std::to_string(n) + ": offset " + std::to_string(offset) +
-                      " beyond the window of " + std::to_string(limits.window) +
-                      " bytes (libzstd tolerates)");
-    }
     out->AppendMatch(offset, match_length);
   }
   if (!br.finished()) return DataLoss("sequence bitstream not fully consumed");
