@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <future>
 
 #include "deltasync/applier.h"
 #include "deltasync/xor_decoder.h"
+#include "plan_sink.h"
 #include "sha256.h"
 
 namespace deltakv::deltasync {
@@ -20,68 +20,6 @@ using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
-
-// Runs separated by at most this many zero bytes are planned as one record: a record header
-// costs 32 bytes, so bridging a shorter gap with zero XOR bytes (which change nothing and add
-// nothing to the checksum sums) makes the plan smaller.
-constexpr uint64_t kMergeGap = 32;
-// A merged run is routed once it reaches this size, so dense changes never pile up here.
-constexpr uint64_t kMaxPendingRun = 1ull << 20;
-
-// Routes decoded runs of one frame to the ranks' plans, merging nearby runs.
-class PlanSink final : public NonzeroSink {
- public:
-  PlanSink(const TensorLayout& layout, uint32_t plan_tensor, uint64_t frame_offset,
-           PlanOutput& out, std::vector<uint8_t>* dense)
-      : layout_(layout), tensor_(plan_tensor), base_(frame_offset), out_(out), dense_(dense) {}
-
-  Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
-    const uint64_t canonical = base_ + pos;
-    if (dense_ != nullptr) {  // small tensor: collected, planned in full later
-      if (canonical > dense_->size() || bytes.size() > dense_->size() - canonical) {
-        return DataLoss("decoded bytes fall outside the tensor");
-      }
-      std::memcpy(dense_->data() + canonical, bytes.data(), bytes.size());
-      return Status::Ok();
-    }
-    if (!pending_.empty() && canonical - pending_end() <= kMergeGap &&
-        pending_.size() < kMaxPendingRun) {
-      pending_.resize(canonical - pending_start_, 0);
-      pending_.insert(pending_.end(), bytes.begin(), bytes.end());
-      return Status::Ok();
-    }
-    RETURN_IF_ERROR(Flush());
-    pending_start_ = canonical;
-    pending_.assign(bytes.begin(), bytes.end());
-    return Status::Ok();
-  }
-
-  // Routes the run still held back. Call once after the frame decoded.
-  Status Flush() {
-    if (pending_.empty()) return Status::Ok();
-    Status s = Route(layout_, tensor_, pending_start_, pending_, out_);
-    pending_.clear();
-    return s;
-  }
-
-  static Status Route(const TensorLayout& layout, uint32_t tensor, uint64_t canonical,
-                      std::span<const uint8_t> bytes, PlanOutput& out) {
-    return layout.ForEachPiece(canonical, bytes.size(), [&](const LayoutPiece& p) -> Status {
-      return out.Add(p.rank, tensor, p.local_offset, p.canonical_offset,
-                     bytes.subspan(p.canonical_offset - canonical, p.length), p.owner);
-    });
-  }
-
- private:
-  const TensorLayout& layout_;
-  uint32_t tensor_;
-  uint64_t base_;
-  PlanOutput& out_;
-  std::vector<uint8_t>* dense_;
-  uint64_t pending_start_ = 0;
-  std::vector<uint8_t> pending_;
-  uint64_t pending_end() const { return pending_start_ + pending_.size(); }
-};
 
 struct FrameRef {
   uint32_t tensor;

@@ -23,7 +23,7 @@ WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTens
 
 Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                             std::span<const uint8_t> bytes, bool owner) {
-  RETURN_IF_ERROR(status_);
+  if (!status_.ok()) return status_;
   if (tensor >= tensors_.size())
     return InvalidArgument("plan record names tensor " + std::to_string(tensor));
   while (!bytes.empty()) {
@@ -35,9 +35,17 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
       return status_;
     }
     PlanRecord r{tensor, n, local_offset, canonical_offset, owner ? kPlanRecordOwner : 0u, 0};
-    std::memcpy(buf_.data() + pos_, &r, sizeof(r));
-    std::memcpy(buf_.data() + pos_ + sizeof(r), bytes.data(), n);
-    std::memset(buf_.data() + pos_ + sizeof(r) + n, 0, Align8(n) - n);
+    uint8_t* out = buf_.data() + pos_;
+    std::memcpy(out, &r, sizeof(r));
+    if (n <= 8) {
+      // Most records of a sparse delta: their bytes and padding are one word, stored at once.
+      uint64_t word = 0;
+      for (uint32_t i = 0; i < n; ++i) word |= uint64_t{bytes[i]} << (8 * i);
+      std::memcpy(out + sizeof(r), &word, sizeof(word));
+    } else {
+      std::memcpy(out + sizeof(r), bytes.data(), n);
+      std::memset(out + sizeof(r) + n, 0, Align8(n) - n);
+    }
     pos_ += need;
     ++records_;
     bytes = bytes.subspan(n);
@@ -79,8 +87,9 @@ StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
       reinterpret_cast<const PlanTensor*>(buffer.data() + sizeof(PlanHeader)), h.tensor_count);
   r.records_begin_ = sizeof(PlanHeader) + table;
   uint64_t seen = 0;
-  RETURN_IF_ERROR(r.ForEach([&](const PlanRecord&, std::span<uint8_t>) {
+  RETURN_IF_ERROR(r.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) {
     ++seen;
+    r.data_bytes_ += rec.length;
     return Status::Ok();
   }));
   if (seen != h.record_count) {
@@ -90,32 +99,22 @@ StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
   return r;
 }
 
-Status WritePlanReader::ForEach(
-    const std::function<Status(const PlanRecord&, std::span<uint8_t>)>& fn) const {
-  uint64_t pos = records_begin_;
-  const uint64_t end = header_.bytes_used;
-  uint64_t index = 0;
-  while (pos < end) {
-    if (end - pos < sizeof(PlanRecord)) return InvalidArgument("plan: truncated record header");
-    PlanRecord rec;
-    std::memcpy(&rec, buf_.data() + pos, sizeof(rec));
-    // The record's name is built only on the error paths (this loop runs per changed run).
-    auto where = [index] { return "plan record " + std::to_string(index); };
-    if (rec.tensor >= tensors_.size())
-      return InvalidArgument(where() + ": tensor index out of range");
-    const PlanTensor& t = tensors_[rec.tensor];
-    if (rec.canonical_offset > t.canonical_length ||
-        rec.length > t.canonical_length - rec.canonical_offset) {
-      return InvalidArgument(where() + ": canonical range beyond the tensor");
-    }
-    uint64_t need = sizeof(PlanRecord) + Align8(rec.length);
-    if (need > end - pos) return InvalidArgument(where() + ": data runs past the plan");
-    RETURN_IF_ERROR(
-        fn(rec, std::span<uint8_t>(buf_.data() + pos + sizeof(PlanRecord), rec.length)));
-    pos += need;
-    ++index;
+Status WritePlanReader::BadRecord(uint64_t index, RecordError what) {
+  const char* why = "";
+  switch (what) {
+    case RecordError::kTruncated:
+      return InvalidArgument("plan: truncated record header");
+    case RecordError::kTensor:
+      why = "tensor index out of range";
+      break;
+    case RecordError::kCanonicalRange:
+      why = "canonical range beyond the tensor";
+      break;
+    case RecordError::kData:
+      why = "data runs past the plan";
+      break;
   }
-  return Status::Ok();
+  return InvalidArgument("plan record " + std::to_string(index) + ": " + why);
 }
 
 }  // namespace deltakv::deltasync

@@ -9,6 +9,7 @@
 #include "backends.h"
 #include "base/parallel.h"
 #include "shim/device_backend.h"
+#include "shim/plan_stage.h"
 
 namespace deltakv::shim {
 namespace {
@@ -70,6 +71,14 @@ class CpuBackend final : public DeviceBackend {
   Status Scatter(std::span<const CopyOp> ops) override {
     CopyAll<true>(ops, threads_);
     return Status::Ok();
+  }
+  // Weights are host memory: the old bytes are read in place while the part stages, in one
+  // walk over its records (no Gather, no second copy of the old bytes).
+  StatusOr<std::unique_ptr<PreparedScatter>> StagePart(const deltasync::WritePlanReader& plan,
+                                                       const std::vector<LocalTensor>& tensors,
+                                                       std::vector<StagedTensor>* sums) override {
+    ASSIGN_OR_RETURN(ScatterBatch batch, StagePartToBatch(plan, tensors, nullptr, sums));
+    return PrepareScatter(std::move(batch));
   }
   Status ChecksumRanges(std::span<const ChecksumRange> ranges,
                         std::span<deltasync::AdlerDelta> out) override {

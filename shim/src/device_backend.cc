@@ -39,10 +39,7 @@ Status DeviceBackend::CommitScatter(PreparedScatter& prepared) {
 StatusOr<std::unique_ptr<PreparedScatter>> DeviceBackend::StagePart(
     const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
     std::vector<StagedTensor>* sums) {
-  if (sums->size() != plan.tensors().size()) return Internal("one sum per plan tensor");
-  ASSIGN_OR_RETURN(std::vector<StagedTensor> staged, StagePlan(plan, tensors, *this));
-  for (size_t t = 0; t < staged.size(); ++t) (*sums)[t].Merge(staged[t]);
-  ASSIGN_OR_RETURN(ScatterBatch batch, PackScatter(plan, tensors));
+  ASSIGN_OR_RETURN(ScatterBatch batch, StagePartToBatch(plan, tensors, this, sums));
   return PrepareScatter(std::move(batch));
 }
 

@@ -232,9 +232,11 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
       auto plan, arena.Block(arena.root_offset() + deltasync::PlanArenaRootBytes(root.version_len),
                              root.plan_bytes));
   // A private copy: the rank stages it and never trusts bytes that can still change. Once it is
-  // copied the sidecar may drop the arena.
-  std::vector<uint64_t> words(plan.size() / 8 + 1, 0);
-  std::memcpy(words.data(), plan.data(), plan.size());
+  // copied the sidecar may drop the arena. The buffer is the handle's, grown to the largest
+  // part seen (the sidecar's part size at most), so a part costs no allocation, zero fill or
+  // page faults; the reader sees exactly plan.size() bytes of it.
+  if (part_copy_.size() < plan.size() / 8 + 1) part_copy_.resize(plan.size() / 8 + 1);
+  std::memcpy(part_copy_.data(), plan.data(), plan.size());
   const std::string version_id(reinterpret_cast<const char*>(version.data()), version.size());
   (void)arena.MarkConsumed();
   if (root.part_index == 0) {
@@ -251,7 +253,7 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
                            " names another version than part 0");
   }
   IncomingPlan& in = *incoming_;
-  std::span<uint8_t> span(reinterpret_cast<uint8_t*>(words.data()), plan.size());
+  std::span<uint8_t> span(reinterpret_cast<uint8_t*>(part_copy_.data()), plan.size());
   ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
   if (root.part_index == 0) {
     in.tensors.assign(reader.tensors().begin(), reader.tensors().end());

@@ -123,6 +123,7 @@ class Engine {
   std::atomic<deltakv_engine_state> state_{DELTAKV_ENGINE_CREATED};
   std::atomic<uint64_t> policy_version_{0};
   std::optional<IncomingPlan> incoming_;  // worker thread only
+  std::vector<uint64_t> part_copy_;        // worker thread only: the part being staged
   std::deque<std::vector<uint8_t>> deferred_;  // worker thread only: commands seen mid-scrub
 
   mutable std::mutex version_mu_;

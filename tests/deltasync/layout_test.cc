@@ -656,6 +656,42 @@ TEST(LayoutApiTest, RunOutOfRange) {
   EXPECT_EQ(calls, 0);
 }
 
+// A cursor changes nothing but the cost: every run gives the pieces and errors of the plain
+// walk, whether it stays in the remembered segment, moves on, crosses segments or goes back.
+TEST(LayoutApiTest, CursorGivesThePiecesOfThePlainWalk) {
+  StatusOr<std::vector<FusedPartSpec>> qkv = QkvPartSpecs(8, 2, 4, {6}, 4);
+  ASSERT_TRUE(qkv.ok());
+  std::vector<StatusOr<TensorLayout>> layouts;
+  layouts.push_back(TensorLayout::Replicated({16, 6}, DType::kBF16, 3));
+  layouts.push_back(TensorLayout::ShardDim0({16, 6}, DType::kBF16, 4));
+  layouts.push_back(TensorLayout::ShardDim1({6, 16}, DType::kBF16, 4));
+  layouts.push_back(TensorLayout::FusedCheckpoint(*qkv, DType::kBF16, 4));
+  layouts.push_back(TensorLayout::MoeExperts({4, 8, 6}, DType::kBF16, 1, 2, 2, 2));
+  std::mt19937_64 rng(7);
+  for (const StatusOr<TensorLayout>& layout : layouts) {
+    ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+    const uint64_t n = layout->canonical_bytes();
+    TensorLayout::Cursor cursor;
+    uint64_t at = 0;
+    for (int i = 0; i < 2000; ++i) {
+      // Mostly short runs moving forward, some long, some backwards, some past the end.
+      const uint64_t r = rng();
+      if (r % 50 == 0) at = rng() % n;
+      const uint64_t length = r % 7 == 0 ? rng() % (n / 2) : rng() % 9;
+      const uint64_t offset = r % 97 == 0 ? n - rng() % 3 : at;
+      std::vector<LayoutPiece> plain, cached;
+      Status a =
+          layout->ForEachPiece(offset, length, [&](const LayoutPiece& p) { plain.push_back(p); });
+      Status b = layout->ForEachPiece(cursor, offset, length,
+                                      [&](const LayoutPiece& p) { cached.push_back(p); });
+      ASSERT_EQ(a.code(), b.code()) << layout->ToJson() << " run " << offset << " +" << length;
+      ASSERT_EQ(plain, cached) << layout->ToJson() << " run " << offset << " +" << length;
+      at = offset + length + rng() % 40;
+      if (at >= n) at = 0;
+    }
+  }
+}
+
 TEST(LayoutApiTest, JsonGolden) {
   StatusOr<std::vector<FusedPartSpec>> parts = QkvPartSpecs(8, 2, 4, {6}, 8);
   ASSERT_TRUE(parts.ok());

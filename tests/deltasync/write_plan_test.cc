@@ -43,6 +43,9 @@ TEST(WritePlan, RoundTrip) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->tensors().size(), 2u);
   EXPECT_EQ(r->tensors()[1].rank_tensor, 7u);
+  uint64_t data_bytes = 0;
+  for (const Want& x : want) data_bytes += x.bytes.size();
+  EXPECT_EQ(r->data_bytes(), data_bytes);
   size_t k = 0;
   ASSERT_TRUE(r->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
                  const Want& x = want[k++];

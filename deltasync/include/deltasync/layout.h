@@ -186,6 +186,15 @@ class TensorLayout {
   template <typename F>
   Status ForEachPiece(uint64_t canonical_offset, uint64_t length, F&& fn) const;
 
+  // Remembers the segment (one shard row run, a whole replicated tensor, ...) that the last run
+  // started in. A caller routing many nearby runs of one tensor keeps one cursor per layout:
+  // a run inside the remembered segment is split with no lookup and no indirect call. Starts
+  // empty; tied to the layout it was first used with.
+  class Cursor;
+  // ForEachPiece with the same pieces and errors, using and updating `cursor`.
+  template <typename F>
+  Status ForEachPiece(Cursor& cursor, uint64_t canonical_offset, uint64_t length, F&& fn) const;
+
   // The local offset of one canonical byte at `rank`; nullopt if the rank does not hold it
   // or an argument is out of range.
   std::optional<uint64_t> CanonicalToLocal(uint32_t rank, uint64_t canonical_offset) const;
@@ -216,6 +225,9 @@ class TensorLayout {
     void* ctx;
     Status (*fn)(void* ctx, const LayoutPiece& piece);
   };
+  // fn(piece) as a Status, for callbacks returning void or Status.
+  template <typename Fn>
+  static Status CallPiece(Fn& fn, const LayoutPiece& piece);
 
   TensorLayout() = default;
   // Builds the geometry from spec_; the kind-specific checks have already passed.
@@ -246,6 +258,16 @@ class TensorLayout {
   // Every canonical part is held whole by all tp ranks of its group and the canonical parts
   // fill the local rows: the bytes of one expert group are one contiguous run everywhere.
   bool uniform_ = false;
+
+ public:
+  class Cursor {
+   public:
+    Cursor() = default;
+
+   private:
+    friend class TensorLayout;
+    Segment segment_;  // empty (begin == end) until the first lookup
+  };
 };
 
 // Fused part specs for QKVParallelLinear: q [num_heads*head_dim, trailing...], k and v
@@ -256,23 +278,53 @@ StatusOr<std::vector<FusedPartSpec>> QkvPartSpecs(uint64_t num_heads, uint64_t n
                                                   uint64_t head_dim, std::vector<uint64_t> trailing,
                                                   uint32_t tp);
 
-template <typename F>
-Status TensorLayout::ForEachPiece(uint64_t canonical_offset, uint64_t length, F&& fn) const {
-  using Fn = std::remove_reference_t<F>;
+template <typename Fn>
+Status TensorLayout::CallPiece(Fn& fn, const LayoutPiece& piece) {
   using Result = std::invoke_result_t<Fn&, const LayoutPiece&>;
   static_assert(std::is_void_v<Result> || std::is_same_v<Result, Status>,
                 "ForEachPiece callback must return void or Status");
+  if constexpr (std::is_void_v<Result>) {
+    fn(piece);
+    return Status::Ok();
+  } else {
+    return fn(piece);
+  }
+}
+
+template <typename F>
+Status TensorLayout::ForEachPiece(uint64_t canonical_offset, uint64_t length, F&& fn) const {
+  using Fn = std::remove_reference_t<F>;
   PieceSink sink{const_cast<void*>(static_cast<const void*>(std::addressof(fn))),
                  [](void* ctx, const LayoutPiece& piece) -> Status {
-                   Fn& f = *static_cast<Fn*>(ctx);
-                   if constexpr (std::is_void_v<Result>) {
-                     f(piece);
-                     return Status::Ok();
-                   } else {
-                     return f(piece);
-                   }
+                   return CallPiece(*static_cast<Fn*>(ctx), piece);
                  }};
   return ForEachPieceImpl(canonical_offset, length, sink);
+}
+
+template <typename F>
+Status TensorLayout::ForEachPiece(Cursor& cursor, uint64_t canonical_offset, uint64_t length,
+                                  F&& fn) const {
+  // Empty and out-of-range runs take the general path (its result, its errors); so does a run
+  // that crosses segments, after the cursor remembers the segment it starts in.
+  if (length == 0) return ForEachPiece(canonical_offset, length, fn);
+  const Segment& s = cursor.segment_;
+  if (canonical_offset < s.begin || canonical_offset >= s.end ||
+      length > s.end - canonical_offset) {
+    if (canonical_offset >= canonical_bytes_) return ForEachPiece(canonical_offset, length, fn);
+    cursor.segment_ = SegmentAt(canonical_offset);
+    if (length > s.end - canonical_offset) return ForEachPiece(canonical_offset, length, fn);
+  }
+  // Inside one segment: one piece per holding rank, as ForEachPieceImpl emits them.
+  const uint64_t local = s.local_begin + (canonical_offset - s.begin);
+  for (uint32_t i = 0; i < s.rank_count; ++i) {
+    Status st = CallPiece(fn, LayoutPiece{.rank = s.rank_lo + i,
+                                          .local_offset = local,
+                                          .canonical_offset = canonical_offset,
+                                          .length = length,
+                                          .owner = i == 0});
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
 }
 
 }  // namespace deltakv::deltasync

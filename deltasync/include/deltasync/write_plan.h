@@ -20,7 +20,7 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -113,15 +113,50 @@ class WritePlanReader {
   static StatusOr<WritePlanReader> Open(std::span<uint8_t> buffer);
   std::span<const PlanTensor> tensors() const { return tensors_; }
   uint64_t record_count() const { return header_.record_count; }
-  // Calls fn for each record in order with a mutable view of its bytes (XOR bytes before
-  // staging, new bytes after).
-  Status ForEach(const std::function<Status(const PlanRecord&, std::span<uint8_t>)>& fn) const;
+  // Sum of the records' lengths (the plan's XOR bytes, padding excluded), counted by Open.
+  uint64_t data_bytes() const { return data_bytes_; }
+  // Calls fn(const PlanRecord&, std::span<uint8_t>) -> Status for each record in order with a
+  // mutable view of its bytes (XOR bytes before staging, new bytes after); a non-OK Status
+  // stops the walk and is returned. Every record is checked again as it is reached. Inline, so
+  // a walk over millions of records costs no call per record.
+  template <typename F>
+  Status ForEach(F&& fn) const;
 
  private:
+  enum class RecordError : uint8_t { kTruncated, kTensor, kCanonicalRange, kData };
+  // InvalidArgument naming record `index` (built only when a record is bad).
+  static Status BadRecord(uint64_t index, RecordError what);
+
   std::span<uint8_t> buf_;
   PlanHeader header_{};
   std::span<const PlanTensor> tensors_;
   uint64_t records_begin_ = 0;
+  uint64_t data_bytes_ = 0;
 };
+
+template <typename F>
+Status WritePlanReader::ForEach(F&& fn) const {
+  uint64_t pos = records_begin_;
+  const uint64_t end = header_.bytes_used;
+  uint8_t* const base = buf_.data();
+  for (uint64_t index = 0; pos < end; ++index) {
+    if (end - pos < sizeof(PlanRecord)) return BadRecord(index, RecordError::kTruncated);
+    PlanRecord rec;
+    std::memcpy(&rec, base + pos, sizeof(rec));
+    if (rec.tensor >= tensors_.size()) return BadRecord(index, RecordError::kTensor);
+    const PlanTensor& t = tensors_[rec.tensor];
+    if (rec.canonical_offset > t.canonical_length ||
+        rec.length > t.canonical_length - rec.canonical_offset) {
+      return BadRecord(index, RecordError::kCanonicalRange);
+    }
+    const uint64_t need = sizeof(PlanRecord) + ((uint64_t{rec.length} + 7) & ~uint64_t{7});
+    if (need > end - pos) return BadRecord(index, RecordError::kData);
+    Status s = fn(static_cast<const PlanRecord&>(rec),
+                  std::span<uint8_t>(base + pos + sizeof(PlanRecord), rec.length));
+    if (!s.ok()) return s;
+    pos += need;
+  }
+  return Status::Ok();
+}
 
 }  // namespace deltakv::deltasync

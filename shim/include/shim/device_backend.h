@@ -80,8 +80,8 @@ class DeviceBackend {
   // kPlanTensorFullVerify tensors, bytes changed), and returns the new bytes prepared for
   // CommitScatter (a device backend keeps them in device memory, so the pause is the scatter
   // alone). The plan's bytes may be overwritten. REQUIRES: sums->size() ==
-  // plan.tensors().size(). The default composes StagePlan, PackScatter and PrepareScatter (XOR
-  // and sums on the host). InvalidArgument for a record outside its tensor; device errors.
+  // plan.tensors().size(). The default is StagePartToBatch through Gather (XOR and sums on the
+  // host) and PrepareScatter. InvalidArgument for a record outside its tensor; device errors.
   virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums);

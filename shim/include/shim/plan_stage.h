@@ -5,8 +5,9 @@
 // contribution to its tensor's incremental Adler-32 partial sums over canonical positions
 // (owner records only, so replicated bytes are counted once across ranks). No device byte
 // changes. A plan that arrives in parts is staged part by part; the sums of the parts add up
-// (StagedTensor::Merge). Commit: the packed new bytes (PackScatter) go through the device
-// backend's PrepareScatter before the pause and CommitScatter in it.
+// (StagedTensor::Merge). Commit: the packed new bytes (StagePartToBatch, or PackScatter after
+// StagePlan) go through the device backend's PrepareScatter before the pause and CommitScatter
+// in it.
 //
 // Thread-safety: one call at a time per plan.
 #pragma once
@@ -50,9 +51,21 @@ Status CheckPlanRecord(const deltasync::PlanRecord& rec,
                        std::span<const deltasync::PlanTensor> plan_tensors,
                        const std::vector<LocalTensor>& tensors);
 
-// Validates every record against the registered tensors (local range inside the tensor),
-// gathers the old bytes of the whole part in one DeviceBackend::Gather call, and stages. Returns one StagedTensor per plan tensor. InvalidArgument for a record
-// outside its local tensor or a plan tensor index the rank did not register.
+// Stages one plan part and packs its new bytes for the scatter: validates every record against
+// the registered tensors, turns its XOR bytes into new bytes in place in the plan, adds each plan
+// tensor's partial sums to (*sums)[t] and returns the batch (one CopyOp per record: device
+// range <- its new bytes, packed in record order). The old bytes come from `gather`'s Gather, one
+// call for the whole part, straight into the batch; with `gather` null they are read in place
+// at the device addresses (host memory: the cpu backend), in the same walk that stages. No
+// device byte changes. On error *sums is unchanged. REQUIRES: sums->size() ==
+// plan.tensors().size(). InvalidArgument for a record outside its local tensor or a plan tensor
+// index the rank did not register; Gather's errors.
+StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
+                                        const std::vector<LocalTensor>& tensors,
+                                        DeviceBackend* gather, std::vector<StagedTensor>* sums);
+
+// StagePartToBatch through `backend`'s Gather, keeping only the sums: returns one StagedTensor
+// per plan tensor; the plan's bytes are the new bytes afterwards.
 StatusOr<std::vector<StagedTensor>> StagePlan(const deltasync::WritePlanReader& plan,
                                               const std::vector<LocalTensor>& tensors,
                                               DeviceBackend& backend);

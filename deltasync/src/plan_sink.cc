@@ -1,0 +1,53 @@
+#include "plan_sink.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace deltakv::deltasync {
+
+Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
+  const uint64_t canonical = base_ + pos;
+  if (dense_ != nullptr) {  // small tensor: collected, planned in full later
+    if (canonical > dense_->size() || bytes.size() > dense_->size() - canonical) {
+      return DataLoss("decoded bytes fall outside the tensor");
+    }
+    std::memcpy(dense_->data() + canonical, bytes.data(), bytes.size());
+    return Status::Ok();
+  }
+  uint64_t at = 0;  // where the run's bytes go in pending_
+  if (pending_len_ != 0 && canonical - pending_end() <= kPlanMergeGap &&
+      pending_len_ < kPlanMaxPendingRun) {
+    at = canonical - pending_start_;
+  } else {
+    RETURN_IF_ERROR(Flush());
+    pending_start_ = canonical;
+  }
+  const uint64_t len = at + bytes.size();
+  if (len > pending_.size()) pending_.resize(std::max<uint64_t>(len, 2 * pending_.size()));
+  // The gap a merge bridges is zero XOR bytes.
+  if (at > pending_len_) std::memset(pending_.data() + pending_len_, 0, at - pending_len_);
+  std::memcpy(pending_.data() + at, bytes.data(), bytes.size());
+  pending_len_ = len;
+  return Status::Ok();
+}
+
+Status PlanSink::Flush() {
+  if (pending_len_ == 0) return Status::Ok();
+  const uint64_t start = pending_start_;
+  const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
+  pending_len_ = 0;
+  return layout_.ForEachPiece(cursor_, start, bytes.size(), [&](const LayoutPiece& p) -> Status {
+    return out_.Add(p.rank, tensor_, p.local_offset, p.canonical_offset,
+                    bytes.subspan(p.canonical_offset - start, p.length), p.owner);
+  });
+}
+
+Status PlanSink::Route(const TensorLayout& layout, uint32_t tensor, uint64_t canonical,
+                       std::span<const uint8_t> bytes, PlanOutput& out) {
+  return layout.ForEachPiece(canonical, bytes.size(), [&](const LayoutPiece& p) -> Status {
+    return out.Add(p.rank, tensor, p.local_offset, p.canonical_offset,
+                   bytes.subspan(p.canonical_offset - canonical, p.length), p.owner);
+  });
+}
+
+}  // namespace deltakv::deltasync

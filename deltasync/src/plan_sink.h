@@ -1,0 +1,63 @@
+// PlanSink: the sync planner's sink for one decoded frame. It merges nearby runs of nonzero
+// XOR bytes and routes each merged run into per-rank pieces (TensorLayout::ForEachPiece) for a
+// PlanOutput. Internal to deltasync; benchmarks use it to time the planner's routing alone.
+//
+// Thread-safety: one sink per frame, used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "deltasync/layout.h"
+#include "deltasync/sync_planner.h"
+#include "deltasync/xor_decoder.h"
+
+namespace deltakv::deltasync {
+
+// Runs separated by at most this many zero bytes are planned as one record: a record header
+// costs 32 bytes, so bridging a shorter gap with zero XOR bytes (which change nothing and add
+// nothing to the checksum sums) makes the plan smaller.
+inline constexpr uint64_t kPlanMergeGap = 32;
+// A merged run is routed once it reaches this size, so dense changes never pile up here.
+inline constexpr uint64_t kPlanMaxPendingRun = 1ull << 20;
+
+class PlanSink final : public NonzeroSink {
+ public:
+  // Runs at frame position p are canonical offset frame_offset + p of plan tensor
+  // `plan_tensor`. With `dense` (a small tensor's buffer of its canonical size) the runs are
+  // only copied there, to be planned in full later with Route.
+  PlanSink(const TensorLayout& layout, uint32_t plan_tensor, uint64_t frame_offset, PlanOutput& out,
+           std::vector<uint8_t>* dense)
+      : layout_(layout), tensor_(plan_tensor), base_(frame_offset), out_(out), dense_(dense) {}
+
+  // Runs come in increasing position order (the decoder's order); a run that starts at most
+  // kPlanMergeGap bytes after the held-back run joins it, otherwise the held-back run is
+  // routed first. DataLoss for dense bytes outside the tensor; the output's errors.
+  Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override;
+
+  // Routes the run still held back. Call once after the frame decoded.
+  Status Flush();
+
+  // Routes `bytes` at `canonical` to `out` without merging (a small tensor's dense bytes).
+  static Status Route(const TensorLayout& layout, uint32_t tensor, uint64_t canonical,
+                      std::span<const uint8_t> bytes, PlanOutput& out);
+
+ private:
+  uint64_t pending_end() const { return pending_start_ + pending_len_; }
+
+  const TensorLayout& layout_;
+  TensorLayout::Cursor cursor_;  // consecutive merged runs mostly share a segment
+  uint32_t tensor_;
+  uint64_t base_;
+  PlanOutput& out_;
+  std::vector<uint8_t>* dense_;
+  // The held-back run: pending_len_ bytes at the front of pending_, whose size only grows
+  // (kept across runs so holding a run costs a copy, no allocation or zero fill).
+  uint64_t pending_start_ = 0;
+  uint64_t pending_len_ = 0;
+  std::vector<uint8_t> pending_;
+};
+
+}  // namespace deltakv::deltasync

@@ -1,0 +1,190 @@
+// Staging a plan part: the cpu backend's in-place walk and the default path through Gather give
+// the same new bytes, batch and partial sums, equal to a byte-by-byte reference; a bad record
+// fails the part and leaves the sums as they were.
+#include "shim/plan_stage.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "deltasync/adler32.h"
+#include "deltasync/write_plan.h"
+#include "shim/device_backend.h"
+
+namespace deltakv::shim {
+namespace {
+
+using deltasync::AdlerDelta;
+using deltasync::PlanTensor;
+using deltasync::WritePlanReader;
+using deltasync::WritePlanWriter;
+
+// Host memory behind the generic interface only: StagePart is DeviceBackend's default.
+class GatherOnlyBackend final : public DeviceBackend {
+ public:
+  std::string_view name() const override { return "gather-only"; }
+  Status Gather(std::span<const CopyOp> ops) override {
+    ++gathers;
+    for (const CopyOp& op : ops) std::memcpy(op.host, op.device, op.bytes);
+    return Status::Ok();
+  }
+  Status Scatter(std::span<const CopyOp> ops) override {
+    for (const CopyOp& op : ops) std::memcpy(op.device, op.host, op.bytes);
+    return Status::Ok();
+  }
+  int gathers = 0;
+};
+
+struct Rec {
+  uint32_t tensor;
+  uint64_t local;
+  uint64_t canonical;
+  std::vector<uint8_t> bytes;
+  bool owner;
+};
+
+struct Part {
+  std::vector<uint64_t> words;
+  uint64_t used = 0;
+  std::span<uint8_t> span() { return {reinterpret_cast<uint8_t*>(words.data()), used}; }
+};
+
+Part Write(const std::vector<PlanTensor>& table, const std::vector<Rec>& recs) {
+  Part p;
+  p.words.assign(1 << 16, 0);
+  WritePlanWriter w({reinterpret_cast<uint8_t*>(p.words.data()), p.words.size() * 8}, table);
+  for (const Rec& r : recs)
+    EXPECT_TRUE(w.Add(r.tensor, r.local, r.canonical, r.bytes, r.owner).ok());
+  p.used = *w.Finish();
+  return p;
+}
+
+TEST(PlanStage, InPlaceAndGatheredMatchTheReference) {
+  // Tensor 0: canonical bytes == local bytes, long enough to cross position 65521; tensor 1:
+  // small and full-verify, at local offset 100 of its rank tensor.
+  const uint64_t n0 = 70000, n1 = 300;
+  std::vector<uint8_t> w0(n0), w1(n1 + 100);
+  std::mt19937_64 rng(3);
+  for (auto& b : w0) b = static_cast<uint8_t>(rng());
+  for (auto& b : w1) b = static_cast<uint8_t>(rng());
+  const std::vector<PlanTensor> table = {{0, 0, n0, 0, 0},
+                                         {1, deltasync::kPlanTensorFullVerify, n1, 0, 0}};
+  std::vector<Rec> recs;
+  uint64_t at = 0;
+  for (uint32_t len : {1u, 2u, 16u, 63u, 64u, 300u, 5u, 9000u, 3u}) {
+    recs.push_back({0, at, at, {}, recs.size() % 4 != 3});
+    for (uint32_t i = 0; i < len; ++i) recs.back().bytes.push_back(static_cast<uint8_t>(rng()));
+    at += len + rng() % 5000;
+  }
+  recs.push_back({0, 65515, 65515, std::vector<uint8_t>(12, 0x5a), true});  // wraps mod 65521
+  recs.push_back({1, 100, 0, std::vector<uint8_t>(n1, 0x33), true});
+  std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) {
+    return a.tensor != b.tensor ? a.tensor < b.tensor : a.canonical < b.canonical;
+  });
+
+  // Reference: byte by byte.
+  std::vector<AdlerDelta> want_delta(2), want_full(2);
+  uint64_t want_bytes = 0;
+  std::vector<uint8_t> want_new;
+  for (const Rec& r : recs) {
+    const uint8_t* old = (r.tensor == 0 ? w0.data() : w1.data()) + r.local;
+    for (size_t i = 0; i < r.bytes.size(); ++i) {
+      const uint8_t v = old[i] ^ r.bytes[i];
+      want_new.push_back(v);
+      if (r.owner) {
+        want_delta[r.tensor].AddByte(r.canonical + i, old[i], v);
+        if (r.tensor == 1) want_full[1].AddByte(r.canonical + i, 0, v);
+      }
+    }
+    want_bytes += r.bytes.size();
+  }
+
+  const std::vector<LocalTensor> locals = {{"a", w0.data(), n0}, {"b", w1.data(), n1 + 100}};
+  GatherOnlyBackend gather_only;
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  for (DeviceBackend* backend : {static_cast<DeviceBackend*>(&gather_only), cpu->get()}) {
+    SCOPED_TRACE(std::string(backend->name()));
+    Part part = Write(table, recs);
+    auto reader = WritePlanReader::Open(part.span());
+    ASSERT_TRUE(reader.ok());
+    std::vector<StagedTensor> sums(2);
+    auto batch =
+        StagePartToBatch(*reader, locals, backend == cpu->get() ? nullptr : backend, &sums);
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    EXPECT_EQ(batch->data, want_new);
+    ASSERT_EQ(batch->ops.size(), recs.size());
+    uint64_t packed = 0;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      const Rec& r = recs[i];
+      EXPECT_EQ(batch->ops[i].device, (r.tensor == 0 ? w0.data() : w1.data()) + r.local);
+      EXPECT_EQ(batch->ops[i].host, batch->data.data() + packed);
+      EXPECT_EQ(batch->ops[i].bytes, r.bytes.size());
+      packed += r.bytes.size();
+    }
+    // The plan's bytes are the new bytes too.
+    std::vector<uint8_t> in_plan;
+    ASSERT_TRUE(reader
+                    ->ForEach([&](const deltasync::PlanRecord&, std::span<uint8_t> b) {
+                      in_plan.insert(in_plan.end(), b.begin(), b.end());
+                      return Status::Ok();
+                    })
+                    .ok());
+    EXPECT_EQ(in_plan, want_new);
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_EQ(sums[t].delta.s1(), want_delta[t].s1()) << t;
+      EXPECT_EQ(sums[t].delta.s2(), want_delta[t].s2()) << t;
+      EXPECT_EQ(sums[t].full.s1(), want_full[t].s1()) << t;
+      EXPECT_EQ(sums[t].full.s2(), want_full[t].s2()) << t;
+    }
+    EXPECT_EQ(sums[0].bytes_changed + sums[1].bytes_changed, want_bytes);
+
+    // Through StagePart, as the engine calls it, the commit writes the new bytes.
+    Part again = Write(table, recs);
+    auto reader2 = WritePlanReader::Open(again.span());
+    ASSERT_TRUE(reader2.ok());
+    std::vector<StagedTensor> sums2(2);
+    const std::vector<uint8_t> w0_before = w0, w1_before = w1;
+    auto prepared = backend->StagePart(*reader2, locals, &sums2);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+    EXPECT_EQ(sums2[0].delta.s2(), want_delta[0].s2());
+    EXPECT_EQ(w0, w0_before);  // staging changes no weight byte
+    ASSERT_TRUE(backend->CommitScatter(**prepared).ok());
+    for (const Rec& r : recs) {
+      const uint8_t* now = (r.tensor == 0 ? w0.data() : w1.data()) + r.local;
+      const uint8_t* before = (r.tensor == 0 ? w0_before.data() : w1_before.data()) + r.local;
+      for (size_t i = 0; i < r.bytes.size(); ++i) ASSERT_EQ(now[i], before[i] ^ r.bytes[i]);
+    }
+    w0 = w0_before;  // the next backend stages the same old bytes
+    w1 = w1_before;
+  }
+  EXPECT_EQ(gather_only.gathers, 2);  // one Gather per part
+}
+
+TEST(PlanStage, RecordOutsideItsTensorFailsAndKeepsTheSums) {
+  std::vector<uint8_t> w(64, 7);
+  const std::vector<PlanTensor> table = {{0, 0, 1000, 0, 0}};
+  const std::vector<LocalTensor> locals = {{"w", w.data(), w.size()}};
+  GatherOnlyBackend gather_only;
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  for (DeviceBackend* backend : {static_cast<DeviceBackend*>(&gather_only), cpu->get()}) {
+    Part part = Write(table, {{0, 0, 0, {1, 2, 3}, true}, {0, 60, 500, {1, 2, 3, 4, 5}, true}});
+    auto reader = WritePlanReader::Open(part.span());
+    ASSERT_TRUE(reader.ok());
+    std::vector<StagedTensor> sums(1);
+    auto prepared = backend->StagePart(*reader, locals, &sums);
+    ASSERT_EQ(prepared.status().code(), StatusCode::kInvalidArgument) << backend->name();
+    EXPECT_NE(prepared.status().message().find("outside tensor 'w'"), std::string::npos);
+    EXPECT_EQ(sums[0].delta.s1(), 0u);
+    EXPECT_EQ(sums[0].bytes_changed, 0u);
+    EXPECT_EQ(w, std::vector<uint8_t>(64, 7));
+  }
+}
+
+}  // namespace
+}  // namespace deltakv::shim
