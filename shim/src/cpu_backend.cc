@@ -2,6 +2,7 @@
 //
 // Copies are mostly a few bytes each (the changed bytes of sparse deltas), so the loop inlines
 // small sizes, and large batches are split across threads (disjoint destinations).
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -61,6 +62,23 @@ void CopyAll(std::span<const CopyOp> ops, unsigned threads) {
   for (auto& th : pool) th.join();
 }
 
+// Writes ops [begin, end) of the concatenation of `batches`, prefetching destinations ahead
+// (the new bytes are sequential; the destinations are scattered lines, usually not in cache).
+void ScatterSlice(const std::vector<std::span<const CopyOp>>& batches, size_t begin, size_t end) {
+  constexpr size_t kAhead = 32;
+  size_t base = 0;
+  for (std::span<const CopyOp> ops : batches) {
+    const size_t lo = std::max(begin, base), hi = std::min(end, base + ops.size());
+    for (size_t i = lo; i < hi; ++i) {
+      if (i + kAhead < hi) __builtin_prefetch(ops[i + kAhead - base].device, 1);
+      const CopyOp& op = ops[i - base];
+      CopySmall(static_cast<uint8_t*>(op.device), static_cast<const uint8_t*>(op.host), op.bytes);
+    }
+    base += ops.size();
+    if (base >= end) break;
+  }
+}
+
 class CpuBackend final : public DeviceBackend {
  public:
   std::string_view name() const override { return "cpu"; }
@@ -70,6 +88,27 @@ class CpuBackend final : public DeviceBackend {
   }
   Status Scatter(std::span<const CopyOp> ops) override {
     CopyAll<true>(ops, threads_);
+    return Status::Ok();
+  }
+  // Every batch of the commit in one pass, split evenly over the threads by op count.
+  Status CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared) override {
+    std::vector<std::span<const CopyOp>> batches;
+    size_t total = 0;
+    for (const std::unique_ptr<PreparedScatter>& p : prepared) {
+      auto* host = dynamic_cast<HostPreparedScatter*>(p.get());
+      if (host == nullptr) return Internal("scatter prepared by another backend");
+      batches.emplace_back(host->batch().ops);
+      total += host->batch().ops.size();
+    }
+    constexpr size_t kPerThreadMin = 1 << 14;
+    const unsigned n = static_cast<unsigned>(
+        std::max<size_t>(1, std::min<size_t>(threads_, total / kPerThreadMin)));
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < n; ++t) {
+      pool.emplace_back([&, t] { ScatterSlice(batches, total * t / n, total * (t + 1) / n); });
+    }
+    ScatterSlice(batches, 0, total / n);
+    for (auto& th : pool) th.join();
     return Status::Ok();
   }
   // Weights are host memory: the old bytes are read in place while the part stages, in one

@@ -8,22 +8,6 @@
 
 namespace deltakv::shim {
 
-namespace {
-
-// The default prepared scatter: the packed batch, kept in host memory.
-class HostPreparedScatter final : public PreparedScatter {
- public:
-  explicit HostPreparedScatter(ScatterBatch batch) : batch_(std::move(batch)) {}
-  uint64_t ops() const override { return batch_.ops.size(); }
-  uint64_t bytes() const override { return batch_.data.size(); }
-  const ScatterBatch& batch() const { return batch_; }
-
- private:
-  ScatterBatch batch_;
-};
-
-}  // namespace
-
 StatusOr<std::unique_ptr<PreparedScatter>> DeviceBackend::PrepareScatter(ScatterBatch batch) {
   return std::unique_ptr<PreparedScatter>(new HostPreparedScatter(std::move(batch)));
 }
@@ -33,6 +17,11 @@ Status DeviceBackend::CommitScatter(PreparedScatter& prepared) {
   if (host == nullptr) return Internal("scatter prepared by another backend");
   Status s = Scatter(host->batch().ops);
   if (!s.ok()) return Internal("scatter failed: " + s.message());
+  return Status::Ok();
+}
+
+Status DeviceBackend::CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared) {
+  for (const std::unique_ptr<PreparedScatter>& p : prepared) RETURN_IF_ERROR(CommitScatter(*p));
   return Status::Ok();
 }
 

@@ -440,13 +440,9 @@ StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
   if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
     return Internal("the engine's pause callback failed; weights unchanged (old version)");
   }
-  Status s;
-  for (const std::unique_ptr<PreparedScatter>& p : pc.prepared) {
-    s = backend_->CommitScatter(*p);
-    if (!s.ok()) {
-      s = Internal("writing the staged bytes failed; weights are partly new: " + s.message());
-      break;
-    }
+  Status s = backend_->CommitScatters(pc.prepared);
+  if (!s.ok()) {
+    s = Internal("writing the staged bytes failed; weights are partly new: " + s.message());
   }
   bool written = s.ok();
   if (written) {

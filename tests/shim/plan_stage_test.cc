@@ -186,5 +186,43 @@ TEST(PlanStage, RecordOutsideItsTensorFailsAndKeepsTheSums) {
   }
 }
 
+// A commit's batches written in one pass over the cpu backend's threads (enough ops that the
+// work splits, boundaries falling inside and between batches) land exactly like one-by-one
+// commits, and every other byte stays.
+TEST(PlanStage, CommitScattersWritesEveryBatchExactly) {
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  std::mt19937_64 rng(9);
+  std::vector<uint8_t> device(8u << 20);
+  for (auto& b : device) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> expected = device;
+  std::vector<std::unique_ptr<PreparedScatter>> prepared;
+  size_t at = 0;
+  for (int b = 0; b < 3; ++b) {
+    ScatterBatch batch;
+    std::vector<std::pair<size_t, size_t>> ranges;  // (device offset, length)
+    for (int i = 0; i < 30000 && at + 64 < device.size(); ++i) {
+      at += 1 + rng() % 64;
+      const size_t len = 1 + rng() % 12;
+      ranges.emplace_back(at, len);
+      at += len;
+    }
+    for (const auto& [offset, len] : ranges) {
+      for (size_t k = 0; k < len; ++k) batch.data.push_back(static_cast<uint8_t>(rng()));
+    }
+    size_t packed = 0;
+    for (const auto& [offset, len] : ranges) {
+      batch.ops.push_back({device.data() + offset, batch.data.data() + packed, len});
+      std::memcpy(expected.data() + offset, batch.data.data() + packed, len);
+      packed += len;
+    }
+    auto p = (*cpu)->PrepareScatter(std::move(batch));
+    ASSERT_TRUE(p.ok());
+    prepared.push_back(std::move(*p));
+  }
+  ASSERT_TRUE((*cpu)->CommitScatters(prepared).ok());
+  EXPECT_TRUE(device == expected);
+}
+
 }  // namespace
 }  // namespace deltakv::shim

@@ -74,6 +74,9 @@ class DeviceBackend {
   virtual StatusOr<std::unique_ptr<PreparedScatter>> PrepareScatter(ScatterBatch batch);
   // Writes a prepared batch (prepared by this backend). Internal on failure.
   virtual Status CommitScatter(PreparedScatter& prepared);
+  // Writes every prepared batch of a commit (the engine's pause covers this call). The default
+  // commits them one by one; the cpu backend writes them all in one pass split over its threads.
+  virtual Status CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared);
   // Stages one plan part in one call: validates every record against `tensors`, gathers the
   // old bytes, XORs them with the plan's bytes into the new bytes, adds each plan tensor's
   // partial sums to (*sums)[t] (StagedTensor: incremental over owned positions, full sums for
