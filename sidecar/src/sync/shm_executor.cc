@@ -407,8 +407,14 @@ Status ShmSyncExecutor::Job::Decode() {
   so.prefix = ArenaPrefix(o.shm_name);
   so.sync_id = sync_id_;
   so.version = request_.version;
-  so.part_bytes = std::max<uint64_t>(o.plan_buffer_bytes / (2 * world_), 64 << 10);
-  so.max_in_flight = 1;
+  // Parts of at most kPartBytes, so ranks stage while the delta is still being walked (a part is
+  // sent when full): the stage that remains after the walk is about one part. The budget is
+  // then spent on more parts in flight per rank, world * (in flight + 1) * part <= budget.
+  constexpr uint64_t kPartBytes = 4ull << 20;
+  so.part_bytes =
+      std::clamp<uint64_t>(o.plan_buffer_bytes / (2 * world_), uint64_t{64} << 10, kPartBytes);
+  so.max_in_flight = static_cast<size_t>(
+      std::clamp<uint64_t>(o.plan_buffer_bytes / (world_ * so.part_bytes), 2, 8) - 1);
   so.consume_timeout = o.stage_timeout;
   streamer_ = std::make_unique<PlanStreamer>(so, Channels(), plan_tables_,
                                              [this](uint32_t r) { return RankGone(r); });
