@@ -55,6 +55,40 @@ TEST(WalkerStream, ChunkedFeedEqualsOneShot) {
   }
 }
 
+// One walker restarted over many inputs (including a failing one and chunked feeds) delivers
+// what a fresh walker delivers for each: nothing of an earlier walk leaks into the next.
+TEST(WalkerStream, RestartedWalkerEqualsFreshWalkers) {
+  const auto frames = SampleFrames();
+  walker_test::CollectingSink first;
+  SparseZstdWalker walker(first, {});
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const auto& frame = frames[(i * 7 + static_cast<size_t>(round)) % frames.size()];
+      const auto expected = walker_test::Walk(frame);
+      walker_test::CollectingSink sink;
+      walker.Restart(sink, {});
+      size_t pos = 0;
+      while (pos < frame.size()) {
+        const size_t n = std::min(frame.size() - pos, 1 + static_cast<size_t>(rng() % 90000));
+        ASSERT_TRUE(walker.Feed(std::span(frame).subspan(pos, n)).ok());
+        pos += n;
+      }
+      ASSERT_TRUE(walker.Finish().ok());
+      EXPECT_EQ(sink.nonzeros(), expected.nonzeros);
+      EXPECT_EQ(walker.stats().decoded_length, expected.stats.decoded_length);
+      EXPECT_EQ(walker.stats().sequences, expected.stats.sequences);
+      EXPECT_EQ(walker.stats().frames, expected.stats.frames);
+      EXPECT_EQ(walker.stats().input_bytes, frame.size());
+      // A truncated input fails, and the next restart starts clean.
+      walker_test::CollectingSink broken;
+      walker.Restart(broken, {});
+      ASSERT_TRUE(walker.Feed(std::span(frame).first(frame.size() / 2)).ok());
+      EXPECT_FALSE(walker.Finish().ok());
+    }
+  }
+}
+
 TEST(WalkerStream, TruncationAtEveryUnitBoundaryFails) {
   const auto data = walker_test::ScatteredSparse(50000, 0.01, 5);
   walker_test::CompressOptions o;

@@ -74,6 +74,11 @@ class SparseZstdWalker {
   SparseZstdWalker(const SparseZstdWalker&) = delete;
   SparseZstdWalker& operator=(const SparseZstdWalker&) = delete;
 
+  // Starts a new walk of another input, delivering to `sink` (which must outlive the walk), as a
+  // new walker would, but keeping the memory of earlier walks: a walker reused across many
+  // frames allocates nothing per frame. Clears a sticky error.
+  void Restart(NonzeroSink& sink, const WalkerOptions& options = {});
+
   // Consumes the next `chunk` of the input (any size, including 0). Decodes every unit (frame
   // header, block, checksum) that is complete; buffers at most one incomplete block.
   // Returns OK, or the sticky error (DataLoss with the input offset, ResourceExhausted,

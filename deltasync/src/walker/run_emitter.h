@@ -16,8 +16,18 @@ class RunEmitter {
  public:
   static constexpr size_t kMaxRun = 64 * 1024;
 
-  RunEmitter(NonzeroSink& sink, uint32_t merge_gap) : sink_(sink), merge_gap_(merge_gap) {
+  RunEmitter(NonzeroSink& sink, uint32_t merge_gap) : sink_(&sink), merge_gap_(merge_gap) {
     run_.reserve(kMaxRun);
+  }
+
+  // Starts over for another sink, keeping the run buffer.
+  void Restart(NonzeroSink& sink, uint32_t merge_gap) {
+    sink_ = &sink;
+    merge_gap_ = merge_gap;
+    run_.clear();
+    start_ = 0;
+    runs_ = 0;
+    status_ = Status::Ok();
   }
 
   // REQUIRES: position > the position of every earlier Add.
@@ -62,7 +72,7 @@ class RunEmitter {
   void Flush() {
     if (run_.empty()) return;
     if (status_.ok()) {
-      Status s = sink_.OnRun(start_, run_);
+      Status s = sink_->OnRun(start_, run_);
       if (!s.ok()) [[unlikely]] status_ = std::move(s);  // no assignment on the common path
       ++runs_;
     }
@@ -73,8 +83,8 @@ class RunEmitter {
   uint64_t runs() const { return runs_; }
 
  private:
-  NonzeroSink& sink_;
-  const uint64_t merge_gap_;
+  NonzeroSink* sink_;
+  uint64_t merge_gap_;
   std::vector<uint8_t> run_;
   uint64_t start_ = 0;
   uint64_t runs_ = 0;

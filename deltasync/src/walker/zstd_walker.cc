@@ -43,6 +43,23 @@ class SparseZstdWalker::Impl {
   Status Feed(std::span<const uint8_t> chunk);
   Status Finish();
   const WalkStats& stats() const { return stats_; }
+  // A fresh walk with `sink`; the buffers (index, bitmap, runs, tables) keep their memory.
+  void Restart(NonzeroSink& sink, const WalkerOptions& options) {
+    options_ = options;
+    emitter_.Restart(sink, options.merge_gap);
+    stats_ = WalkStats();
+    status_ = Status::Ok();
+    state_ = State::kMagic;
+    pending_.clear();
+    consumed_ = unit_offset_ = skip_left_ = 0;
+    header_rest_ = 0;
+    header_descriptor_ = 0;
+    frame_ = FrameHeader();
+    frame_index_ = frame_start_ = 0;
+    block_last_ = false;
+    block_type_ = 0;
+    block_size_ = 0;
+  }
 
  private:
   enum class State {
@@ -70,7 +87,7 @@ class SparseZstdWalker::Impl {
     return status;
   }
 
-  const WalkerOptions options_;
+  WalkerOptions options_;
   RunEmitter emitter_;
   FrameOutput output_;
   BlockDecoder blocks_;
@@ -372,6 +389,9 @@ SparseZstdWalker::SparseZstdWalker(NonzeroSink& sink, const WalkerOptions& optio
     : impl_(std::make_unique<Impl>(sink, options)) {}
 SparseZstdWalker::~SparseZstdWalker() = default;
 
+void SparseZstdWalker::Restart(NonzeroSink& sink, const WalkerOptions& options) {
+  impl_->Restart(sink, options);
+}
 Status SparseZstdWalker::Feed(std::span<const uint8_t> chunk) { return impl_->Feed(chunk); }
 Status SparseZstdWalker::Finish() { return impl_->Finish(); }
 const WalkStats& SparseZstdWalker::stats() const { return impl_->stats(); }
@@ -393,15 +413,24 @@ namespace {
 class SparseWalkerDecoder final : public XorDecoder {
  public:
   std::string_view name() const override { return "sparse-walker"; }
+  // One walker for every input this decoder sees: a delta of many frames allocates (and
+  // page-faults) its index and bitmap once, not once per frame.
   StatusOr<DecodeResult> Decode(std::span<const uint8_t> input, const DecodeLimits& limits,
                                 NonzeroSink& sink) override {
     WalkerOptions options;
     options.limits = limits;
-    SparseZstdWalker walker(sink, options);
-    RETURN_IF_ERROR(walker.Feed(input));
-    RETURN_IF_ERROR(walker.Finish());
-    return walker.result();
+    if (walker_ == nullptr) {
+      walker_ = std::make_unique<SparseZstdWalker>(sink, options);
+    } else {
+      walker_->Restart(sink, options);
+    }
+    RETURN_IF_ERROR(walker_->Feed(input));
+    RETURN_IF_ERROR(walker_->Finish());
+    return walker_->result();
   }
+
+ private:
+  std::unique_ptr<SparseZstdWalker> walker_;
 };
 
 }  // namespace
