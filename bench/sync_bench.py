@@ -21,6 +21,8 @@ Baselines:
   (POST /v1/touch-bound on the demo engine); pause_vs_touch_bound is the sync's pause over the
   slowest rank's bound.
 - a full reload (below).
+Each engine is verified against its checkpoint (POST /v1/verify) before the timed syncs, as a
+production start with --verify-checkpoint does, so no timed sync pays the one-time early check.
 
 The deltas form a chain v1 -> v2 -> v3 -> ... (one density per step), synced in order; after
 each sync the engine reloads the same new checkpoint in full, which leaves its bytes unchanged
@@ -99,6 +101,7 @@ def main():
                       "size_mib": a.size_mib}), flush=True)
     try:
         k("checkpoint", "generate", "--out", t("v1"), "--size-mib", str(a.size_mib), "--files", "4")
+        k("checkpoint", "manifest", t("v1"))  # what the startup verify compares the engine with
         chain = []
         for i, d in enumerate(densities):
             parent, new = f"v{i + 1}", f"v{i + 2}"
@@ -140,6 +143,18 @@ def main():
                           for r in range(tp)]
             while len(http("GET", url + "/v1/status")["ranks"]) < tp:
                 time.sleep(0.05)
+            # The engine is verified against its checkpoint first, as at a production start
+            # (--verify-checkpoint), so every timed sync is a steady-state one (no early check).
+            job = http("POST", url + "/v1/verify", {"checkpoint": t("v1")}, "bench-token")
+            if not isinstance(job.get("id"), str):
+                sys.exit(f"sync_bench: POST /v1/verify returned no id: {json.dumps(job)[:500]}")
+            while True:
+                rec = http("GET", f"{url}/v1/syncs/{job['id']}")
+                if rec.get("state") in ("verified", "diverged", "failed"):
+                    break
+                time.sleep(0.01)
+            if rec["state"] != "verified":
+                sys.exit(f"sync_bench: the startup verify ended {rec['state']}: {rec.get('error')}")
             try:
                 for d, parent, new, pub in chain:
                     t0 = time.time()
