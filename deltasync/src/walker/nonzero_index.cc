@@ -17,6 +17,13 @@ void NonzeroIndex::Reset(uint64_t window) {
   // Start small and grow with the output (before the ring first wraps), so a frame that
   // declares a huge window but is short costs little.
   const uint64_t words = std::min<uint64_t>(max_words_, 1024);
+  // Capacity for the whole ring up front (address space only: pages are touched as the ring
+  // grows), so growing never copies; capped at 16 MiB (windows up to 128 MiB), beyond which
+  // a frame that declares a huge window but is short would reserve for nothing.
+  const uint64_t reserve_words = std::min<uint64_t>(max_words_, uint64_t{1} << 21);
+  chunk_bits_.reserve(reserve_words);
+  summary_.reserve(reserve_words / 64);
+  first_.reserve(reserve_words / 8 + 64);  // one page per 4 KiB of window
   chunk_bits_.assign(words, 0);
   word_mask_ = words - 1;
   summary_.assign(words / 64, 0);

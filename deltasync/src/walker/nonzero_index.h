@@ -74,7 +74,7 @@ class NonzeroIndex {
 
   // REQUIRES: position > every earlier position, position <= kMaxPosition, value != 0, and
   // position below the limit of the last BeginBlock.
-  void Append(uint64_t position, uint8_t value) {
+  [[gnu::always_inline]] void Append(uint64_t position, uint8_t value) {
     const uint64_t page = position >> kPageShift;
     if (page >= page_base_ + first_.size()) ExtendPages(page);
     entries_.Push(position << 8 | value);
