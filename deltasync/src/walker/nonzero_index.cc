@@ -23,7 +23,7 @@ void NonzeroIndex::Reset(uint64_t window) {
   const uint64_t reserve_words = std::min<uint64_t>(max_words_, uint64_t{1} << 21);
   chunk_bits_.reserve(reserve_words);
   summary_.reserve(reserve_words / 64);
-  first_.reserve(reserve_words / 8 + 64);  // one page per 4 KiB of window
+  first_.reserve(reserve_words / 64 + 64);  // one page per 4 KiB (64 words) of window
   chunk_bits_.assign(words, 0);
   word_mask_ = words - 1;
   summary_.assign(words / 64, 0);
