@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <future>
+#include <mutex>
+#include <thread>
 
 #include "deltasync/applier.h"
 #include "deltasync/xor_decoder.h"
@@ -26,24 +29,84 @@ struct FrameRef {
   const DeltaFrame* frame;
 };
 
-// One frame's runs, decoded on a worker thread and replayed later in frame order.
-struct CollectedFrame {
-  std::vector<std::pair<uint64_t, uint64_t>> runs;  // (position, length)
+// Pipelined decode: walker threads stream each frame's runs, in chunks, to the planning thread,
+// which routes them as they arrive (in frame order), so walking and planning overlap.
+struct RunChunk {
+  std::vector<std::pair<uint64_t, uint32_t>> runs;  // (position, length)
   std::vector<uint8_t> bytes;                       // the runs' bytes, back to back
-  StatusOr<DecodeResult> result = DecodeResult{};
 };
 
-class CollectSink final : public NonzeroSink {
+// One frame's chunks, produced by one walker thread and consumed by the planning thread. At
+// most kMaxQueued chunks wait; Cancel() releases a producer blocked on a full queue.
+class FrameStream {
  public:
-  explicit CollectSink(CollectedFrame* out) : out_(out) {}
+  static constexpr size_t kMaxQueued = 4;
+
+  // Returns false when the stream was cancelled (the producer should stop).
+  bool Push(RunChunk chunk) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return chunks_.size() < kMaxQueued || cancelled_; });
+    if (cancelled_) return false;
+    chunks_.push_back(std::move(chunk));
+    cv_.notify_all();
+    return true;
+  }
+  void Finish(StatusOr<DecodeResult> result) {
+    std::lock_guard<std::mutex> lock(mu_);
+    result_ = std::move(result);
+    done_ = true;
+    cv_.notify_all();
+  }
+  // Next chunk; false once the producer finished and every chunk was taken.
+  bool Pop(RunChunk* chunk) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !chunks_.empty() || done_; });
+    if (chunks_.empty()) return false;
+    *chunk = std::move(chunks_.front());
+    chunks_.pop_front();
+    cv_.notify_all();
+    return true;
+  }
+  // REQUIRES: Pop returned false.
+  const StatusOr<DecodeResult>& result() const { return result_; }
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RunChunk> chunks_;
+  bool done_ = false;
+  bool cancelled_ = false;
+  StatusOr<DecodeResult> result_ = DecodeResult{};
+};
+
+// The walker's sink on a walker thread: runs gathered into chunks of about kChunkBytes.
+class StreamSink final : public NonzeroSink {
+ public:
+  static constexpr size_t kChunkBytes = 64 << 10;
+  explicit StreamSink(FrameStream* stream) : stream_(stream) {}
   Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
-    out_->runs.push_back({pos, bytes.size()});
-    out_->bytes.insert(out_->bytes.end(), bytes.begin(), bytes.end());
+    chunk_.runs.push_back({pos, static_cast<uint32_t>(bytes.size())});
+    chunk_.bytes.insert(chunk_.bytes.end(), bytes.begin(), bytes.end());
+    if (chunk_.bytes.size() >= kChunkBytes || chunk_.runs.size() >= kChunkBytes / 4) {
+      return Send();
+    }
+    return Status::Ok();
+  }
+  Status Send() {
+    if (chunk_.runs.empty()) return Status::Ok();
+    if (!stream_->Push(std::move(chunk_))) return Internal("planning stopped");
+    chunk_ = RunChunk();
     return Status::Ok();
   }
 
  private:
-  CollectedFrame* out_;
+  FrameStream* stream_;
+  RunChunk chunk_;
 };
 
 // One ranged read: [offset, offset + length) of an object, covering whole frames.
@@ -271,41 +334,76 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
         account(r);
       }
     } else {
-      // Up to decode_threads frames decode at once; the oldest is replayed into the output
-      // while the others run. Every future is drained before `bytes` goes away (a returning
-      // error waits for them in the futures' destructors).
-      std::deque<std::future<CollectedFrame>> inflight;
-      auto replay = [&](size_t index) -> Status {
-        CollectedFrame c = inflight.front().get();
-        inflight.pop_front();
-        if (!c.result.ok()) return c.result.status();
-        PlanSink sink = sink_for(w.frames[index]);
-        uint64_t at = 0;
-        for (const auto& [pos, len] : c.runs) {
-          RETURN_IF_ERROR(sink.OnRun(pos, std::span<const uint8_t>(c.bytes.data() + at, len)));
-          at += len;
-        }
-        RETURN_IF_ERROR(sink.Flush());
-        account(*c.result);
-        return Status::Ok();
-      };
-      size_t replayed = 0;
-      for (const FrameRef& fr : w.frames) {
-        if (inflight.size() >= opt.decode_threads) RETURN_IF_ERROR(replay(replayed++));
-        inflight.push_back(std::async(std::launch::async, [&, fr] {
-          CollectedFrame c;
-          auto d = MakeXorDecoder(opt.decoder);
-          if (!d.ok()) {
-            c.result = d.status();
-            return c;
+      // decode_threads - 1 walker threads take the window's frames in order, each frame
+      // streamed to this thread, which plans it chunk by chunk as it arrives. Frames are
+      // claimed at most `ahead` beyond the one being planned, so memory stays bounded.
+      const size_t walkers = std::min<size_t>(opt.decode_threads - 1, w.frames.size());
+      const size_t ahead = walkers + 1;
+      std::vector<FrameStream> streams(w.frames.size());
+      std::mutex claim_mu;
+      std::condition_variable claim_cv;
+      size_t next_frame = 0, planning = 0;
+      bool stop = false;
+      auto walker_main = [&] {
+        auto d = MakeXorDecoder(opt.decoder);
+        for (;;) {
+          size_t i;
+          {
+            std::unique_lock<std::mutex> lock(claim_mu);
+            claim_cv.wait(lock, [&] { return stop || next_frame < planning + ahead; });
+            if (stop || next_frame >= w.frames.size()) return;
+            i = next_frame++;
           }
-          CollectSink sink(&c);
-          c.result = DecodeDeltaFrame(**d, input_of(*fr.frame), fr.frame->length,
-                                      opt.max_window_log, sink, where(fr));
-          return c;
-        }));
+          if (!d.ok()) {
+            streams[i].Finish(d.status());
+            continue;
+          }
+          const FrameRef& fr = w.frames[i];
+          StreamSink sink(&streams[i]);
+          StatusOr<DecodeResult> r = DecodeDeltaFrame(**d, input_of(*fr.frame), fr.frame->length,
+                                                      opt.max_window_log, sink, where(fr));
+          if (r.ok()) {
+            if (Status s = sink.Send(); !s.ok()) r = s;
+          }
+          streams[i].Finish(std::move(r));
+        }
+      };
+      std::vector<std::thread> pool;
+      for (size_t t = 0; t < walkers; ++t) pool.emplace_back(walker_main);
+      // Stops and joins the walkers on every way out (an error returns from the loop below).
+      struct Joiner {
+        std::vector<std::thread>& pool;
+        std::vector<FrameStream>& streams;
+        std::mutex& mu;
+        std::condition_variable& cv;
+        bool& stop;
+        ~Joiner() {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            stop = true;
+            cv.notify_all();
+          }
+          for (FrameStream& s : streams) s.Cancel();
+          for (std::thread& t : pool) t.join();
+        }
+      } joiner{pool, streams, claim_mu, claim_cv, stop};
+      for (size_t i = 0; i < w.frames.size(); ++i) {
+        PlanSink sink = sink_for(w.frames[i]);
+        RunChunk chunk;
+        while (streams[i].Pop(&chunk)) {
+          uint64_t at = 0;
+          for (const auto& [pos, len] : chunk.runs) {
+            RETURN_IF_ERROR(sink.OnRun(pos, std::span<const uint8_t>(chunk.bytes.data() + at, len)));
+            at += len;
+          }
+        }
+        if (!streams[i].result().ok()) return streams[i].result().status();
+        RETURN_IF_ERROR(sink.Flush());
+        account(*streams[i].result());
+        std::lock_guard<std::mutex> lock(claim_mu);
+        planning = i + 1;
+        claim_cv.notify_all();
       }
-      while (!inflight.empty()) RETURN_IF_ERROR(replay(replayed++));
     }
     stats.decode_ms += MsSince(t1);
     if (opt.progress) opt.progress(wi + 1, windows.size());

@@ -226,7 +226,7 @@ TEST(PlanApply, TwoRanksMatchTheNewCheckpoint) {
 TEST(PlanApply, SmallPartsAndFetchWindowsGiveTheSameResult) {
   Fixture f;
   ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 1024));  // several frames per tensor
-  for (unsigned threads : {1u, 3u}) {
+  for (unsigned threads : {1u, 2u, 3u}) {
     for (bool prefetch : {true, false}) {
     for (uint64_t window : {uint64_t{1}, uint64_t{700}, uint64_t{1} << 20}) {
       auto engine = f.Slice(f.tmp / "v1");
@@ -259,6 +259,49 @@ TEST(PlanApply, CorruptFrameFailsWithParallelDecode) {
   Status s = SyncOnce(f, f.tmp / "d12", engine, 1 << 20, opt);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("tensor '"), std::string::npos) << s.ToString();
+}
+
+// An output that fails part-way (a full plan buffer, a dead rank) stops a pipelined plan with
+// its error, however many walker threads are streaming frames behind it, and never hangs.
+TEST(PlanApply, FailingOutputStopsPipelinedWalkers) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 1024));  // several frames per tensor
+  auto text = ReadAll(f.tmp / "d12/manifest.json");
+  auto m = ParseDeltaManifest(text);
+  ASSERT_TRUE(m.ok());
+  RankTensorTables ranks = f.Tables();
+  class FailAfter final : public PlanOutput {
+   public:
+    explicit FailAfter(int n) : left_(n) {}
+    Status Add(uint32_t, uint32_t, uint64_t, uint64_t, std::span<const uint8_t>, bool) override {
+      if (--left_ < 0) return ResourceExhausted("plan buffer full (test)");
+      return Status::Ok();
+    }
+    int left() const { return left_; }
+
+   private:
+    int left_;
+  };
+  int total = 0;  // pieces of the whole delta
+  {
+    FailAfter count(1 << 30);
+    auto store = MakeFileStore(f.tmp / "d12");
+    ASSERT_TRUE(BuildSyncPlans(*m, *store, ranks, count, {}).ok());
+    total = (1 << 30) - count.left();
+    ASSERT_GT(total, 10);
+  }
+  for (unsigned threads : {2u, 3u, 8u}) {
+    for (int fail_after : {0, total / 3, total - 1}) {
+      FailAfter out(fail_after);
+      PlannerOptions opt;
+      opt.decode_threads = threads;
+      opt.fetch_window_bytes = 1 << 20;
+      auto store = MakeFileStore(f.tmp / "d12");
+      auto r = BuildSyncPlans(*m, *store, ranks, out, opt);
+      ASSERT_FALSE(r.ok()) << "threads " << threads << " fail_after " << fail_after;
+      EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+    }
+  }
 }
 
 // Every object's sha256 is checked over the bytes as they stream in: a manifest whose recorded

@@ -4,10 +4,13 @@
 // Each shard object is fetched from the store once, in windows of whole frames (ranged reads
 // of at most PlannerOptions::fetch_window_bytes unless one frame is larger), the next window
 // fetched on a second thread while the current one decodes. Every frame is decoded by an
-// XorDecoder (up to decode_threads frames at once) into runs of nonzero XOR bytes; each run is split by the tensor's layout into
-// per-rank pieces (rank, local offset, canonical offset) and handed to a PlanOutput. Memory is
-// bounded by two fetch windows, the runs of decode_threads frames and what the output keeps:
-// the planner never holds an object, a tensor or a plan.
+// XorDecoder into runs of nonzero XOR bytes; each run is split by the tensor's layout into
+// per-rank pieces (rank, local offset, canonical offset) and handed to a PlanOutput. With
+// decode_threads >= 2, decode_threads - 1 walker threads decode frames (each its own, in frame
+// order) and stream their runs in chunks to the calling thread, which routes them as they
+// arrive, so walking and planning overlap. Memory is bounded by two fetch windows, a few
+// chunks per frame in flight and what the output keeps: the planner never holds an object, a
+// tensor or a plan.
 // Tensors shorter than kFullVerifyBelowBytes are planned in full (every byte, XOR zero where
 // unchanged) and flagged, so ranks can return full-checksum partial sums for them.
 //
@@ -66,9 +69,11 @@ struct PlannerOptions {
   uint64_t fetch_window_bytes = 32ull << 20;
   // Fetch the next window while the current one decodes.
   bool prefetch = true;
-  // Frames decoded at once (each by its own decoder, on its own thread); their runs are
-  // collected and handed to the PlanOutput in frame order. 1 = decode on the calling thread,
-  // straight into the output.
+  // Threads the planner uses. 1: decode on the calling thread, straight into the output.
+  // N >= 2: N - 1 walker threads decode frames (up to N - 1 at once, each with its own decoder)
+  // and stream their runs (chunks of about 64 KiB, at most 4 waiting per frame, frames claimed
+  // at most N ahead of the one being planned) to the calling thread, which hands them to the
+  // PlanOutput in frame order. An output error stops the walkers and is returned.
   unsigned decode_threads = 1;
   // Called after each fetch window with (windows done, windows total).
   std::function<void(size_t, size_t)> progress;

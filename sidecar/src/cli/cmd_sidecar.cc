@@ -311,7 +311,9 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{256} << 10, uint64_t{1} << 40));
   cmd->add_option("--decode-threads", o->decode_threads,
-                  "Delta frames decoded at once (0: one per CPU the sync worker may use, if 4 or more)")
+                  "Threads that walk and plan a delta: 1 walks and plans on one thread, N >= 2 "
+                  "walks on N - 1 threads while planning on one (0: one per CPU the sync worker "
+                  "may use, if 4 or more)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{256}));
   cmd->add_option("--http-ca-file", o->http_ca_file,
                   "PEM CA certificates that verify https:// delta stores (default: the system's)");

@@ -426,8 +426,8 @@ Status ShmSyncExecutor::Job::Decode() {
   po.decode_threads = o.decode_threads;
   if (po.decode_threads == 0) {
     // One per CPU this (pinned, low-priority) worker may use, from 4 CPUs up: with fewer, the
-    // ranks' staging needs the other CPUs and collecting runs for the replay costs more than
-    // decoding beside them gains (measured on 2 CPUs with the cpu backend).
+    // ranks' staging needs the other CPUs, and walking beside planning gains nothing (measured
+    // on 2 CPUs with the cpu backend: 1 GiB, 1 % elements, 0.80 s with 1 thread or 2).
     cpu_set_t set;
     CPU_ZERO(&set);
     const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
