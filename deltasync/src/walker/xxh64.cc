@@ -1,6 +1,7 @@
 #include "walker/xxh64.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 
@@ -53,11 +54,13 @@ inline uint32_t Load32(const uint8_t* p) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), v);
 }
 
+std::atomic<bool> g_force_portable{false};
+
 bool HasAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vl");
-  return has;
+  return has && !g_force_portable.load(std::memory_order_relaxed);
 }
 #endif
 
@@ -249,6 +252,14 @@ uint64_t Xxh64::Digest() const {
   h *= kP3;
   h ^= h >> 32;
   return h;
+}
+
+void Xxh64ForcePortableForTesting(bool portable) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  g_force_portable.store(portable);
+#else
+  (void)portable;
+#endif
 }
 
 uint64_t Xxh64Digest(const uint8_t* data, size_t size, uint64_t seed) {

@@ -38,6 +38,9 @@ class Xxh64 {
   uint32_t buffered_ = 0;
 };
 
+// Makes zero stripes take the portable path even where AVX-512 is available (tests cover both).
+void Xxh64ForcePortableForTesting(bool portable);
+
 // One-shot XXH64 of a buffer.
 uint64_t Xxh64Digest(const uint8_t* data, size_t size, uint64_t seed = 0);
 
