@@ -43,7 +43,7 @@
 // given byte densities: mostly the low byte alone, one in five both bytes.
 //
 // Usage: plan_stage_bench [--size-mib 64] [--densities 0.005,0.025] [--reps 3]
-//                         [--part-mib 16] [--layouts replicated,row,column,fused_qkv,moe]
+//                         [--part-mib 4] [--layouts replicated,row,column,fused_qkv,moe]
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,8 +96,8 @@ struct Flags {
   size_t size_mib = 64;
   std::vector<double> densities = {0.005, 0.025};
   int reps = 3;
-  // The sidecar's part size: --plan-buffer-bytes (128 MiB) / (2 * world).
-  size_t part_mib = 16;
+  // The sidecar's part size at the default --plan-buffer-bytes: min(4 MiB, budget / (2 * world)).
+  size_t part_mib = 4;
   std::vector<std::string> layouts = {"replicated", "row", "column", "fused_qkv", "moe"};
 };
 
