@@ -126,6 +126,20 @@ TEST(WalkerGolden, RegressHuffman4Unconsumed) {
   EXPECT_EQ(walker_test::CompareWithLibzstd(frame, 1 << 20), "");
 }
 
+// Found by walker_differential_fuzz: a block whose sequence bitstream has one bit left after
+// its last sequence. libzstd 1.5.4's prefetching sequence decoder (chosen for long offsets)
+// does not check the end and accepts it; the walker refuses it and says libzstd tolerates it.
+TEST(WalkerGolden, RegressSequencesUnconsumed) {
+  const auto frame = ReadGolden("regress_sequences_unconsumed.zst");
+  auto walked = walker_test::Walk(frame);
+  EXPECT_EQ(walked.status.code(), StatusCode::kDataLoss);
+  EXPECT_NE(walked.status.message().find("sequence bitstream not fully consumed (libzstd "
+                                         "tolerates)"),
+            std::string::npos)
+      << walked.status.ToString();
+  EXPECT_EQ(walker_test::CompareWithLibzstd(frame, 1 << 20), "");
+}
+
 // Found by walker_differential_fuzz: a 4-stream literal section whose stream 1 lacks its end
 // marker (last byte 0). libzstd 1.5.4's fast Huffman loop does not check the marker.
 TEST(WalkerGolden, RegressHuffman4NoEndMarker) {

@@ -13,8 +13,9 @@
 // Accepted input: any sequence of zstd frames and skippable frames, fed in arbitrary chunks.
 // Frames that carry a dictionary id are refused (Unimplemented); legacy (v0.x) frames too.
 // The walker is stricter than libzstd 1.5.x on a few spec violations that libzstd tolerates
-// (offset beyond the window, offset 0 from a repeat code, an over-read sequence bitstream,
-// blocks above Block_Maximum_Size, reserved bits); those errors say "(libzstd tolerates)".
+// (offset beyond the window, offset 0 from a repeat code, an over-read or not fully consumed
+// sequence bitstream, Huffman streams that do not end exactly, blocks above
+// Block_Maximum_Size, reserved bits); those errors say "(libzstd tolerates)".
 //
 // Ownership: the walker borrows the NonzeroSink, which must outlive it. Spans passed to the
 // sink are valid only during the call.

@@ -299,7 +299,11 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     EmitLiterals(literals, literal_length, &lit_pos, out);
     out->AppendMatch(offset, match_length);
   }
-  if (!br.finished()) return DataLoss("sequence bitstream not fully consumed");
+  // RFC 8878 requires the sequence bitstream to end exactly; libzstd 1.5.4's prefetching
+  // sequence decoder only counts sequences and accepts leftover bits.
+  if (!br.finished()) {
+    return DataLoss("sequence bitstream not fully consumed (libzstd tolerates)");
+  }
   state->rep[0] = rep0;
   state->rep[1] = rep1;
   state->rep[2] = rep2;
