@@ -248,12 +248,10 @@ Status SparseZstdWalker::Impl::StartFrame(std::span<const uint8_t> header) {
                          std::to_string(frame_.dictionary_id) + "; dictionaries are not supported");
   }
   // A match never reaches before the frame start, so a frame that declares its content size
-  // needs no more history than that (libzstd decodes such frames whatever their window, as long
-  // as the window log is at most 31, its absolute maximum: windows of 4 GiB and more stay
-  // refused, by the limit).
-  const bool capped = frame_.has_content_size && frame_.window_size < (uint64_t{1} << 32);
-  const uint64_t history =
-      capped ? std::min(frame_.window_size, frame_.content_size) : frame_.window_size;
+  // needs no more history than that (libzstd decodes such frames whatever their window).
+  const uint64_t history = frame_.has_content_size
+                               ? std::min(frame_.window_size, frame_.content_size)
+                               : frame_.window_size;
   const uint32_t max_log = std::min<uint32_t>(options_.limits.max_window_log, 63);
   if (history > (uint64_t{1} << max_log)) {
     return ResourceExhausted(where + ": window of " + std::to_string(history) +
