@@ -51,8 +51,7 @@ class NonzeroSink {
 struct DecodeLimits {
   // Refuse to produce more than this many decoded bytes in total.
   uint64_t max_output = UINT64_MAX;
-  // Refuse frames whose window is larger than 2^max_window_log bytes. The sparse walker counts
-  // the history a frame can use: its window, or its content size when it declares a smaller one.
+  // Refuse frames whose window is larger than 2^max_window_log bytes.
   uint32_t max_window_log = 27;
   // Verify the XXH64 content checksum of frames that carry one.
   bool verify_checksum = true;

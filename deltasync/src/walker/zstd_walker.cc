@@ -247,18 +247,13 @@ Status SparseZstdWalker::Impl::StartFrame(std::span<const uint8_t> header) {
     return Unimplemented(where + ": frame needs dictionary " +
                          std::to_string(frame_.dictionary_id) + "; dictionaries are not supported");
   }
-  // A match never reaches before the frame start, so a frame that declares its content size
-  // needs no more history than that (libzstd decodes such frames whatever their window).
-  const uint64_t history = frame_.has_content_size
-                               ? std::min(frame_.window_size, frame_.content_size)
-                               : frame_.window_size;
   const uint32_t max_log = std::min<uint32_t>(options_.limits.max_window_log, 63);
-  if (history > (uint64_t{1} << max_log)) {
-    return ResourceExhausted(where + ": window of " + std::to_string(history) +
+  if (frame_.window_size > (uint64_t{1} << max_log)) {
+    return ResourceExhausted(where + ": window of " + std::to_string(frame_.window_size) +
                              " bytes above the limit 2^" + std::to_string(max_log));
   }
   frame_start_ = stats_.decoded_length;
-  output_.StartFrame(frame_start_, history,
+  output_.StartFrame(frame_start_, frame_.window_size,
                      frame_.has_checksum && options_.limits.verify_checksum);
   blocks_.ResetFrame();
   state_ = State::kBlockHeader;
