@@ -126,6 +126,26 @@ TEST(WalkerGolden, RegressHuffman4Unconsumed) {
   EXPECT_EQ(walker_test::CompareWithLibzstd(frame, 1 << 20), "");
 }
 
+// Found by walker_differential_fuzz: a frame that declares a 1.75 GiB window and 7 bytes of
+// content. libzstd decodes it (its one-shot API has no window limit); the walker applies the
+// caller's window limit to the declared window and refuses it, which the differential
+// comparison counts as a limit, not a disagreement.
+TEST(WalkerGolden, RegressHugeWindowSmallContentHitsTheLimit) {
+  const auto frame = ReadGolden("regress_huge_window_small_content.zst");
+  ASSERT_TRUE(walker_test::LibzstdOneShot(frame, 1 << 20).ok);
+  auto walked = walker_test::Walk(frame);
+  EXPECT_EQ(walked.status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(walked.status.message().find("window of 1879048192 bytes above the limit 2^27"),
+            std::string::npos)
+      << walked.status.ToString();
+  EXPECT_EQ(walker_test::CompareWithLibzstd(frame, 1 << 20), "");
+  WalkerOptions wide;
+  wide.limits.max_window_log = 31;
+  auto allowed = walker_test::Walk(frame, wide);
+  ASSERT_TRUE(allowed.status.ok()) << allowed.status.ToString();
+  EXPECT_EQ(allowed.stats.decoded_length, 7u);
+}
+
 // Found by walker_differential_fuzz: a block whose sequence bitstream has one bit left after
 // its last sequence. libzstd 1.5.4's prefetching sequence decoder (chosen for long offsets)
 // does not check the end and accepts it; the walker refuses it and says libzstd tolerates it.
