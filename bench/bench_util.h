@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace deltakv::bench {
 
@@ -38,6 +41,30 @@ inline void PrintEnvironment(const std::string& bench) {
 inline void PrintResult(const nlohmann::json& j) {
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+}
+
+// "a,b,c" as a list of T (numbers); items that do not parse read as T{}.
+template <typename T>
+std::vector<T> ParseList(const char* s) {
+  std::vector<T> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::stringstream is(item);
+    T v{};
+    is >> v;
+    out.push_back(v);
+  }
+  return out;
+}
+
+// The value after flag argv[*i] (advancing *i), or exits 2 naming the flag.
+inline const char* FlagValue(int argc, char** argv, int* i) {
+  if (*i + 1 >= argc) {
+    std::fprintf(stderr, "missing value for %s\n", argv[*i]);
+    std::exit(2);
+  }
+  return argv[++*i];
 }
 
 class Stopwatch {

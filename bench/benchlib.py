@@ -1,6 +1,6 @@
 """Helpers shared by the Python benchmarks: HTTP calls that stop the bench on an error, and
 figures that must be present and positive (a missing figure is an error, never 0)."""
-import json, sys, urllib.error, urllib.request
+import json, sys, time, urllib.error, urllib.request
 
 
 class Bench:
@@ -27,3 +27,11 @@ class Bench:
         if v <= 0:
             sys.exit(f"{self.name}: {what} reports {key}={v}, which cannot be a measurement")
         return v
+
+    def wait_job(self, url, job_id, terminal, poll_s=0.005):
+        """Polls GET /v1/syncs/ID until its state is one of `terminal`; returns the record."""
+        while True:
+            rec = self.http("GET", f"{url}/v1/syncs/{job_id}")
+            if rec.get("state") in terminal:
+                return rec
+            time.sleep(poll_s)

@@ -116,41 +116,21 @@ T Take(StatusOr<T> v, const std::string& what) {
   return std::move(v).value();
 }
 
-template <typename T>
-std::vector<T> ParseList(const char* s) {
-  std::vector<T> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::stringstream is(item);
-    T v;
-    is >> v;
-    out.push_back(v);
-  }
-  return out;
-}
-
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "missing value for %s\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto next = [&] { return bench::FlagValue(argc, argv, &i); };
     if (a == "--size-mib") {
       f.size_mib = std::strtoull(next(), nullptr, 10);
     } else if (a == "--densities") {
-      f.densities = ParseList<double>(next());
+      f.densities = bench::ParseList<double>(next());
     } else if (a == "--reps") {
       f.reps = std::atoi(next());
     } else if (a == "--part-mib") {
       f.part_mib = std::strtoull(next(), nullptr, 10);
     } else if (a == "--layouts") {
-      f.layouts = ParseList<std::string>(next());
+      f.layouts = bench::ParseList<std::string>(next());
     } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       std::exit(2);

@@ -51,6 +51,16 @@ def vm_hwm_mib(pid):
     return None
 
 
+def post_ranks(ports, path, body, what):
+    """POSTs `body` to every demo-engine rank at once; returns the responses, each "ok"."""
+    with concurrent.futures.ThreadPoolExecutor(len(ports)) as ex:
+        resps = list(ex.map(lambda p: http("POST", f"http://127.0.0.1:{p}{path}", body), ports))
+    for r, p in zip(resps, ports):
+        if r.get("ok") is not True:
+            sys.exit(f"sync_bench: {what} on port {p} failed: {r.get('error', json.dumps(r)[:500])}")
+    return resps
+
+
 def wait_file(path, proc, what, timeout=600):
     deadline = time.time() + timeout
     while not os.path.exists(path):
@@ -148,11 +158,7 @@ def main():
             job = http("POST", url + "/v1/verify", {"checkpoint": t("v1")}, "bench-token")
             if not isinstance(job.get("id"), str):
                 sys.exit(f"sync_bench: POST /v1/verify returned no id: {json.dumps(job)[:500]}")
-            while True:
-                rec = http("GET", f"{url}/v1/syncs/{job['id']}")
-                if rec.get("state") in ("verified", "diverged", "failed"):
-                    break
-                time.sleep(0.01)
+            rec = _bench.wait_job(url, job["id"], ("verified", "diverged", "failed"))
             if rec["state"] != "verified":
                 sys.exit(f"sync_bench: the startup verify ended {rec['state']}: {rec.get('error')}")
             try:
@@ -160,30 +166,16 @@ def main():
                     t0 = time.time()
                     sid = http("POST", url + "/v1/sync", {"version": new, "delta": t("d-" + new)},
                                "bench-token")["id"]
-                    while True:
-                        rec = http("GET", f"{url}/v1/syncs/{sid}")
-                        if rec["state"] in ("live", "aborted"):
-                            break
-                        time.sleep(0.005)
+                    rec = _bench.wait_job(url, sid, ("live", "aborted"))
                     wall = (time.time() - t0) * 1000
                     if rec["state"] != "live":
                         sys.exit(f"sync_bench: sync failed: {rec.get('error')}")
-                    with concurrent.futures.ThreadPoolExecutor(tp) as ex:
-                        bounds = list(ex.map(lambda p: http("POST", f"http://127.0.0.1:{p}/v1/touch-bound",
-                                                            {"parent": t(parent)}), rank_ports))
-                    for r, p in zip(bounds, rank_ports):
-                        if r.get("ok") is not True:
-                            sys.exit(f"sync_bench: touch bound on port {p} failed: "
-                                     f"{r.get('error', json.dumps(r)[:500])}")
+                    bounds = post_ranks(rank_ports, "/v1/touch-bound", {"parent": t(parent)},
+                                        "touch bound")
                     touch_ms = max(figure(r, "touch_ms", f"touch-bound response (port {p})")
                                    for r, p in zip(bounds, rank_ports))
-                    with concurrent.futures.ThreadPoolExecutor(tp) as ex:
-                        reloads = list(ex.map(lambda p: http("POST", f"http://127.0.0.1:{p}/v1/reload",
-                                                             {"checkpoint": t(new)}), rank_ports))
-                    for r, p in zip(reloads, rank_ports):
-                        if r.get("ok") is not True:
-                            sys.exit(f"sync_bench: full reload on port {p} failed: "
-                                     f"{r.get('error', json.dumps(r)[:500])}")
+                    reloads = post_ranks(rank_ports, "/v1/reload", {"checkpoint": t(new)},
+                                         "full reload")
                     full_pause = max(figure(r, "pause_ms", f"full reload response (port {p})")
                                      for r, p in zip(reloads, rank_ports))
                     full_total = max(figure(r, "total_ms", f"full reload response (port {p})")

@@ -46,11 +46,7 @@ def run_job(url, path, body):
     if not isinstance(resp.get("id"), str):
         sys.exit(f"{BENCH}: POST {path} returned no id: {json.dumps(resp)[:500]}")
     jid = resp["id"]
-    while True:
-        rec = http("GET", f"{url}/v1/syncs/{jid}")
-        if rec.get("state") in ("verified", "diverged", "failed"):
-            break
-        time.sleep(0.005)
+    rec = _bench.wait_job(url, jid, ("verified", "diverged", "failed"))
     if rec["state"] != "verified":
         sys.exit(f"{BENCH}: {path} job {jid} ended {rec['state']}: {rec.get('error')}")
     figure(rec, "bytes_checked", f"record of {jid}")

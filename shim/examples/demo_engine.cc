@@ -131,6 +131,25 @@ Status LoadShards(const Checkpoint& ckpt, uint32_t rank, uint32_t tp, Weights* w
   return Status::Ok();
 }
 
+// This rank's shards of the checkpoint in `dir`, which must hold the same tensors with the same
+// local sizes as `live` (InvalidArgument naming the first difference).
+StatusOr<Weights> LoadLike(const std::string& dir, uint32_t rank, uint32_t tp, const Weights& live) {
+  ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
+  Weights w;
+  RETURN_IF_ERROR(LoadShards(ckpt, rank, tp, &w, /*existing=*/false));
+  if (w.names != live.names) {
+    return InvalidArgument("checkpoint '" + dir + "' has other tensors than the loaded one");
+  }
+  for (size_t i = 0; i < live.names.size(); ++i) {
+    if (w.bytes[i].size() != live.bytes[i].size()) {
+      return InvalidArgument("tensor '" + live.names[i] + "' is " +
+                             std::to_string(w.bytes[i].size()) + " bytes on this rank in '" +
+                             dir + "', " + std::to_string(live.bytes[i].size()) + " loaded");
+    }
+  }
+  return w;
+}
+
 // Copies every tensor of `src` over the same-sized tensor of `dst` on `threads` threads, each
 // taking an equal share of the bytes (tensor sizes are far from even, so splitting by tensor
 // would leave the embedding's thread running alone).
@@ -358,24 +377,9 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
                       "application/json");
     };
     auto start = std::chrono::steady_clock::now();
-    auto other = Checkpoint::Open(j["checkpoint"].get<std::string>());
+    auto other = LoadLike(j["checkpoint"].get<std::string>(), rank, tp, w);
     if (!other.ok()) return fail(400, other.status());
-    Weights next;
-    if (Status s = LoadShards(*other, rank, tp, &next, /*existing=*/false); !s.ok()) {
-      return fail(400, s);
-    }
-    if (next.names != w.names) {
-      return fail(400, InvalidArgument("checkpoint '" + j["checkpoint"].get<std::string>() +
-                                       "' has other tensors than the loaded one"));
-    }
-    for (size_t i = 0; i < w.names.size(); ++i) {
-      if (next.bytes[i].size() != w.bytes[i].size()) {
-        return fail(400, InvalidArgument("tensor '" + w.names[i] + "' is " +
-                                         std::to_string(next.bytes[i].size()) +
-                                         " bytes on this rank in the new checkpoint, " +
-                                         std::to_string(w.bytes[i].size()) + " loaded"));
-      }
-    }
+    const Weights& next = *other;
     // The cpu backend's scatter runs on DefaultThreads() threads.
     const unsigned threads = DefaultThreads();
     std::unique_lock<std::shared_mutex> pause(g_serving);
@@ -406,20 +410,9 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
       res.set_content(nlohmann::json{{"ok", false}, {"error", s.ToString()}}.dump(),
                       "application/json");
     };
-    auto parent = Checkpoint::Open(j["parent"].get<std::string>());
+    auto parent = LoadLike(j["parent"].get<std::string>(), rank, tp, w);
     if (!parent.ok()) return fail(400, parent.status());
-    Weights old;
-    if (Status s = LoadShards(*parent, rank, tp, &old, /*existing=*/false); !s.ok()) {
-      return fail(400, s);
-    }
-    if (old.names != w.names) {
-      return fail(400, InvalidArgument("parent checkpoint has other tensors than the loaded one"));
-    }
-    for (size_t i = 0; i < w.names.size(); ++i) {
-      if (old.bytes[i].size() != w.bytes[i].size()) {
-        return fail(400, InvalidArgument("tensor '" + w.names[i] + "' differs in size"));
-      }
-    }
+    const Weights& old = *parent;
     const unsigned threads = DefaultThreads();
     std::unique_lock<std::shared_mutex> hold(g_serving);
     const std::vector<uint8_t*> lines = DifferingLines(old, &w);

@@ -31,6 +31,17 @@ std::vector<std::vector<uint8_t>> SampleFrames() {
   return frames;
 }
 
+// Feeds `frame` in chunks of `min_chunk` + [0, span) random bytes; true if every Feed is OK.
+bool FeedInChunks(SparseZstdWalker& walker, const std::vector<uint8_t>& frame,
+                  std::mt19937_64& rng, size_t min_chunk, size_t span) {
+  for (size_t pos = 0; pos < frame.size();) {
+    const size_t n = std::min(frame.size() - pos, min_chunk + static_cast<size_t>(rng() % span));
+    if (!walker.Feed(std::span(frame).subspan(pos, n)).ok()) return false;
+    pos += n;
+  }
+  return true;
+}
+
 TEST(WalkerStream, ChunkedFeedEqualsOneShot) {
   std::mt19937_64 rng(42);
   for (const auto& frame : SampleFrames()) {
@@ -39,13 +50,8 @@ TEST(WalkerStream, ChunkedFeedEqualsOneShot) {
     for (int trial = 0; trial < 8; ++trial) {
       walker_test::CollectingSink sink;
       SparseZstdWalker walker(sink, {});
-      size_t pos = 0;
       const size_t max_chunk = trial < 2 ? 3 : (trial < 5 ? 200 : 70000);
-      while (pos < frame.size()) {
-        const size_t n = std::min(frame.size() - pos, static_cast<size_t>(rng() % max_chunk));
-        ASSERT_TRUE(walker.Feed(std::span(frame).subspan(pos, n)).ok());
-        pos += n;
-      }
+      ASSERT_TRUE(FeedInChunks(walker, frame, rng, 0, max_chunk));
       ASSERT_TRUE(walker.Finish().ok());
       EXPECT_EQ(sink.nonzeros(), expected.nonzeros);
       EXPECT_EQ(walker.stats().decoded_length, expected.stats.decoded_length);
@@ -68,12 +74,7 @@ TEST(WalkerStream, RestartedWalkerEqualsFreshWalkers) {
       const auto expected = walker_test::Walk(frame);
       walker_test::CollectingSink sink;
       walker.Restart(sink, {});
-      size_t pos = 0;
-      while (pos < frame.size()) {
-        const size_t n = std::min(frame.size() - pos, 1 + static_cast<size_t>(rng() % 90000));
-        ASSERT_TRUE(walker.Feed(std::span(frame).subspan(pos, n)).ok());
-        pos += n;
-      }
+      ASSERT_TRUE(FeedInChunks(walker, frame, rng, 1, 90000));
       ASSERT_TRUE(walker.Finish().ok());
       EXPECT_EQ(sink.nonzeros(), expected.nonzeros);
       EXPECT_EQ(walker.stats().decoded_length, expected.stats.decoded_length);
