@@ -40,5 +40,8 @@ void AddPublishCommand(CLI::App& app, int* rc);
 void AddApplyCommand(CLI::App& app, int* rc);
 void AddFrameCommands(CLI::App& app, int* rc);
 void AddSidecarCommand(CLI::App& app, int* rc);
+void AddTraceCommands(CLI::App& app, int* rc);
+void AddBenchCommands(CLI::App& app, int* rc);
+void AddPlanCommand(CLI::App& app, int* rc);
 
 }  // namespace deltakv::cli

@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   deltakv::cli::AddApplyCommand(app, &rc);
   deltakv::cli::AddFrameCommands(app, &rc);
   deltakv::cli::AddSidecarCommand(app, &rc);
+  deltakv::cli::AddTraceCommands(app, &rc);
+  deltakv::cli::AddBenchCommands(app, &rc);
+  deltakv::cli::AddPlanCommand(app, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

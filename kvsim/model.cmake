@@ -1,0 +1,1 @@
+# model sources: target_sources(deltakv_kvsim PRIVATE ...)

@@ -1,0 +1,1 @@
+# replay sources: target_sources(deltakv_kvsim PRIVATE ...)

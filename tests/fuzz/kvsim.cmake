@@ -1,0 +1,1 @@
+# kvsim parsers: deltakv_add_fuzzer(<name> <source> deltakv_kvsim)

@@ -1,0 +1,1 @@
+# model tests: deltakv_add_test(... LIBS deltakv_kvsim)

@@ -1,0 +1,1 @@
+# replay tests: deltakv_add_test(... LIBS deltakv_kvsim)

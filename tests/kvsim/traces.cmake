@@ -1,0 +1,1 @@
+# traces tests: deltakv_add_test(... LIBS deltakv_kvsim)
