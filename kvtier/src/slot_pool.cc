@@ -497,7 +497,7 @@ int64_t SlotPool::ClaimFromFreeScan() {
   return -1;
 }
 
-bool SlotPool::TryEvict(uint32_t slot, uint32_t generation, PoolEventKind kind) {
+bool SlotPool::TryEvict(uint32_t slot, uint32_t generation, PoolEventKind kind, PoolKey* key_out) {
   SlotMeta& meta = Meta(slot);
   uint64_t ready = Word(0, SlotState::kReady, generation);
   // seq_cst: pairs with Pin's holder increment followed by its state load (Dekker).
@@ -516,11 +516,49 @@ bool SlotPool::TryEvict(uint32_t slot, uint32_t generation, PoolEventKind kind) 
   PublishEvent(kind, key, slot, generation, pid_, attachment_id_);
   (void)index_.Erase(key, SlotRef{slot, generation});
   Poison(slot);
+  if (key_out != nullptr) *key_out = key;
   return true;
 }
 
+uint32_t SlotPool::ReuseEvicted(uint32_t slot, uint32_t generation) {
+  const uint32_t next = NextGeneration(generation);
+  // Only this process may leave FREEING(pid), so a store is the transition (ORDERING.md §1.2).
+  Meta(slot).state.store(Word(pid_, SlotState::kWriting, next), std::memory_order_release);
+  // Orders the owner's writes of key and data after the claim, as TryClaimFree does.
+  std::atomic_thread_fence(std::memory_order_release);
+  Counters().Add(PoolCounter::kEvictions, 1);
+  return next;
+}
+
+int64_t SlotPool::ClaimFromTableScan(uint32_t* slot, bool* evicted, PoolKey* evicted_key) {
+  const uint64_t used = std::min(slot_count_, header_->fresh_next.load(std::memory_order_relaxed));
+  if (used == 0) return -1;
+  // Concurrent scans start at different slots, so they do not all race for the same victim.
+  const uint64_t start = header_->free_cursor.fetch_add(1, std::memory_order_relaxed);
+  for (uint64_t i = 0; i < used; ++i) {
+    const auto s = static_cast<uint32_t>((start + i) % used);
+    const SlotMeta& meta = Meta(s);
+    const SlotWord w = SlotWord::Decode(meta.state.load(std::memory_order_acquire));
+    // Checking the pins before TryEvict spares a pinned block the READY -> EVICTING -> READY
+    // round trip (a concurrent Pin would take it for a miss); TryEvict still decides.
+    if (w.state == SlotState::kFree) {
+      const int64_t generation = TryClaimFree(s);
+      if (generation >= 0) {
+        *slot = s;
+        return generation;
+      }
+    } else if (w.state == SlotState::kReady && SlotUnpinned(meta) &&
+               TryEvict(s, w.generation, PoolEventKind::kEvicted, evicted_key)) {
+      *slot = s;
+      *evicted = true;
+      return ReuseEvicted(s, w.generation);
+    }
+  }
+  return -1;
+}
+
 StatusOr<int64_t> SlotPool::AllocateSlot(std::vector<EvictionCandidate>* candidates, size_t wanted,
-                                         uint32_t* slot, bool* evicted) {
+                                         uint32_t* slot, bool* evicted, PoolKey* evicted_key) {
   *evicted = false;
   int64_t claimed = ClaimFresh();
   if (claimed < 0) claimed = ClaimFromFreeScan();
@@ -541,15 +579,10 @@ StatusOr<int64_t> SlotPool::AllocateSlot(std::vector<EvictionCandidate>* candida
           return generation;
         }
       } else if (w.state == SlotState::kReady && w.generation == c.generation &&
-                 TryEvict(c.slot, c.generation, PoolEventKind::kEvicted)) {
-        const uint32_t generation = NextGeneration(c.generation);
-        Meta(c.slot).state.store(Word(pid_, SlotState::kWriting, generation),
-                                 std::memory_order_release);
-        std::atomic_thread_fence(std::memory_order_release);
-        Counters().Add(PoolCounter::kEvictions, 1);
+                 TryEvict(c.slot, c.generation, PoolEventKind::kEvicted, evicted_key)) {
         *slot = c.slot;
         *evicted = true;
-        return generation;
+        return ReuseEvicted(c.slot, c.generation);
       }
     }
     if (round == evict_rounds_) break;
@@ -558,7 +591,13 @@ StatusOr<int64_t> SlotPool::AllocateSlot(std::vector<EvictionCandidate>* candida
                        &header_->evict_cursor};
     policy_->SelectVictims(view, std::max<size_t>(1, wanted), candidates);
   }
-  return ResourceExhausted("kv pool: no free slot and no unpinned READY block to evict");
+  // The policy's candidates were stale, pinned or taken by others by the time they were tried
+  // (or it had none): look at every slot once, so that a refusal means every slot was pinned or
+  // in flight when it was examined.
+  if (int64_t generation = ClaimFromTableScan(slot, evicted, evicted_key); generation >= 0) {
+    return generation;
+  }
+  return ResourceExhausted("kv pool: every slot is pinned or in flight");
 }
 
 Status SlotPool::FreeOwned(SlotRef ref, bool erase_index) {
@@ -626,7 +665,9 @@ StatusOr<PrepareStoreResult> SlotPool::PrepareStore(std::span<const PoolKey> key
     }
     uint32_t slot = 0;
     bool evicted = false;
-    StatusOr<int64_t> generation = AllocateSlot(&candidates, remaining + 1, &slot, &evicted);
+    PoolKey evicted_key;
+    StatusOr<int64_t> generation =
+        AllocateSlot(&candidates, remaining + 1, &slot, &evicted, &evicted_key);
     if (!generation.ok()) {
       exhausted = true;
       out.outcome = StoreOutcome::kRefused;
@@ -639,7 +680,10 @@ StatusOr<PrepareStoreResult> SlotPool::PrepareStore(std::span<const PoolKey> key
     meta.key_hi.store(keys[i].hi, std::memory_order_relaxed);
     meta.fingerprint.store(fingerprints.empty() ? 0 : fingerprints[i], std::memory_order_relaxed);
     meta.lru_tick.store(clock_->Now(), std::memory_order_relaxed);
-    if (evicted) ++result.evicted;
+    if (evicted) {
+      ++result.evicted;
+      result.evicted_keys.push_back(evicted_key);
+    }
     SlotRef existing;
     StatusOr<BlockIndex::InsertResult> inserted = index_.Insert(keys[i], ref, &existing);
     if (inserted.ok() && *inserted == BlockIndex::InsertResult::kInserted) {
@@ -664,7 +708,7 @@ StatusOr<PrepareStoreResult> SlotPool::PrepareStore(std::span<const PoolKey> key
   w.Add(PoolCounter::kStoresRefused, result.refused);
   if (result.allocated == 0 && result.refused > 0) {
     return ResourceExhausted("kv pool: refused all " + std::to_string(result.refused) +
-                             " blocks: every slot is pinned or being written");
+                             " blocks: every slot is pinned or in flight");
   }
   return result;
 }

@@ -4,25 +4,24 @@
 
 #include <algorithm>
 #include <cassert>
-#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
 namespace deltakv::kvtier {
 namespace {
 
-// A victim the eviction policy proposed, with the key it held when proposed.
-struct ProposedVictim {
-  uint32_t slot = 0;
-  uint32_t generation = 0;
-  PoolKey key;
-};
-
-// Set by PrepareStore on its own thread for the duration of SlotPool::PrepareStore, which calls
-// the policy synchronously on the calling thread; collects what RecordingPolicy proposed.
-thread_local std::vector<ProposedVictim>* t_proposed = nullptr;
-
 std::string CountText(size_t n, const char* what) { return std::to_string(n) + " " + what; }
+
+// InvalidArgument "kv tier: <op>: engine block N <role>" for the smallest block that `blocks`
+// holds more than once; OK when they are distinct.
+Status CheckDistinctBlocks(std::vector<uint64_t> blocks, const char* op, const char* role) {
+  std::sort(blocks.begin(), blocks.end());
+  if (auto dup = std::adjacent_find(blocks.begin(), blocks.end()); dup != blocks.end()) {
+    return InvalidArgument("kv tier: " + std::string(op) + ": engine block " +
+                           std::to_string(*dup) + " " + role);
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -37,42 +36,6 @@ std::string_view TierEventKindName(TierEventKind kind) {
   }
   return "unknown";
 }
-
-// Wraps the configured policy and notes the key of each READY candidate it proposes, read
-// between two acquire loads of the slot's state word (ORDERING.md §4), so the client can name
-// the keys its stores evicted.
-class KvTierClient::RecordingPolicy final : public EvictionPolicy {
- public:
-  explicit RecordingPolicy(EvictionPolicy* inner) : inner_(inner) {
-    if (inner_ == nullptr) {
-      owned_ = std::make_unique<LruEvictionPolicy>();
-      inner_ = owned_.get();
-    }
-  }
-
-  void SelectVictims(const SlotTableView& view, size_t wanted,
-                     std::vector<EvictionCandidate>* out) override {
-    const size_t before = out->size();
-    inner_->SelectVictims(view, wanted, out);
-    if (t_proposed == nullptr) return;
-    for (size_t i = before; i < out->size(); ++i) {
-      const EvictionCandidate& c = (*out)[i];
-      if (c.slot >= view.slot_count) continue;
-      const SlotMeta& meta = view.slots[c.slot];
-      const uint64_t word = meta.state.load(std::memory_order_acquire);
-      const SlotWord w = SlotWord::Decode(word);
-      if (w.state != SlotState::kReady || w.generation != c.generation) continue;
-      PoolKey key{meta.key_lo.load(std::memory_order_relaxed),
-                  meta.key_hi.load(std::memory_order_relaxed)};
-      if (meta.state.load(std::memory_order_acquire) != word) continue;
-      t_proposed->push_back(ProposedVictim{c.slot, c.generation, key});
-    }
-  }
-
- private:
-  EvictionPolicy* inner_;
-  std::unique_ptr<EvictionPolicy> owned_;
-};
 
 struct KvTierClient::Counters {
   std::atomic<uint64_t> lookups{0}, hit_blocks{0}, miss_blocks{0};
@@ -211,9 +174,8 @@ void StoreHandle::Finish(Status* result) {
 // ---- Client ----------------------------------------------------------------------------------
 
 KvTierClient::KvTierClient(SlotPool pool, KvLayout layout, CopyEngine* engine,
-                           KvTierClientOptions options, std::unique_ptr<RecordingPolicy> policy)
-    : policy_(std::move(policy)),
-      pool_(std::move(pool)),
+                           KvTierClientOptions options)
+    : pool_(std::move(pool)),
       layout_(std::move(layout)),
       engine_(engine),
       options_(std::move(options)),
@@ -229,15 +191,12 @@ StatusOr<std::unique_ptr<KvTierClient>> KvTierClient::Open(const std::string& po
                                                            KvLayout layout, CopyEngine* engine,
                                                            KvTierClientOptions options) {
   if (engine == nullptr) return InvalidArgument("kv tier: no copy engine");
-  auto policy = std::make_unique<RecordingPolicy>(options.pool.policy);
-  SlotPoolClientOptions pool_options = options.pool;
-  pool_options.policy = policy.get();
-  ASSIGN_OR_RETURN(SlotPool pool, SlotPool::Open(pool_name, pool_options));
+  ASSIGN_OR_RETURN(SlotPool pool, SlotPool::Open(pool_name, options.pool));
   if (Status s = layout.CheckBlockBytes(pool.block_bytes()); !s.ok()) {
     return s.WithPrefix("kv tier: pool '" + pool_name + "'");
   }
-  return std::unique_ptr<KvTierClient>(new KvTierClient(std::move(pool), std::move(layout), engine,
-                                                        std::move(options), std::move(policy)));
+  return std::unique_ptr<KvTierClient>(
+      new KvTierClient(std::move(pool), std::move(layout), engine, std::move(options)));
 }
 
 size_t KvTierClient::Lookup(std::span<const PoolKey> keys) {
@@ -278,12 +237,9 @@ StatusOr<CopyCompletion> KvTierClient::Load(LoadHandle& handle,
     return InvalidArgument("kv tier: load: " + CountText(engine_blocks.size(), "engine blocks") +
                            " for " + CountText(handle.size(), "pinned blocks"));
   }
-  std::vector<uint64_t> sorted(engine_blocks.begin(), engine_blocks.end());
-  std::sort(sorted.begin(), sorted.end());
-  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
-    return InvalidArgument("kv tier: load: engine block " + std::to_string(*dup) +
-                           " is a destination twice");
-  }
+  RETURN_IF_ERROR(
+      CheckDistinctBlocks(std::vector<uint64_t>(engine_blocks.begin(), engine_blocks.end()), "load",
+                          "is a destination twice"));
   std::vector<CopyRegion> regions;
   regions.reserve(handle.size() * layout_.pieces().size());
   for (size_t i = 0; i < handle.size(); ++i) {
@@ -326,25 +282,14 @@ StatusOr<StoreHandle> KvTierClient::PrepareStore(std::span<const PoolKey> keys,
   }
   StoreHandle handle;
   handle.keys_.assign(keys.begin(), keys.end());
-  std::vector<ProposedVictim> proposed;
-  t_proposed = &proposed;
   StatusOr<PrepareStoreResult> prepared = pool_.PrepareStore(keys, fingerprints);
-  t_proposed = nullptr;
   std::vector<TierEvent> events;
   if (prepared.ok()) {
     handle.slots_ = std::move(prepared->slots);
-    if (prepared->evicted > 0) {
-      std::unordered_map<uint32_t, const ProposedVictim*> by_slot;
-      for (const ProposedVictim& v : proposed) by_slot[v.slot] = &v;
-      for (const StoreSlot& s : handle.slots_) {
-        if (s.outcome != StoreOutcome::kAllocated || events.size() >= prepared->evicted) continue;
-        auto it = by_slot.find(s.ref.slot);
-        if (it != by_slot.end() && NextGeneration(it->second->generation) == s.ref.generation) {
-          events.push_back(TierEvent{TierEventKind::kEvicted, it->second->key, pid_});
-        }
-      }
-      counters_->evictions.fetch_add(prepared->evicted, std::memory_order_relaxed);
+    for (const PoolKey& key : prepared->evicted_keys) {
+      events.push_back(TierEvent{TierEventKind::kEvicted, key, pid_});
     }
+    counters_->evictions.fetch_add(prepared->evicted, std::memory_order_relaxed);
   } else if (prepared.status().code() == StatusCode::kResourceExhausted) {
     // Nothing was allocated and nothing is held: say per key what the pool holds now.
     handle.slots_.resize(keys.size());
@@ -395,6 +340,14 @@ StatusOr<CopyCompletion> KvTierClient::Store(StoreHandle& handle,
     return InvalidArgument("kv tier: store: " + CountText(engine_blocks.size(), "engine blocks") +
                            " for " + CountText(handle.size(), "keys"));
   }
+  // Only the entries of allocated keys are read; those must be distinct, as in Load.
+  std::vector<uint64_t> sources;
+  sources.reserve(handle.allocated_);
+  for (size_t i = 0; i < handle.size(); ++i) {
+    if (handle.slots_[i].outcome == StoreOutcome::kAllocated) sources.push_back(engine_blocks[i]);
+  }
+  RETURN_IF_ERROR(
+      CheckDistinctBlocks(std::move(sources), "store", "is the source of two allocated keys"));
   std::vector<CopyRegion> regions;
   regions.reserve(handle.allocated_ * layout_.pieces().size());
   for (size_t i = 0; i < handle.size(); ++i) {

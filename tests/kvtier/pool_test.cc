@@ -1,9 +1,14 @@
 // Unit tests of the slot pool: index insert/lookup/remove, store state machine, LRU eviction
-// order, pins, refusal, generations, poison fill, header validation, host memory sizing.
+// order, pins, refusal (and the scan that backs up the eviction policy), generations, poison
+// fill, header validation, host memory sizing.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -21,14 +26,36 @@ using testing::ManualClock;
 using testing::MatchesKey;
 using testing::UniquePoolName;
 
+// Proposes the candidates it was given, on every call, whatever the slots hold now; counts its
+// calls.
+class ScriptedPolicy final : public EvictionPolicy {
+ public:
+  void Propose(std::vector<EvictionCandidate> candidates) {
+    std::lock_guard<std::mutex> lock(mu_);
+    candidates_ = std::move(candidates);
+  }
+  void SelectVictims(const SlotTableView& /*view*/, size_t /*wanted*/,
+                     std::vector<EvictionCandidate>* out) override {
+    calls_.fetch_add(1);
+    std::lock_guard<std::mutex> lock(mu_);
+    out->insert(out->end(), candidates_.begin(), candidates_.end());
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::vector<EvictionCandidate> candidates_;  // GUARDED_BY(mu_)
+  std::atomic<int> calls_{0};
+};
+
 class PoolTest : public ::testing::Test {
  protected:
-  SlotPool MakePool(uint64_t slots, uint64_t block = 4096, bool poison = false) {
+  SlotPool MakePool(uint64_t slots, uint64_t block = 4096, bool poison = false,
+                    SlotPoolClientOptions client = {}) {
     SlotPoolOptions options;
     options.block_bytes = block;
     options.capacity_slots = slots;
     options.poison_freed = poison;
-    SlotPoolClientOptions client;
     client.clock = &clock_;
     StatusOr<SlotPool> pool = SlotPool::Create(UniquePoolName("unit"), options, client);
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
@@ -161,6 +188,241 @@ TEST_F(PoolTest, RefusesWhenEverythingPinnedOrWriting) {
   EXPECT_EQ(after.index_entries, 3u);
   EXPECT_EQ(after.evictions, 0u);
   EXPECT_EQ(pool.Lookup(std::vector<PoolKey>{KeyOf(0), KeyOf(1)}), 2u);
+}
+
+// The policy proposes only a pinned block, a stale generation and a slot that does not exist,
+// while two blocks are evictable: PrepareStore must still get a slot (by its scan of the slot
+// table once the policy's rounds are spent), and evicts an unpinned block, never the pinned one.
+TEST_F(PoolTest, StoreEvictsAnUnpinnedBlockWhenThePolicyProposesOnlyUnusableOnes) {
+  ScriptedPolicy policy;
+  SlotPoolClientOptions client;
+  client.policy = &policy;
+  SlotPool pool = MakePool(4, 4096, /*poison=*/true, client);
+  StoreAll(pool, {KeyOf(0), KeyOf(1), KeyOf(2), KeyOf(3)});
+  PinnedBlocks pinned = pool.PinPrefix(std::vector<PoolKey>{KeyOf(0), KeyOf(1)});
+  ASSERT_EQ(pinned.size(), 2u);
+  const SlotRef p0 = pinned.refs()[0];
+  const SlotRef p1 = pinned.refs()[1];
+  PinnedBlocks probe = pool.PinPrefix(std::vector<PoolKey>{KeyOf(2)});
+  ASSERT_EQ(probe.size(), 1u);
+  const SlotRef ready = probe.refs()[0];  // unpinned once probe is released
+  probe.Release();
+  policy.Propose({{p0.slot, p0.generation, 0},
+                  {p1.slot, p1.generation, 0},
+                  {ready.slot, ready.generation + 7, 0},  // a generation the slot no longer has
+                  {1000, 0, 0}});                         // no such slot
+  PoolEventCursor cursor = pool.OpenEventCursor();
+
+  StatusOr<PrepareStoreResult> r = pool.PrepareStore(std::vector<PoolKey>{KeyOf(10)});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->slots[0].outcome, StoreOutcome::kAllocated);
+  EXPECT_EQ(r->allocated, 1u);
+  EXPECT_EQ(r->refused, 0u);
+  EXPECT_EQ(r->evicted, 1u);
+  EXPECT_EQ(policy.calls(), 4);  // SlotPoolClientOptions::evict_rounds, then the scan
+  const SlotRef got = r->slots[0].ref;
+  EXPECT_NE(got.slot, p0.slot);
+  EXPECT_NE(got.slot, p1.slot);
+  FillForKey(KeyOf(10), r->slots[0].data, 4096);
+  ASSERT_TRUE(pool.CommitStore(got).ok());
+
+  // The evicted block was key 2 or 3, and the event ring says which.
+  std::vector<PoolEvent> events;
+  pool.ReadEvents(&cursor, &events);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, PoolEventKind::kEvicted);
+  EXPECT_TRUE(events[0].key == KeyOf(2) || events[0].key == KeyOf(3));
+  EXPECT_EQ(events[0].ref.slot, got.slot);
+  EXPECT_EQ(events[1].kind, PoolEventKind::kStored);
+  EXPECT_EQ(r->evicted_keys, std::vector<PoolKey>{events[0].key});
+  const uint64_t kept = events[0].key == KeyOf(2) ? 3 : 2;
+  auto present = [&](uint64_t i) { return pool.Lookup(std::vector<PoolKey>{KeyOf(i)}) == 1; };
+  EXPECT_TRUE(present(0) && present(1) && present(10) && present(kept));
+  EXPECT_FALSE(present(5 - kept));
+  EXPECT_TRUE(MatchesKey(KeyOf(0), pinned.data(0), 4096));
+  EXPECT_TRUE(MatchesKey(KeyOf(1), pinned.data(1), 4096));
+  PoolStats stats = pool.Stats();
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_EQ(stats.stores_refused, 0u);
+  EXPECT_EQ(stats.evicting_slots, 0u);
+  EXPECT_EQ(stats.pinned_slots, 2u);
+
+  // A batch of three while the policy still proposes nothing usable: the two unpinned blocks
+  // (`kept` and key 10) go to the first two keys, the third is refused (only pinned blocks are
+  // left), and the pinned blocks stay.
+  StatusOr<PrepareStoreResult> three =
+      pool.PrepareStore(std::vector<PoolKey>{KeyOf(20), KeyOf(21), KeyOf(22)});
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_EQ(three->slots[0].outcome, StoreOutcome::kAllocated);
+  EXPECT_EQ(three->slots[1].outcome, StoreOutcome::kAllocated);
+  EXPECT_EQ(three->slots[2].outcome, StoreOutcome::kRefused);
+  EXPECT_EQ(three->evicted, 2u);
+  ASSERT_EQ(three->evicted_keys.size(), 2u);
+  EXPECT_TRUE(three->evicted_keys[0] == KeyOf(kept) || three->evicted_keys[0] == KeyOf(10));
+  EXPECT_TRUE(three->evicted_keys[1] == KeyOf(kept) || three->evicted_keys[1] == KeyOf(10));
+  EXPECT_FALSE(three->evicted_keys[0] == three->evicted_keys[1]);
+  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(pool.AbortStore(three->slots[i].ref).ok());
+  EXPECT_TRUE(present(0) && present(1));
+  EXPECT_FALSE(present(10) || present(kept));
+  EXPECT_EQ(pool.Stats().evicting_slots, 0u);
+}
+
+// Every slot is pinned or being written: PrepareStore refuses, even with a policy that proposes
+// every one of them, and leaves every slot, pin and index entry as it was.
+TEST_F(PoolTest, StoreIsRefusedWhenEverySlotIsPinnedOrBeingWritten) {
+  ScriptedPolicy policy;
+  SlotPoolClientOptions client;
+  client.policy = &policy;
+  SlotPool pool = MakePool(4, 4096, /*poison=*/true, client);
+  StoreAll(pool, {KeyOf(0), KeyOf(1), KeyOf(2)});
+  PinnedBlocks pinned = pool.PinPrefix(std::vector<PoolKey>{KeyOf(0), KeyOf(1), KeyOf(2)});
+  ASSERT_EQ(pinned.size(), 3u);
+  StatusOr<PrepareStoreResult> writing = pool.PrepareStore(std::vector<PoolKey>{KeyOf(3)});
+  ASSERT_TRUE(writing.ok());
+  ASSERT_EQ(writing->slots[0].outcome, StoreOutcome::kAllocated);
+  std::vector<EvictionCandidate> all;
+  for (const SlotRef& ref : pinned.refs()) all.push_back({ref.slot, ref.generation, 0});
+  all.push_back({writing->slots[0].ref.slot, writing->slots[0].ref.generation, 0});
+  policy.Propose(all);
+  std::vector<SlotWord> before;
+  for (uint32_t s = 0; s < 4; ++s) before.push_back(pool.InspectSlot(s));
+
+  StatusOr<PrepareStoreResult> r = pool.PrepareStore(std::vector<PoolKey>{KeyOf(8), KeyOf(9)});
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  for (uint32_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(pool.InspectSlot(s).Encode(), before[s].Encode()) << s;
+  }
+  PoolStats stats = pool.Stats();
+  EXPECT_EQ(stats.ready_slots, 3u);
+  EXPECT_EQ(stats.writing_slots, 1u);
+  EXPECT_EQ(stats.pinned_slots, 3u);
+  EXPECT_EQ(stats.index_entries, 4u);
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.stores_refused, 2u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(MatchesKey(KeyOf(i), pinned.data(i), 4096));
+
+  // A batch's own stored prefix is pinned for the call, so it is not evicted for the batch even
+  // when it is the only unpinned block.
+  policy.Propose({});
+  ASSERT_TRUE(pool.CommitStore(writing->slots[0].ref).ok());
+  StatusOr<PrepareStoreResult> own = pool.PrepareStore(std::vector<PoolKey>{KeyOf(3), KeyOf(7)});
+  EXPECT_EQ(own.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.Lookup(std::vector<PoolKey>{KeyOf(3)}), 1u);
+  EXPECT_EQ(pool.Stats().evictions, 0u);
+  EXPECT_EQ(pool.PinsHeldByThisProcess(writing->slots[0].ref.slot), 0u);
+
+  // Once unpinned, the blocks are evictable again although the policy proposes nothing.
+  pinned.Release();
+  StatusOr<PrepareStoreResult> after = pool.PrepareStore(std::vector<PoolKey>{KeyOf(8), KeyOf(9)});
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->allocated, 2u);
+  EXPECT_EQ(after->evicted, 2u);
+  for (const StoreSlot& s : after->slots) ASSERT_TRUE(pool.CommitStore(s.ref).ok());
+}
+
+// Threads store, reload and pin through a small pool with a sampled LRU policy whose windows
+// (four slots) are often all pinned. Each thread keeps a lease of pins on up to kLease of its
+// newest blocks (as an engine does for its running requests), renewed now and then (released,
+// then taken again), and pins nothing else but the one slot it is storing into or checking. So
+// a thread holds at most kLease + 1 slots unevictable at any moment, and at least
+// kSlots - kThreads * (kLease + 1) slots are FREE or unpinned READY at every moment: no store
+// may be refused. The policy's candidates are often pinned by the time they are tried, or
+// taken by another thread.
+void StoreLoadPinStress(uint32_t evict_rounds) {
+  constexpr int kThreads = 4;
+  constexpr size_t kLease = 5;
+  constexpr uint64_t kSlots = 32;
+  static_assert(kSlots >= kThreads * (kLease + 1) + 8);
+  constexpr uint64_t kBlock = 256;
+  constexpr int kMaxOpsPerThread = 100'000;
+  LruEvictionPolicy policy(/*sample_window=*/1);
+  SlotPoolOptions options;
+  options.block_bytes = kBlock;
+  options.capacity_slots = kSlots;
+  options.poison_freed = true;
+  SlotPoolClientOptions client;
+  client.policy = &policy;
+  client.evict_rounds = evict_rounds;
+  StatusOr<SlotPool> created = SlotPool::Create(UniquePoolName("stress"), options, client);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  SlotPool& pool = *created;
+  std::atomic<uint64_t> refused{0}, allocated{0}, loaded{0}, bad_bytes{0}, errors{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(0x5EED + t);
+      std::vector<PoolKey> recent;  // this thread's last stored keys, newest first
+      std::vector<SlotRef> recent_refs;
+      PinnedBlocks lease;
+      uint64_t next_key = static_cast<uint64_t>(t + 1) << 40;
+      for (int op = 0; op < kMaxOpsPerThread; ++op) {
+        if (op % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
+        const uint64_t pick = rng() % 8;
+        if (pick < 4 || recent.size() < kLease) {  // store one new block
+          const PoolKey key = KeyOf(next_key++);
+          StatusOr<PrepareStoreResult> r = pool.PrepareStore(std::span<const PoolKey>(&key, 1));
+          if (!r.ok()) {
+            (r.status().code() == StatusCode::kResourceExhausted ? refused : errors)++;
+            continue;
+          }
+          const StoreSlot& s = r->slots[0];
+          if (s.outcome != StoreOutcome::kAllocated) {
+            ++errors;
+            continue;
+          }
+          ++allocated;
+          FillForKey(key, s.data, kBlock);
+          if (rng() % 16 == 0) {
+            if (!pool.AbortStore(s.ref).ok()) ++errors;
+            continue;
+          }
+          if (!pool.CommitStore(s.ref).ok()) ++errors;
+          recent.insert(recent.begin(), key);
+          recent_refs.insert(recent_refs.begin(), s.ref);
+          if (recent.size() > kLease + 2) {
+            recent.pop_back();
+            recent_refs.pop_back();
+          }
+        } else if (pick < 6) {  // renew the lease on the newest blocks, check their bytes
+          lease.Release();
+          lease = pool.PinPrefix(std::span<const PoolKey>(recent.data(), kLease));
+          for (size_t i = 0; i < lease.size(); ++i) {
+            if (!MatchesKey(recent[i], lease.data(i), kBlock)) ++bad_bytes;
+          }
+          loaded += lease.size();
+        } else {  // pin one recent block by its ref, check it, unpin
+          const size_t i = rng() % recent_refs.size();
+          if (pool.Pin(recent_refs[i]).ok()) {
+            if (!MatchesKey(recent[i], pool.SlotData(recent_refs[i].slot), kBlock)) ++bad_bytes;
+            std::this_thread::yield();
+            if (!pool.Unpin(recent_refs[i]).ok()) ++errors;
+          }
+        }
+      }
+      lease.Release();
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), 0u) << "of " << refused.load() + allocated.load() << " stores";
+  EXPECT_EQ(errors.load(), 0u);
+  EXPECT_EQ(bad_bytes.load(), 0u);
+  EXPECT_GT(allocated.load(), 0u);
+  EXPECT_GT(loaded.load(), 0u);
+  PoolStats stats = pool.Stats();
+  EXPECT_EQ(stats.stores_refused, 0u);
+  EXPECT_GT(stats.evictions, 0u);
+  EXPECT_EQ(stats.pinned_slots, 0u);
+  EXPECT_EQ(stats.writing_slots, 0u);
+  EXPECT_EQ(stats.evicting_slots, 0u);
+}
+
+TEST_F(PoolTest, ConcurrentStoresAreNeverRefusedWhileABlockIsEvictable) {
+  StoreLoadPinStress(/*evict_rounds=*/4);
+}
+
+TEST_F(PoolTest, ConcurrentStoresAreNeverRefusedWithOnePolicyRound) {
+  StoreLoadPinStress(/*evict_rounds=*/1);
 }
 
 TEST_F(PoolTest, BatchNeverEvictsItsOwnPrefix) {

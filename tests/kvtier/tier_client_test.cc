@@ -1,6 +1,7 @@
 // KvTierClient in one process: store from a fake engine memory and reload into another (both
 // layouts), longest-prefix lookup, pins against an eviction storm, refusal when everything is
-// pinned, events, stats, RAII handles, failing and stalled copies, bad arguments.
+// pinned, evictions the policy did not propose, events, stats, RAII handles, failing and
+// stalled copies, bad arguments (repeated engine blocks included).
 #include "kvtier/tier_client.h"
 
 #include <gtest/gtest.h>
@@ -246,6 +247,60 @@ TEST_F(TierClientTest, StoreIsRefusedWhenEverythingIsPinned) {
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(other->CompleteStore(*partial).ok());
   EXPECT_EQ(client->Lookup(std::vector<PoolKey>(stored.begin(), stored.begin() + 6)), 6u);
+}
+
+// Proposes nothing: every eviction comes from the pool's own scan of the slot table.
+class ProposesNothing final : public EvictionPolicy {
+ public:
+  void SelectVictims(const SlotTableView&, size_t, std::vector<EvictionCandidate>*) override {}
+};
+
+TEST_F(TierClientTest, EvictionsThePolicyDidNotProposeAreStillMadeAndReported) {
+  MakePool(4, BlockBytes(FakeLayoutKind::kCrossLayer));
+  FakeEngineKv mem(FakeLayoutKind::kCrossLayer, kLayers, 8, kTensorBytes);
+  ProposesNothing policy;
+  KvTierClientOptions options;
+  options.pool.policy = &policy;
+  auto client = OpenClient(mem, nullptr, options);
+  StoreAll(*client, mem, Keys(0, 4), Iota(0, 4));
+  StatusOr<LoadHandle> pins = client->PrepareLoad(Keys(0, 2), 2);
+  ASSERT_TRUE(pins.ok());
+  std::vector<TierEvent> events;
+  client->DrainEvents(&events);
+  events.clear();
+
+  StoreAll(*client, mem, Keys(10, 2), Iota(4, 2));  // only keys 2 and 3 are evictable
+  TierStats stats = client->Stats();
+  EXPECT_EQ(stats.stores_refused, 0u);
+  EXPECT_EQ(stats.evictions, 2u);
+  client->DrainEvents(&events);
+  std::vector<PoolKey> evicted;
+  std::vector<PoolKey> stored;
+  for (const TierEvent& e : events) {
+    (e.kind == TierEventKind::kEvicted ? evicted : stored).push_back(e.key);
+    EXPECT_NE(e.kind, TierEventKind::kRemoved);
+  }
+  auto by_value = [](const PoolKey& a, const PoolKey& b) {
+    return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
+  };
+  std::sort(evicted.begin(), evicted.end(), by_value);
+  std::vector<PoolKey> want = {KeyOf(2), KeyOf(3)};
+  std::sort(want.begin(), want.end(), by_value);
+  EXPECT_EQ(evicted, want);
+  EXPECT_EQ(stored, Keys(10, 2));
+  EXPECT_EQ(client->Lookup(Keys(0, 2)), 2u);
+  EXPECT_EQ(LoadAndCheck(*client, mem, Keys(10, 2), Iota(6, 2)), 2u);
+
+  // Now everything evictable is pinned: refused, nothing evicted.
+  StatusOr<LoadHandle> more = client->PrepareLoad(Keys(10, 2), 2);
+  ASSERT_TRUE(more.ok());
+  StatusOr<StoreHandle> refused = client->PrepareStore(Keys(20, 1));
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_EQ(refused->refused(), 1u);
+  EXPECT_TRUE(client->CompleteStore(*refused).ok());
+  EXPECT_EQ(client->Stats().evictions, 2u);
+  EXPECT_TRUE(client->CompleteLoad(*more).ok());
+  EXPECT_TRUE(client->CompleteLoad(*pins).ok());
 }
 
 TEST_F(TierClientTest, EventsAreQueuedOrDeliveredToTheCallback) {
@@ -592,6 +647,35 @@ TEST_F(TierClientTest, RejectsBadArguments) {
   ASSERT_TRUE(client->Store(*h, Iota(0, 2)).ok());
   EXPECT_EQ(client->Store(*h, Iota(0, 2)).status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(client->CompleteStore(*h).ok());
+
+  // A repeated engine block among the allocated keys of a store: refused, nothing started, the
+  // handle still usable. Entries of keys without a slot are not read: any value will do.
+  StatusOr<StoreHandle> rep = client->PrepareStore(Keys(1, 3));  // key 1 is stored already
+  ASSERT_TRUE(rep.ok());
+  ASSERT_EQ(rep->outcome(0), StoreOutcome::kAlreadyStored);
+  ASSERT_EQ(rep->allocated(), 2u);
+  for (uint64_t i = 2; i < 4; ++i) mem.WriteBlock(i + 3, ImageForKey(KeyOf(i), mem.block_bytes()));
+  const std::vector<uint64_t> repeated = {0, 5, 5};
+  StatusOr<CopyCompletion> twice = client->Store(*rep, repeated);
+  EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.status().message().find("engine block 5"), std::string::npos)
+      << twice.status().ToString();
+  EXPECT_FALSE(rep->issued());
+  EXPECT_FALSE(rep->completion().valid());
+  EXPECT_EQ(rep->allocated(), 2u);
+  const std::vector<uint64_t> unread_entry_repeats = {5, 5, 6};
+  ASSERT_TRUE(client->Store(*rep, unread_entry_repeats).ok());
+  ASSERT_TRUE(client->CompleteStore(*rep).ok());
+  StatusOr<StoreHandle> rep2 = client->PrepareStore(Keys(2, 3));  // key 4 is the only new one
+  ASSERT_TRUE(rep2.ok());
+  ASSERT_EQ(rep2->allocated(), 1u);
+  mem.WriteBlock(7, ImageForKey(KeyOf(4), mem.block_bytes()));
+  const std::vector<uint64_t> unread_out_of_range = {7, UINT64_MAX, 7};
+  ASSERT_TRUE(client->Store(*rep2, unread_out_of_range).ok());
+  ASSERT_TRUE(client->CompleteStore(*rep2).ok());
+  FakeEngineKv check(FakeLayoutKind::kCrossLayer, kLayers, 8, kTensorBytes);
+  auto reader = OpenClient(check);
+  EXPECT_EQ(LoadAndCheck(*reader, check, Keys(2, 3), Iota(0, 3)), 3u);
 
   StatusOr<LoadHandle> l = client->PrepareLoad(Keys(0, 2), 2);
   ASSERT_TRUE(l.ok());

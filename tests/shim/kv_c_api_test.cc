@@ -2,8 +2,9 @@
 // every layout kind and copy mode, then every kind of bad input (NULL client, handles, arrays
 // and outputs; zero counts; unknown pool; layout mismatch; bad layouts and backends; handles
 // completed twice, started twice, of another client or of the wrong kind; blocks out of range
-// or repeated; repeated keys; caps), handles released in any order, keys against the key spec,
-// events, stats versioning and the thread-local last error.
+// or repeated, in loads and among a store's allocated keys; repeated keys; caps), handles
+// released in any order, keys against the key spec, events, stats versioning and the
+// thread-local last error.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -515,6 +516,64 @@ TEST_F(KvCApiTest, HandleMisuseIsRejectedAndLeavesTheHandleUsable) {
   EXPECT_EQ(mem.ReadBlock(3), ImageForKey(KeyOf(0), mem.block_bytes()));
   EXPECT_EQ(deltakv_kv_remove(c, keys[0]), DELTAKV_KV_OK);
   EXPECT_EQ(deltakv_kv_remove(c, keys[0]), DELTAKV_KV_ERR_NOT_FOUND);
+}
+
+// deltakv_kv_store refuses an engine block given to two ALLOCATED keys, as deltakv_kv_load does
+// a repeated destination; entries of keys that got no slot are not read.
+TEST_F(KvCApiTest, StoreRejectsARepeatedEngineBlockOfAllocatedKeys) {
+  MakePool(8, BlockBytes(FakeLayoutKind::kCrossLayer));
+  FakeEngineKv mem(FakeLayoutKind::kCrossLayer, kLayers, kEngineBlocks, kTensorBytes);
+  deltakv_kv_client* c =
+      Open(DescribeLayout(mem, FakeLayoutKind::kCrossLayer, DELTAKV_KV_LAYOUT_CROSS_LAYER));
+  ASSERT_NE(c, nullptr);
+  StoreAll(c, mem, CKeys(0, 1), Iota(0, 1));
+  const std::vector<deltakv_kv_key> keys = CKeys(0, 3);  // key 0 is stored already
+  std::vector<uint8_t> outcomes(3, 0xEE);
+  deltakv_kv_store_handle* store = nullptr;
+  ASSERT_EQ(deltakv_kv_prepare_store(c, keys.data(), nullptr, 3, outcomes.data(), &store),
+            DELTAKV_KV_OK)
+      << LastError();
+  ASSERT_EQ(outcomes,
+            (std::vector<uint8_t>{DELTAKV_KV_STORE_ALREADY_STORED, DELTAKV_KV_STORE_ALLOCATED,
+                                  DELTAKV_KV_STORE_ALLOCATED}));
+  for (uint64_t i = 1; i < 3; ++i) mem.WriteBlock(i + 3, ImageForKey(KeyOf(i), mem.block_bytes()));
+
+  const std::vector<uint64_t> repeated = {1, 4, 4};
+  EXPECT_EQ(deltakv_kv_store(c, store, repeated.data(), 3), DELTAKV_KV_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(LastError().find("engine block 4"), std::string::npos) << LastError();
+  int done = 0;  // nothing was started
+  EXPECT_EQ(deltakv_kv_store_query(store, &done), DELTAKV_KV_ERR_FAILED_PRECONDITION);
+  size_t allocated = 0;
+  EXPECT_EQ(deltakv_kv_store_info(store, nullptr, &allocated, nullptr, nullptr, nullptr),
+            DELTAKV_KV_OK);
+  EXPECT_EQ(allocated, 2u);
+  EXPECT_EQ(pool_->Stats().stores_committed, 1u);
+
+  // The entry of the already stored key is not read: it may repeat a block, or be out of range.
+  const std::vector<uint64_t> unread_repeat = {4, 4, 5};
+  ASSERT_EQ(deltakv_kv_store(c, store, unread_repeat.data(), 3), DELTAKV_KV_OK) << LastError();
+  ASSERT_EQ(deltakv_kv_complete_store(c, store), DELTAKV_KV_OK) << LastError();
+  EXPECT_EQ(deltakv_kv_store_free(store), DELTAKV_KV_OK);
+  const std::vector<deltakv_kv_key> more = CKeys(2, 2);  // key 3 is the new one
+  store = nullptr;
+  ASSERT_EQ(deltakv_kv_prepare_store(c, more.data(), nullptr, 2, nullptr, &store), DELTAKV_KV_OK);
+  mem.WriteBlock(6, ImageForKey(KeyOf(3), mem.block_bytes()));
+  const std::vector<uint64_t> unread_out_of_range = {kEngineBlocks + 9, 6};
+  ASSERT_EQ(deltakv_kv_store(c, store, unread_out_of_range.data(), 2), DELTAKV_KV_OK)
+      << LastError();
+  ASSERT_EQ(deltakv_kv_complete_store(c, store), DELTAKV_KV_OK) << LastError();
+  EXPECT_EQ(deltakv_kv_store_free(store), DELTAKV_KV_OK);
+
+  const std::vector<deltakv_kv_key> reload = CKeys(1, 3);
+  deltakv_kv_load_handle* load = nullptr;
+  ASSERT_EQ(deltakv_kv_prepare_load(c, reload.data(), 3, &load), DELTAKV_KV_OK) << LastError();
+  const std::vector<uint64_t> dst = {10, 11, 12};
+  ASSERT_EQ(deltakv_kv_load(c, load, dst.data(), 3), DELTAKV_KV_OK) << LastError();
+  ASSERT_EQ(deltakv_kv_complete_load(c, load), DELTAKV_KV_OK) << LastError();
+  EXPECT_EQ(deltakv_kv_load_free(load), DELTAKV_KV_OK);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(mem.ReadBlock(10 + i), ImageForKey(KeyOf(1 + i), mem.block_bytes())) << i;
+  }
 }
 
 TEST_F(KvCApiTest, CapsOnKeysPerCall) {

@@ -96,15 +96,18 @@ struct SlotPoolOptions {
 struct SlotPoolClientOptions {
   TickSource* clock = nullptr;       // recency stamps; nullptr = DefaultTickSource()
   EvictionPolicy* policy = nullptr;  // nullptr = a LruEvictionPolicy owned by the pool
-  uint32_t evict_rounds = 4;         // policy calls per PrepareStore before refusing
-  shm::OpenOptions open;             // Open only
+  // Policy calls (0 counts as 1) PrepareStore makes for one slot before it stops trying the
+  // policy's candidates and scans the slot table itself (see PrepareStore). Not a refusal
+  // limit: a key is refused only once that scan found nothing.
+  uint32_t evict_rounds = 4;
+  shm::OpenOptions open;  // Open only
 };
 
 enum class StoreOutcome : uint8_t {
   kAllocated,      // a slot in WRITING owned by the caller: fill it, then Commit or Abort
   kAlreadyStored,  // the key is READY: nothing to do
   kInFlight,       // another store of the key is in progress: nothing to do
-  kRefused,        // no slot could be had without evicting pinned/in-flight blocks
+  kRefused,        // no slot without evicting pinned/in-flight blocks (see PrepareStore)
 };
 
 struct StoreSlot {
@@ -117,7 +120,8 @@ struct PrepareStoreResult {
   std::vector<StoreSlot> slots;  // one per key, in order
   size_t allocated = 0;
   size_t refused = 0;
-  size_t evicted = 0;  // READY blocks evicted to make room
+  size_t evicted = 0;                 // READY blocks evicted to make room
+  std::vector<PoolKey> evicted_keys;  // their keys, in eviction order (`evicted` of them)
 };
 
 struct PoolStats {
@@ -260,10 +264,17 @@ class SlotPool {
 
   // prepare_store: one StoreSlot per key (see StoreOutcome). Keys already READY are pinned for
   // the duration of the call so the batch never evicts its own prefix. Slots are allocated in
-  // key order from never-used slots, FREE slots, then by evicting unpinned READY blocks as the
-  // policy proposes; once that fails, every later key needing a slot is kRefused. Pinned and
-  // in-flight blocks are never evicted. ResourceExhausted (nothing allocated, nothing left
-  // behind) when keys needed slots and none could be had. `fingerprints` is empty or one
+  // key order: a never-used slot while any is left, else a FREE slot (looked for in a window
+  // from a shared cursor), else one the policy proposes: FREE, or an unpinned READY block that
+  // is evicted (up to evict_rounds policy calls per slot). When none of those can be had
+  // (stale, pinned or taken meanwhile), one pass over the slot table takes the first FREE or
+  // unpinned READY slot it finds. Pinned and in-flight (WRITING, EVICTING, FREEING) blocks are
+  // never evicted. A key is therefore kRefused only when that pass found every slot pinned or
+  // in flight at the moment it examined it, or (rarely) when the index cannot take the key (no
+  // free entry within reach, a lock error); once a pass finds nothing, every later key needing
+  // a slot is kRefused as well. The pass reads each slot's state once, O(capacity), and runs
+  // only after the policy's candidates failed. ResourceExhausted (nothing allocated, nothing
+  // left behind) when keys needed slots and none could be had. `fingerprints` is empty or one
   // token fingerprint per key, stored with the block. REQUIRES: keys are distinct.
   StatusOr<PrepareStoreResult> PrepareStore(std::span<const PoolKey> keys,
                                             std::span<const uint64_t> fingerprints = {});
@@ -340,11 +351,18 @@ class SlotPool {
   int64_t ClaimFresh();
   int64_t ClaimFromFreeScan();
   // READY(gen), unpinned -> FREEING(pid), `kind` event published, index entry erased, data
-  // poisoned.
-  bool TryEvict(uint32_t slot, uint32_t generation, PoolEventKind kind);
-  // Allocates one slot in WRITING; refills `candidates` from the policy as needed.
+  // poisoned. *key_out (if not null) receives the block's key.
+  bool TryEvict(uint32_t slot, uint32_t generation, PoolEventKind kind,
+                PoolKey* key_out = nullptr);
+  // FREEING(gen, pid) of an eviction by this process -> WRITING(gen+1, pid). Returns gen+1.
+  uint32_t ReuseEvicted(uint32_t slot, uint32_t generation);
+  // One pass over the used slots from a shared cursor: claims the first FREE slot or evicts
+  // the first unpinned READY block it can. Returns the new generation (slot in *slot), or -1.
+  int64_t ClaimFromTableScan(uint32_t* slot, bool* evicted, PoolKey* evicted_key);
+  // Allocates one slot in WRITING; refills `candidates` from the policy as needed, then falls
+  // back to ClaimFromTableScan. *evicted_key is set when *evicted.
   StatusOr<int64_t> AllocateSlot(std::vector<EvictionCandidate>* candidates, size_t wanted,
-                                 uint32_t* slot, bool* evicted);
+                                 uint32_t* slot, bool* evicted, PoolKey* evicted_key);
   Status FreeOwned(SlotRef ref, bool erase_index);
   void Poison(uint32_t slot) const;
   void NoteFreed();

@@ -79,8 +79,8 @@ struct TierEvent {
 };
 
 struct KvTierClientOptions {
-  // Clock, eviction policy, eviction rounds and open options of the client's SlotPool. The
-  // client wraps the policy (LRU when null) to learn which keys it evicts.
+  // Clock, eviction policy (LRU when null; borrowed, must outlive the client), eviction rounds
+  // and open options of the client's SlotPool.
   SlotPoolClientOptions pool;
   // Cap on keys per PrepareLoad / PrepareStore call.
   size_t max_keys_per_call = 1u << 16;
@@ -234,15 +234,21 @@ class KvTierClient {
   Status CompleteLoad(LoadHandle& handle);
 
   // Claims slots for the keys that are not stored yet. The handle says per key what happened;
-  // blocks are refused rather than evicting pinned or in-flight blocks, and a call where every
-  // key was refused still returns a handle (refused() == number of keys needing slots).
+  // blocks are refused rather than evicting pinned or in-flight blocks (when exactly:
+  // SlotPool::PrepareStore), and a call where every key was refused still returns a handle
+  // (refused() == number of keys needing slots).
   // `fingerprints` is empty or one token fingerprint per key. InvalidArgument for repeated
   // keys, too many keys or a fingerprint count mismatch; other pool errors as returned.
   StatusOr<StoreHandle> PrepareStore(std::span<const PoolKey> keys,
                                      std::span<const uint64_t> fingerprints = {});
 
   // Starts copying engine blocks into the handle's allocated slots. `engine_blocks` has one
-  // entry per key of the handle; only those of allocated keys are read. Errors as Load.
+  // entry per key of the handle; only the entries of allocated keys are read, and they must be
+  // distinct blocks in range; the entries of the other keys are ignored (any value will do).
+  // Errors as Load: InvalidArgument for a foreign or spent handle, a count mismatch, or an
+  // allocated key's block out of range or repeated; FailedPrecondition if Store was already
+  // issued on the handle; the engine's error if it refuses the batch. On error nothing was
+  // started and the handle is unchanged.
   StatusOr<CopyCompletion> Store(StoreHandle& handle, std::span<const uint64_t> engine_blocks);
 
   // Waits for the handle's copy; if it succeeded commits every allocated slot (the blocks
@@ -277,16 +283,13 @@ class KvTierClient {
   friend class LoadHandle;
   friend class StoreHandle;
   struct Counters;
-  class RecordingPolicy;
 
-  KvTierClient(SlotPool pool, KvLayout layout, CopyEngine* engine, KvTierClientOptions options,
-               std::unique_ptr<RecordingPolicy> policy);
+  KvTierClient(SlotPool pool, KvLayout layout, CopyEngine* engine, KvTierClientOptions options);
   void Emit(std::vector<TierEvent> events);
   void NoteCopy(CopyDirection direction, const CopyCompletion& completion, bool ok, uint64_t blocks,
                 uint64_t bytes);
   void NoteAborted(uint64_t n);
 
-  std::unique_ptr<RecordingPolicy> policy_;  // outlives pool_ (declared first)
   SlotPool pool_;
   KvLayout layout_;
   CopyEngine* engine_;

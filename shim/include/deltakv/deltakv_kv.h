@@ -345,7 +345,11 @@ int deltakv_kv_store_outcome_at(const deltakv_kv_store_handle* store, size_t i, 
 
 /* Starts copying engine blocks into the handle's claimed slots. `engine_blocks` has one entry
  * per key of the handle (the engine block holding that key's KV); only the entries of
- * ALLOCATED keys are read. Errors as deltakv_kv_load. */
+ * ALLOCATED keys are read, and they must be distinct and < layout.num_blocks; the entries of
+ * the other keys are ignored (any value will do). Errors as deltakv_kv_load: INVALID_ARGUMENT
+ * for a count mismatch, an ALLOCATED key's block out of range or repeated, or a handle of
+ * another client; FAILED_PRECONDITION if a store was already started on the handle or it was
+ * completed. On error nothing was started. */
 int deltakv_kv_store(deltakv_kv_client* client, deltakv_kv_store_handle* store,
                      const uint64_t* engine_blocks, size_t num_blocks);
 
