@@ -84,8 +84,8 @@ struct NodeSpec {
 };
 
 // Presets. Names (case-insensitive): models "deepseek-v3", "kimi-k2", "kimi-k3", "qwen3-32b",
-// "llama-3.1-70b"; nodes "h200x8", "b200x8", "gb200x4" (one GB200 NVL72 compute tray: 4 GPUs,
-// 2 Grace CPUs). NotFound listing the known names otherwise.
+// "llama-3.1-70b"; nodes "h200x8", "b200x8", "gb200x4" and "gb300x4" (one GB200 / GB300 NVL72
+// compute tray: 4 GPUs, 2 Grace CPUs). NotFound listing the known names otherwise.
 StatusOr<ModelSpec> ModelPreset(std::string_view name);
 StatusOr<NodeSpec> NodePreset(std::string_view name);
 std::vector<std::string> ModelPresetNames();

@@ -1,0 +1,231 @@
+// The capacity planner of kvsim/capacity.h.
+#include "kvsim/capacity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "kvtier/pool_layout.h"
+
+namespace deltakv::kvsim {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+std::string Num(double v, const char* fmt = "%.1f") {
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, v);
+  return b;
+}
+
+uint64_t NextPow2(uint64_t v) {
+  uint64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in) {
+  const ModelSpec& m = in.model;
+  const NodeSpec& node = in.node;
+  if (node.gpus == 0 || node.gpu.memory_bytes == 0) {
+    return InvalidArgument("capacity: the node has no GPUs or no GPU memory");
+  }
+  if (!(in.gpu_memory_utilization > 0 && in.gpu_memory_utilization <= 1) ||
+      !(in.host_fraction > 0 && in.host_fraction <= 1)) {
+    return InvalidArgument("capacity: gpu_memory_utilization and host_fraction must be in (0, 1]");
+  }
+  if (in.block_tokens == 0) return InvalidArgument("capacity: block_tokens must be >= 1");
+  CapacityPlan p;
+  p.tp = in.tp;
+  if (p.tp == 0) {
+    p.tp = node.gpus;
+    for (uint32_t k = 1; k <= 8; ++k) {
+      const double usable = static_cast<double>(node.gpu.memory_bytes) * in.gpu_memory_utilization;
+      const double left = usable - static_cast<double>(m.weight_bytes) / (k * node.gpus) -
+                          static_cast<double>(in.gpu_reserve_bytes);
+      if (left >= 0.1 * usable) {
+        p.tp = k * node.gpus;
+        break;
+      }
+    }
+  }
+  if (p.tp <= node.gpus) {
+    if (node.gpus % p.tp != 0) {
+      return InvalidArgument("capacity: tp " + std::to_string(p.tp) + " does not divide the " +
+                             std::to_string(node.gpus) + " GPUs of a node");
+    }
+    p.replicas_per_node = node.gpus / p.tp;
+    p.ranks_per_node = p.tp;
+  } else {
+    if (p.tp % node.gpus != 0) {
+      return InvalidArgument("capacity: tp " + std::to_string(p.tp) +
+                             " is not a multiple of the " + std::to_string(node.gpus) +
+                             " GPUs of a node");
+    }
+    p.nodes_per_replica = p.tp / node.gpus;
+    p.ranks_per_node = node.gpus;
+  }
+  p.kv_bytes_per_token = KvBytesPerToken(m, in.kv_dtype);
+  if (p.kv_bytes_per_token == 0) return InvalidArgument("capacity: the model has no KV layers");
+  if (m.attention == AttentionKind::kMla) {
+    p.kv_bytes_per_token_per_rank =
+        in.mla_replicated ? p.kv_bytes_per_token : (p.kv_bytes_per_token + p.tp - 1) / p.tp;
+  } else {
+    const uint32_t split = std::max<uint32_t>(1, std::min(p.tp, m.kv_heads));
+    p.kv_bytes_per_token_per_rank = (p.kv_bytes_per_token + split - 1) / split;
+  }
+  p.host_bytes_per_token = p.kv_bytes_per_token_per_rank * p.ranks_per_node;
+  p.fixed_state_bytes = m.fixed_state_bytes;
+
+  // GPU: what is left of each GPU after the weights' shard and the runtime reserve.
+  p.weight_bytes_per_gpu = (m.weight_bytes + p.tp - 1) / p.tp;
+  const double usable = static_cast<double>(node.gpu.memory_bytes) * in.gpu_memory_utilization;
+  const double left = usable - static_cast<double>(p.weight_bytes_per_gpu) -
+                      static_cast<double>(in.gpu_reserve_bytes);
+  if (left <= 0) {
+    p.warnings.push_back("the weights (" + Num(p.weight_bytes_per_gpu / kGiB) +
+                         " GiB per GPU) and the reserve do not fit in " +
+                         Num(usable / kGiB) + " GiB per GPU: use more GPUs per replica");
+  } else {
+    p.gpu_kv_bytes_per_gpu = static_cast<uint64_t>(left);
+    p.gpu_kv_tokens = p.gpu_kv_bytes_per_gpu / p.kv_bytes_per_token_per_rank;
+  }
+
+  // Host, per node.
+  p.host_ram_bytes = in.host_ram_bytes ? in.host_ram_bytes : node.host_ram_bytes;
+  if (p.host_ram_bytes == 0) return InvalidArgument("capacity: the node's host RAM is unknown");
+  p.host_limit_bytes = in.container_limit_bytes ? std::min(in.container_limit_bytes, p.host_ram_bytes)
+                                                : p.host_ram_bytes;
+  const uint64_t copy = m.weight_bytes / p.nodes_per_replica * p.replicas_per_node;
+  p.checkpoint_copy_bytes = in.cpu_checkpoint_copy ? copy : 0;
+  auto budget = [&](uint64_t taken) -> uint64_t {
+    const uint64_t used = in.host_reserve_bytes + taken;
+    return p.host_limit_bytes > used ? p.host_limit_bytes - used : 0;
+  };
+  p.host_kv_budget_bytes = budget(0);
+  p.host_kv_budget_with_copy_bytes = budget(copy);
+  const uint64_t chosen = in.cpu_checkpoint_copy ? p.host_kv_budget_with_copy_bytes
+                                                 : p.host_kv_budget_bytes;
+  p.host_kv_bytes = static_cast<uint64_t>(static_cast<double>(chosen) * in.host_fraction);
+
+  // The pool: one per node, shared by every rank process on it; each rank stores its own
+  // share of a block in a slot of its own.
+  p.block_bytes = uint64_t{in.block_tokens} * p.kv_bytes_per_token_per_rank;
+  const uint64_t stride = kvtier::SlotStride(p.block_bytes);
+  if (p.block_bytes > kvtier::kMaxBlockBytes) {
+    p.warnings.push_back("a block of " + std::to_string(in.block_tokens) + " tokens is " +
+                         std::to_string(p.block_bytes) +
+                         " bytes, over the pool's block limit: use smaller blocks");
+  }
+  // The largest slot count whose real segment (metadata, index and data) fits the budget.
+  uint64_t slots = p.host_kv_bytes / stride;
+  while (slots > 0) {
+    auto g = kvtier::ComputeGeometry(p.block_bytes, slots, 256ull << 20);
+    if (!g.ok()) break;
+    if (g->total_size <= p.host_kv_bytes) {
+      p.pool_segment_bytes = g->total_size;
+      break;
+    }
+    const uint64_t over = g->total_size - p.host_kv_bytes;
+    slots -= std::max<uint64_t>(1, (over + stride - 1) / stride);
+  }
+  p.slots = p.pool_segment_bytes ? slots : 0;
+  const uint64_t ranks_here = uint64_t{p.ranks_per_node} * p.replicas_per_node;
+  p.host_kv_tokens = p.slots / ranks_here * in.block_tokens;
+  const uint64_t avail_at_start =
+      p.host_limit_bytes > in.host_reserve_bytes + p.checkpoint_copy_bytes
+          ? p.host_limit_bytes - in.host_reserve_bytes - p.checkpoint_copy_bytes
+          : 0;
+  p.kv_host_fraction =
+      avail_at_start ? std::min(1.0, static_cast<double>(p.slots * stride) / avail_at_start) : 0;
+
+  // Warnings that would otherwise show up as the OOM killer on the first batch.
+  if (in.shm_bytes != 0 && p.pool_segment_bytes > in.shm_bytes) {
+    p.warnings.push_back("the pool (" + Num(p.pool_segment_bytes / kGiB) +
+                         " GiB) is larger than /dev/shm (" + Num(in.shm_bytes / kGiB) +
+                         " GiB): mount a larger /dev/shm (Kubernetes: an emptyDir with medium "
+                         "Memory and a sizeLimit)");
+  }
+  if (in.container_limit_bytes != 0 && in.container_limit_bytes < p.host_ram_bytes) {
+    p.warnings.push_back("the container limit (" + Num(in.container_limit_bytes / kGiB) +
+                         " GiB) caps the host budget; shared memory counts against it");
+  }
+  if (in.cpu_checkpoint_copy && p.host_kv_budget_with_copy_bytes == 0) {
+    p.warnings.push_back("the CPU copy of the checkpoint leaves no host memory for KV");
+  }
+
+  // Settings.
+  const double per_node_gib = p.pool_segment_bytes / kGiB;
+  const uint64_t rank_bytes = p.slots / ranks_here * p.block_bytes;
+  const uint64_t replica_bytes = rank_bytes * p.tp;  // all ranks of one replica
+  p.flags.push_back({"deltakv sidecar",
+                     "--kv-block-bytes " + std::to_string(p.block_bytes) +
+                         " --kv-capacity-slots " + std::to_string(p.slots),
+                     "per node", Num(per_node_gib) + " GiB mapped in /dev/shm"});
+  p.flags.push_back({"deltakv sidecar",
+                     "--kv-block-bytes " + std::to_string(p.block_bytes) +
+                         " --kv-host-fraction " + Num(p.kv_host_fraction, "%.3f"),
+                     "per node",
+                     "of the memory available when the sidecar starts (after the engine "
+                     "loaded); an estimate, the slot count above is exact"});
+  {
+    const double gib = replica_bytes / kGiB;
+    const uint64_t tensors = uint64_t{m.kv_layers} * (m.attention == AttentionKind::kMla ? 1 : 2);
+    const uint64_t per_tensor = tensors ? replica_bytes / (uint64_t{p.tp} * tensors) : 0;
+    const double real = static_cast<double>(NextPow2(per_tensor)) * p.tp * tensors / kGiB;
+    p.flags.push_back({"vllm", "--kv-offloading-size " + Num(std::floor(gib), "%.0f"),
+                       "per replica (GiB, total over TP ranks)",
+                       "the allocation rounds each of its " + std::to_string(p.tp * tensors) +
+                           " per-rank tensors up to a power of two: " + Num(real) +
+                           " GiB really pinned for " + Num(gib) + " asked"});
+  }
+  p.flags.push_back({"lmcache", "max_local_cpu_size: " + Num(rank_bytes / kGiB),
+                     "per rank (GiB)", ""});
+  p.flags.push_back({"sglang", "--hicache-size " + Num(rank_bytes / 1e9, "%.0f"), "per rank (GB)",
+                     p.gpu_kv_bytes_per_gpu
+                         ? "or --hicache-ratio " +
+                               Num(static_cast<double>(rank_bytes) / p.gpu_kv_bytes_per_gpu,
+                                   "%.2f") +
+                               " (host pool over the device KV pool)"
+                         : ""});
+  return p;
+}
+
+std::string CapacityPlanJson(const CapacityPlan& p) {
+  nlohmann::json flags = nlohmann::json::array();
+  for (const EngineFlag& f : p.flags) {
+    flags.push_back({{"engine", f.engine}, {"setting", f.setting}, {"scope", f.scope},
+                     {"note", f.note}});
+  }
+  nlohmann::json j = {{"tp", p.tp},
+                      {"nodes_per_replica", p.nodes_per_replica},
+                      {"replicas_per_node", p.replicas_per_node},
+                      {"ranks_per_node", p.ranks_per_node},
+                      {"kv_bytes_per_token", p.kv_bytes_per_token},
+                      {"kv_bytes_per_token_per_rank", p.kv_bytes_per_token_per_rank},
+                      {"host_bytes_per_token_per_node", p.host_bytes_per_token},
+                      {"fixed_state_bytes_per_request", p.fixed_state_bytes},
+                      {"weight_bytes_per_gpu", p.weight_bytes_per_gpu},
+                      {"gpu_kv_bytes_per_gpu", p.gpu_kv_bytes_per_gpu},
+                      {"gpu_kv_tokens_per_replica", p.gpu_kv_tokens},
+                      {"host_ram_bytes_per_node", p.host_ram_bytes},
+                      {"host_limit_bytes_per_node", p.host_limit_bytes},
+                      {"checkpoint_copy_bytes_per_node", p.checkpoint_copy_bytes},
+                      {"host_kv_budget_bytes_per_node", p.host_kv_budget_bytes},
+                      {"host_kv_budget_with_copy_bytes_per_node", p.host_kv_budget_with_copy_bytes},
+                      {"host_kv_bytes_per_node", p.host_kv_bytes},
+                      {"host_kv_tokens_per_replica", p.host_kv_tokens},
+                      {"pool",
+                       {{"block_bytes", p.block_bytes},
+                        {"slots", p.slots},
+                        {"segment_bytes", p.pool_segment_bytes},
+                        {"kv_host_fraction", p.kv_host_fraction}}},
+                      {"flags", flags},
+                      {"warnings", p.warnings}};
+  return j.dump();
+}
+
+}  // namespace deltakv::kvsim
