@@ -79,7 +79,7 @@ std::vector<TraceRequest> MakeConversation(Builder& b, uint32_t turns, double t0
     if (k > 0) {
       const TraceRequest& prev = out.back();
       uint64_t next = prev.input_tokens + prev.output_tokens +
-                      b.Scaled(b.rng.LogNormal(450, 3500));
+                      b.Scaled(b.rng.LogNormal(350, 3500));
       if (b.rng.Chance(0.004)) {
         // Compaction: the context shrinks to the prefix plus a summary.
         b.context.resize(std::min<size_t>(b.context.size(), prefix / kBlock));
