@@ -1,0 +1,137 @@
+"""End-to-end tests of `deltakv trace`, `deltakv bench agentx` and `deltakv plan`: real trace
+files, a real pool segment in /dev/shm, the JSON lines, the table and the SVG plot.
+
+Run: python3 tests/cli/kv_replay_test.py --deltakv build/sidecar/deltakv
+"""
+import argparse, glob, json, os, re, subprocess, sys, tempfile, unittest
+
+DELTAKV = None
+
+
+def run(*args, expect=0):
+    p = subprocess.run([DELTAKV, *args], capture_output=True, text=True)
+    if p.returncode != expect:
+        raise AssertionError(f"deltakv {' '.join(args)}: exit {p.returncode}, wanted {expect}\n"
+                             f"stdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+
+def lines(stdout):
+    return [json.loads(l) for l in stdout.splitlines() if l.strip()]
+
+
+class KvReplayCli(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.corpus = os.path.join(cls.tmp.name, "corpus")
+        run("trace", "generate", "--out", cls.corpus, "--traces", "8", "--seed", "3",
+            "--scale", "0.2")
+
+    def test_generate_writes_weka_files_and_refuses_an_existing_dir(self):
+        files = sorted(glob.glob(os.path.join(self.corpus, "*.json")))
+        self.assertEqual(len(files), 8)
+        with open(files[0]) as f:
+            t = json.load(f)
+        self.assertEqual(t["block_size"], 64)
+        self.assertEqual(t["hash_id_scope"], "local")
+        p = run("trace", "generate", "--out", self.corpus, "--traces", "2", "--json", expect=2)
+        self.assertFalse(json.loads(p.stdout)["ok"])
+
+    def test_stats_reports_theoretical_hit(self):
+        s = json.loads(run("trace", "stats", self.corpus, "--json").stdout)
+        self.assertEqual(s["traces"], 8)
+        th = s["theoretical"]
+        self.assertGreater(th["token_rate"], 0.85)
+        self.assertLessEqual(th["hit_tokens"], th["input_tokens"])
+        self.assertEqual(sum(t["input_tokens"] for t in s["per_trace"]), th["input_tokens"])
+
+    def test_bad_trace_is_an_error_with_file_and_line(self):
+        bad = os.path.join(self.tmp.name, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n')
+            f.write('{"timestamp": 0, "input_length": 10, "output_length": 1, "colour": 2}\n')
+        p = run("trace", "stats", bad, expect=2)
+        self.assertIn("bad.jsonl:2", p.stderr)
+        self.assertIn("unknown field 'colour'", p.stderr)
+        p = run("bench", "agentx", bad, "--json", expect=2)
+        self.assertIn("bad.jsonl:2", json.loads(p.stdout)["error"]["message"])
+
+    def test_bench_agentx_with_and_without_host_tier(self):
+        plot = os.path.join(self.tmp.name, "agentx.svg")
+        p = run("bench", "agentx", self.corpus, "--concurrency", "4,12", "--duration-s", "900",
+                "--json", "--plot", plot, "--no-progress", "--gpu-kv-tokens", "200000")
+        arms = lines(p.stdout)
+        self.assertEqual([(a["concurrency"], a["host_kv_gib"] > 0) for a in arms],
+                         [(4, False), (4, True), (12, False), (12, True)])
+        for a in arms:
+            self.assertGreater(a["requests"], 0)
+            total = a["gpu_hit_rate"] + a["host_hit_rate"] + a["miss_rate"]
+            self.assertAlmostEqual(total, 1.0, places=9)
+            self.assertEqual(a["pool"]["wrong_bytes"], 0)
+            for k in ("p50", "p90", "p99"):
+                self.assertGreaterEqual(a["ttft_s"][k], 0)
+            self.assertGreater(a["output_tokens_per_s_per_gpu"], 0)
+        gpu_only, with_host = arms[2], arms[3]
+        self.assertEqual(gpu_only["host_hit_tokens"], 0)
+        self.assertGreater(with_host["host_hit_tokens"], 0)
+        self.assertGreater(with_host["pool"]["loaded_blocks"], 0)
+        self.assertGreater(with_host["pool"]["lookups"], 0)
+        self.assertGreater(with_host["gpu_hit_rate"] + with_host["host_hit_rate"],
+                           gpu_only["gpu_hit_rate"])
+        # The plot exists and has one hit-rate series per concurrency and measure.
+        with open(plot) as f:
+            svg = f.read()
+        series = set(re.findall(r'data-series="([^"]+)"', svg))
+        for c in ("c4", "c12"):
+            for m in ("hit (gpu+host)", "gpu hit", "theoretical", "output tok/s/GPU"):
+                self.assertIn(f"{c} {m}", series)
+        # No segment is left behind in /dev/shm.
+        self.assertEqual(glob.glob("/dev/shm/deltakv-replay-*"), [])
+
+    def test_bench_agentx_table_and_records(self):
+        rec = os.path.join(self.tmp.name, "requests.jsonl")
+        p = run("bench", "agentx", "--synthetic", "3", "--synthetic-scale", "0.1",
+                "--concurrency", "2", "--duration-s", "300", "--host-kv-gib", "50",
+                "--records", rec, "--no-progress", "--model", "qwen3-32b", "--node", "h200x8")
+        self.assertIn("ttft p99", p.stdout)
+        self.assertIn("gpu + host", p.stdout)
+        with open(rec) as f:
+            recs = [json.loads(l) for l in f]
+        self.assertTrue(any(r["warmup"] for r in recs))
+        self.assertTrue(all(r["input_tokens"] >= r["gpu_hit_tokens"] + r["host_hit_tokens"]
+                            for r in recs))
+
+    def test_plan_without_and_with_traces(self):
+        p = json.loads(run("plan", "--model", "kimi-k3", "--node", "gb300x4", "--json").stdout)
+        self.assertEqual(p["plan"]["kv_bytes_per_token"], 27648)
+        self.assertEqual(p["plan"]["tp"], 8)
+        self.assertGreater(p["plan_without_cpu_copy"]["host_kv_bytes_per_node"],
+                           5 * p["plan_with_cpu_copy"]["host_kv_bytes_per_node"])
+        engines = {f["engine"] for f in p["plan"]["flags"]}
+        self.assertTrue({"deltakv sidecar", "vllm", "lmcache", "sglang"} <= engines)
+        self.assertEqual(p["curve"], [])
+        plot = os.path.join(self.tmp.name, "plan.svg")
+        p = json.loads(run("plan", self.corpus, "--model", "qwen3-32b", "--node", "h200x8",
+                           "--gpu-kv-tokens", "150000", "--concurrency", "8", "--points", "3",
+                           "--duration-s", "600", "--json", "--plot", plot,
+                           "--no-progress").stdout)
+        sizes = [a["host_kv_gib"] for a in p["curve"]]
+        self.assertEqual(sizes, sorted(sizes))
+        self.assertEqual(sizes[0], 0)
+        self.assertIn("recommended_host_kv_gib_per_replica", p)
+        self.assertTrue(os.path.exists(plot))
+
+    def test_bad_flags(self):
+        run("bench", "agentx", "--json", expect=2)  # no traces
+        run("bench", "agentx", "--synthetic", "2", "--model", "nope", expect=2)
+        run("plan", "--model-config", os.path.join(self.tmp.name, "missing.json"), expect=3)
+        run("bench", "agentx", "--synthetic", "2", "--host-kv-gib", "lots", expect=2)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deltakv", required=True)
+    args, rest = ap.parse_known_args()
+    DELTAKV = os.path.abspath(args.deltakv)
+    unittest.main(argv=[sys.argv[0], *rest])
