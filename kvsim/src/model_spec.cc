@@ -131,7 +131,7 @@ StatusOr<ModelSpec> ParseHfConfig(std::string_view text, std::string_view file) 
   json root;
   try {
     root = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax, or a number too large to represent
     return InvalidArgument(std::string(file) + ": malformed JSON: " + e.what());
   }
   if (!root.is_object()) return InvalidArgument(std::string(file) + ": expected a JSON object");

@@ -25,6 +25,9 @@ StatusOr<nlohmann::json> ParseJsonText(std::string_view text, std::string_view f
     if (p != std::string::npos) what = what.substr(p);
     return InvalidArgument(std::string(file) + ":" + std::to_string(line) + ":" +
                            std::to_string(col) + ": malformed JSON: " + what);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large to represent
+    return InvalidArgument(std::string(file) + ":" + std::to_string(first_line) +
+                           ": malformed JSON: " + e.what());
   }
 }
 

@@ -117,6 +117,13 @@ TEST(HfConfig, MalformedConfigsNameTheField) {
       "more layers");
 }
 
+// Found by hf_config_fuzz: a number too large for a double threw out of the parser.
+TEST(HfConfig, RegressNumberOverflowIsAnError) {
+  auto m = ParseHfConfig("{\"hidden_size\": 8" + std::string(400, '0') + "}", "big.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(KvDtype, NamesParse) {
   EXPECT_EQ(*ParseKvDtype("bfloat16"), KvDtype::kBf16);
   EXPECT_EQ(*ParseKvDtype("FP8_E4M3"), KvDtype::kFp8);

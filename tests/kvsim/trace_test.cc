@@ -108,6 +108,17 @@ TEST(WekaTrace, EachMalformedClassIsNamed) {
   ExpectError("[1,2]", "expected an object");
 }
 
+// Found by trace_fuzz: a number too large for a double threw out of the parser.
+TEST(WekaTrace, RegressNumberOverflowIsAnError) {
+  const std::string huge = "8" + std::string(400, '0');
+  auto w = ParseWekaTrace(kHead + "{\"t\":" + huge + "}]}", "big.json");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("big.json:1: malformed JSON"), std::string::npos);
+  auto m = ParseMooncakeTrace("{\"timestamp\":" + huge + "}\n", "big.jsonl");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(WekaTrace, LimitsAreEnforced) {
   TraceLimits l;
   l.max_tokens_per_request = 100;
