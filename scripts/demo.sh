@@ -6,6 +6,8 @@
 # the sidecar's HTTP API and shared memory.
 #   DEMO_SIZE_MIB (default 256)   size of the generated checkpoint
 #   DEMO_DIR      (default a temporary directory, removed at the end)
+# Its last part replays a synthetic agentic corpus through a real host KV pool at concurrency
+# 16 and 48, with and without the host tier, and prints the capacity plan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
@@ -97,4 +99,12 @@ id=$(curl -s -X POST -H "Authorization: Bearer demo-token" -d "{}" "$URL/v1/scru
 rec=$(wait_job "$id")
 echo "scrub $id: $(echo "$rec" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%s, %d MiB read by the ranks in %.0f ms" % (r["state"], r["bytes_checked"] >> 20, r["total_ms"]))')"
 echo "$rec" | grep -q '"state":"verified"' || { echo "$rec"; exit 1; }
+
+echo; echo "== host KV tier: an agentic corpus replayed through a real pool segment (AgentX rules),"
+echo "   Kimi-K3-like model on two 4-GPU GB300 nodes, host tier = the RAM freed by not keeping a CPU copy of the checkpoint"
+"$K" trace generate --out agentic --traces 24 --seed 7
+"$K" trace stats agentic
+"$K" bench agentx agentic --concurrency 16,48 --duration-s 1800 --plot agentx.svg --no-progress
+echo "plot: $DIR/agentx.svg"
+"$K" plan --model kimi-k3 --node gb300x4 | head -12
 echo; echo "demo OK"
