@@ -153,7 +153,10 @@ StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in) {
     p.warnings.push_back("the container limit (" + Num(in.container_limit_bytes / kGiB) +
                          " GiB) caps the host budget; shared memory counts against it");
   }
-  if (in.cpu_checkpoint_copy && p.host_kv_budget_with_copy_bytes == 0) {
+  if (p.host_kv_budget_bytes == 0) {
+    p.warnings.push_back("the host reserve (" + Num(in.host_reserve_bytes / kGiB) +
+                         " GiB) leaves no host memory for KV");
+  } else if (in.cpu_checkpoint_copy && p.host_kv_budget_with_copy_bytes == 0) {
     p.warnings.push_back("the CPU copy of the checkpoint leaves no host memory for KV");
   }
 

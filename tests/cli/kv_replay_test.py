@@ -122,6 +122,16 @@ class KvReplayCli(unittest.TestCase):
         self.assertIn("recommended_host_kv_gib_per_replica", p)
         self.assertTrue(os.path.exists(plot))
 
+    def test_plan_detects_this_host(self):
+        p = json.loads(run("plan", "--model", "qwen3-32b", "--node", "h200x8", "--tp", "1",
+                           "--detect-host", "--host-reserve-gib", "1", "--json").stdout)["plan"]
+        with open("/proc/meminfo") as f:
+            total = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemTotal:"))
+        self.assertGreaterEqual(p["host_ram_bytes_per_node"], total)
+        self.assertLessEqual(p["host_limit_bytes_per_node"], p["host_ram_bytes_per_node"])
+        self.assertGreater(p["pool"]["slots"], 0)
+        run("plan", "--detect-host", "--host-ram-gib", "10", expect=2)
+
     def test_bad_flags(self):
         run("bench", "agentx", "--json", expect=2)  # no traces
         run("bench", "agentx", "--synthetic", "2", "--model", "nope", expect=2)

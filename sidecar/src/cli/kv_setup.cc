@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include <hwloc.h>
+#include <sys/statvfs.h>
+
 #include "base/file_util.h"
+#include "kvtier/host_memory.h"
 #include "kvsim/synthetic.h"
 
 namespace deltakv::cli {
@@ -20,6 +24,39 @@ std::string Join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
+}
+
+// This machine's host memory as hwloc sees it (the root object's total), its cgroup memory
+// limit, and the size of /dev/shm.
+Status DetectHost(kvsim::CapacityInputs* in) {
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0) {
+    return IoError("hwloc cannot read this machine's topology");
+  }
+  const hwloc_obj_t root = hwloc_get_root_obj(topo);
+  in->host_ram_bytes = root != nullptr ? root->total_memory : 0;
+  hwloc_topology_destroy(topo);
+  // Some virtual machines hand memory to the guest outside the NUMA nodes hwloc sums; the
+  // kernel's MemTotal counts it.
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {  // a proc file: no size to read by
+    char line[256];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      unsigned long long kib = 0;
+      if (std::sscanf(line, "MemTotal: %llu kB", &kib) == 1) {
+        in->host_ram_bytes = std::max<uint64_t>(in->host_ram_bytes, kib * 1024);
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  if (in->host_ram_bytes == 0) return IoError("hwloc reports no host memory");
+  auto mem = kvtier::ProbeHostMemory();
+  if (mem.ok() && mem->cgroup_limit != 0) in->container_limit_bytes = mem->cgroup_limit;
+  struct statvfs st;
+  if (statvfs("/dev/shm", &st) == 0) {
+    in->shm_bytes = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -53,6 +90,9 @@ void AddKvSetupFlags(CLI::App* cmd, KvSetupFlags* f) {
   cmd->add_option("--host-reserve-gib", f->host_reserve_gib,
                   "Per node: OS, engine and sidecar processes")
       ->capture_default_str();
+  cmd->add_flag("--detect-host", f->detect_host,
+                "Use this machine's host RAM (hwloc, or the kernel's MemTotal when larger), "
+                "cgroup memory limit and /dev/shm size");
   cmd->add_flag("--cpu-copy", f->cpu_copy,
                 "The engine keeps a CPU copy of its checkpoint in host RAM");
   cmd->add_option("--gpu-kv-tokens", f->gpu_kv_tokens,
@@ -109,6 +149,12 @@ StatusOr<KvSetup> ResolveKvSetup(const KvSetupFlags& f) {
   in.host_reserve_bytes = static_cast<uint64_t>(f.host_reserve_gib * kGiB);
   in.cpu_checkpoint_copy = f.cpu_copy;
   in.block_tokens = s.corpus.traces.empty() ? 64 : s.corpus.traces[0].block_size;
+  if (f.detect_host) {
+    if (f.host_ram_gib > 0 || f.container_limit_gib > 0) {
+      return InvalidArgument("--detect-host and --host-ram-gib/--container-limit-gib exclude each other");
+    }
+    RETURN_IF_ERROR(DetectHost(&in));
+  }
   ASSIGN_OR_RETURN(s.plan, kvsim::PlanCapacity(in));
   kvsim::CapacityInputs alt = in;
   alt.cpu_checkpoint_copy = true;

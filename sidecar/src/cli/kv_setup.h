@@ -33,6 +33,7 @@ struct KvSetupFlags {
   double container_limit_gib = 0;
   double host_reserve_gib = 64;
   bool cpu_copy = false;  // the engine keeps a CPU copy of its checkpoint
+  bool detect_host = false;  // host RAM (hwloc), cgroup limit and /dev/shm of this machine
   uint64_t gpu_kv_tokens = 0;  // override the GPU KV capacity
   uint32_t sim_block_bytes = 256;
   uint64_t max_sim_mib = 4096;
