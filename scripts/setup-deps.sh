@@ -13,7 +13,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libcpp-httplib-dev libhwloc-dev libjemalloc-dev libxxhash-dev curl
   libcurl4-openssl-dev openssl ca-certificates
-  python3 python3-pip
+  python3 python3-pip python3-venv
 )
 
 missing=()
@@ -33,5 +33,14 @@ if ! "$PY" -c 'import numpy, zstandard, xxhash' 2>/dev/null; then
   echo "setup-deps: installing Python packages numpy zstandard" >&2
   "$PY" -m pip install --quiet numpy zstandard xxhash 2>/dev/null ||
     "$PY" -m pip install --quiet --break-system-packages numpy zstandard xxhash
+fi
+# aiperf (PyPI) in its own venv: the independent reference of the theoretical prefix-cache hit
+# rate test (tests/kvsim/aiperf_theoretical_test.py). ~1 minute and ~1.2 GB the first time.
+AIPERF_VENV=${DELTAKV_AIPERF_VENV:-$HOME/.cache/deltakv-venvs/aiperf}
+if [ "${DELTAKV_SKIP_AIPERF:-0}" != 1 ] &&
+   ! "$AIPERF_VENV/bin/python" -c 'import aiperf.dataset.loader.weka_metric_prepass' 2>/dev/null; then
+  echo "setup-deps: installing aiperf 0.13.0 into $AIPERF_VENV" >&2
+  "$PY" -m venv "$AIPERF_VENV"
+  "$AIPERF_VENV/bin/pip" install --quiet aiperf==0.13.0
 fi
 echo "setup-deps: ok" >&2

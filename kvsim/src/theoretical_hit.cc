@@ -6,7 +6,7 @@
 
 namespace deltakv::kvsim {
 
-TheoreticalHit ComputeTheoreticalHit(const Corpus& corpus) {
+TheoreticalHit ComputeTheoreticalHit(const Corpus& corpus, Availability availability) {
   TheoreticalHit out;
   for (const Trace& t : corpus.traces) {
     HitCount h;
@@ -16,19 +16,21 @@ TheoreticalHit ComputeTheoreticalHit(const Corpus& corpus) {
     }
     std::stable_sort(reqs.begin(), reqs.end(),
                      [](const TraceRequest* a, const TraceRequest* b) { return a->t_s < b->t_s; });
-    // Per hash id position chain: the earliest time a prefix ending in this block was done.
-    // Keyed by (prefix digest) so that equal ids behind different prefixes do not match.
+    // Per hash id: the earliest time a request that had it was done (causal) or had arrived.
+    // Ids are prefix hashes in both formats, so an id matches only behind its own prefix.
     std::unordered_map<uint64_t, double> avail;
     for (const TraceRequest* r : reqs) {
       ++h.requests;
       h.input_tokens += r->input_tokens;
       h.total_blocks += r->hash_ids.size();
-      const double done = r->t_s + std::max(0.0, r->api_time_s);
-      uint64_t key = 0x9E3779B97F4A7C15ull;
+      const double done = availability == Availability::kCausal
+                              ? r->t_s + std::max(0.0, r->api_time_s)
+                              : r->t_s;
       bool hitting = true;
       uint64_t hits = 0;
-      for (uint64_t id : r->hash_ids) {
-        key = (key ^ (id + 0x632BE59BD9B4E019ull + (key << 6) + (key >> 2))) * 0xFF51AFD7ED558CCDull;
+      // Register after the lookup so that a request never hits on itself.
+      std::vector<uint64_t> fresh;
+      for (uint64_t key : r->hash_ids) {
         auto it = avail.find(key);
         if (hitting && it != avail.end() && it->second <= r->t_s) {
           ++hits;
@@ -36,11 +38,12 @@ TheoreticalHit ComputeTheoreticalHit(const Corpus& corpus) {
           hitting = false;
         }
         if (it == avail.end()) {
-          avail.emplace(key, done);
+          fresh.push_back(key);
         } else {
           it->second = std::min(it->second, done);
         }
       }
+      for (uint64_t key : fresh) avail.emplace(key, done);
       h.hit_blocks += hits;
       h.hit_tokens += std::min<uint64_t>(r->input_tokens, hits * t.block_size);
     }

@@ -1,9 +1,12 @@
 // The theoretical maximum prefix-cache hit rate of a trace corpus in recorded time: an infinite
-// cache per trace (hash scope), requests consumed in arrival order, and causal availability: a
-// block counts for a request only if a request that finished before it arrived (t + api_time
-// <= t') had it in its prompt. A request's hit is the longest prefix of its hash ids that is
-// available, in whole blocks (capped at its input). This is the definition AgentX reports
-// (docs/TRACES.md, "Theoretical hit rate", gives the details and the independent check).
+// cache per trace (hash scope), requests consumed in order of their start time, and a hit is
+// the longest prefix of a request's hash ids that is available, in whole blocks (capped at its
+// input). Availability:
+//   kCausal  (default) a block counts only once a request that had it finished before this one
+//            arrived (t + api_time <= t'): what AgentX reports;
+//   kArrival a block counts once a request that had it arrived before this one (ties in file
+//            order): aiperf 0.13's compute_shared_prefix_cache_metrics, the independent check.
+// docs/TRACES.md, "Theoretical hit rate", gives the details.
 //
 // Thread-safety: stateless.
 #pragma once
@@ -31,6 +34,9 @@ struct TheoreticalHit {
   std::vector<HitCount> per_trace;  // in corpus order
 };
 
-TheoreticalHit ComputeTheoreticalHit(const Corpus& corpus);
+enum class Availability : uint8_t { kCausal, kArrival };
+
+TheoreticalHit ComputeTheoreticalHit(const Corpus& corpus,
+                                     Availability availability = Availability::kCausal);
 
 }  // namespace deltakv::kvsim

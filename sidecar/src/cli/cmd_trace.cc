@@ -28,9 +28,18 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-Status Stats(const std::string& path, bool json) {
+Status Stats(const std::string& path, const std::string& availability, bool json) {
+  kvsim::Availability mode;
+  if (availability == "causal") {
+    mode = kvsim::Availability::kCausal;
+  } else if (availability == "arrival") {
+    mode = kvsim::Availability::kArrival;
+  } else {
+    return InvalidArgument("--availability must be 'causal' or 'arrival', not '" + availability +
+                           "'");
+  }
   ASSIGN_OR_RETURN(kvsim::Corpus c, kvsim::LoadCorpus(path));
-  const kvsim::TheoreticalHit th = kvsim::ComputeTheoreticalHit(c);
+  const kvsim::TheoreticalHit th = kvsim::ComputeTheoreticalHit(c, mode);
   std::vector<double> turns, in, out, think, api, fresh;
   uint64_t subagents = 0;
   for (const kvsim::Trace& t : c.traces) {
@@ -74,6 +83,7 @@ Status Stats(const std::string& path, bool json) {
                  {"new_tokens_per_turn", Median(fresh)},
                  {"think_time_s", Median(think)},
                  {"api_time_s", Median(api)}}},
+               {"availability", availability},
                {"theoretical", HitJson(th.total)},
                {"per_trace", per}});
     return Status::Ok();
@@ -84,9 +94,9 @@ Status Stats(const std::string& path, bool json) {
   std::printf("medians: %.0f turns/trace, input %.0f, output %.0f, new tokens/turn %.0f, "
               "think %.1f s, api %.1f s\n",
               Median(turns), Median(in), Median(out), Median(fresh), Median(think), Median(api));
-  std::printf("theoretical prefix hit (infinite cache, causal): %.2f %% of tokens, %.2f %% of "
+  std::printf("theoretical prefix hit (infinite cache, %s): %.2f %% of tokens, %.2f %% of "
               "blocks\n",
-              100 * th.total.token_rate(), 100 * th.total.block_rate());
+              availability.c_str(), 100 * th.total.token_rate(), 100 * th.total.block_rate());
   return Status::Ok();
 }
 
@@ -148,13 +158,18 @@ void AddTraceCommands(CLI::App& app, int* rc) {
         "stats", "Statistics and the theoretical prefix-cache hit rate of a trace corpus");
     struct Opts {
       std::string path;
+      std::string availability = "causal";
       bool json = false;
     };
     auto o = std::make_shared<Opts>();
     st->add_option("PATH", o->path, "A trace file or a directory of them")->required();
+    st->add_option("--availability", o->availability,
+                   "When a block counts for a later request: 'causal' (its producer finished) or "
+                   "'arrival' (its producer arrived; aiperf's definition)")
+        ->capture_default_str();
     st->add_flag("--json", o->json, "Print one JSON line");
     st->callback([o, rc] {
-      Status s = Stats(o->path, o->json);
+      Status s = Stats(o->path, o->availability, o->json);
       if (!s.ok()) *rc = ReportError("trace stats", s, o->json);
     });
   }
