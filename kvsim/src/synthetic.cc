@@ -3,22 +3,30 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
-
-#include "replay_keys.h"
 
 namespace deltakv::kvsim {
 namespace {
 
+// splitmix64 (Steele, Lea, Flood 2014) and distributions built on it, so that the output does
+// not depend on the standard library's <random> distributions.
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : r_(seed) {}
-  double Uniform() { return r_.NextDouble(); }
-  double Normal() {  // Box-Muller
-    const double u1 = std::max(Uniform(), 1e-300), u2 = Uniform();
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  uint32_t Below(uint32_t n) { return static_cast<uint32_t>(Uniform() * n); }
+  double Normal() {                                     // Box-Muller, one value per call
+    const double u1 = 1.0 - Uniform(), u2 = Uniform();  // u1 in (0, 1]
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
-  // Lognormal with the given median and the value at the 90th percentile.
+  // Lognormal with the given median and 90th percentile.
   double LogNormal(double median, double p90) {
     const double sigma = std::log(p90 / median) / 1.2815515655446004;
     return median * std::exp(sigma * Normal());
@@ -26,90 +34,154 @@ class Rng {
   bool Chance(double p) { return Uniform() < p; }
 
  private:
-  SplitMix r_;
+  uint64_t s_;
 };
+
+uint64_t SeedFor(uint64_t seed, uint64_t trace) {
+  Rng r(seed ^ (trace * 0xD1B54A32D192ED03ull));
+  r.Next();
+  return r.Next();
+}
 
 constexpr uint32_t kBlock = 64;
 
-struct Builder {
+double Round2(double v) { return std::round(v * 100) / 100; }
+
+// A conversation's context as whole-block hash ids (floor(tokens / 64) of them).
+struct Context {
+  uint64_t* next_id;
+  uint64_t max_tokens;
+  std::vector<uint64_t> ids;
+  uint64_t tokens = 0;
+
+  void Truncate(size_t blocks) {
+    if (ids.size() > blocks) ids.resize(blocks);
+    tokens = std::min<uint64_t>(tokens, ids.size() * kBlock);
+  }
+  // Grows to `t` tokens (capped): the whole blocks kept, fresh ids after them.
+  void GrowTo(uint64_t t) {
+    tokens = std::min(t, max_tokens);
+    const size_t blocks = tokens / kBlock;
+    if (ids.size() > blocks) ids.resize(blocks);
+    while (ids.size() < blocks) ids.push_back((*next_id)++);
+  }
+};
+
+struct Gen {
   Rng& rng;
   double scale;
   uint64_t max_in;
   uint64_t next_id = 1;
-  std::vector<uint64_t> context;  // block ids of the conversation's context
-  uint64_t tokens = 0;            // tokens of context (the ids cover floor(tokens / 64))
 
   uint64_t Scaled(double v) const {
     return std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(v * scale)));
   }
-  // Grows the context to `tokens` tokens: the whole blocks kept, new ids after them.
-  void GrowTo(uint64_t t) {
-    tokens = std::min(t, max_in);
-    const size_t blocks = tokens / kBlock;
-    if (context.size() > blocks) context.resize(blocks);
-    while (context.size() < blocks) context.push_back(next_id++);
+  // Recorded server time: grows with the output (~50 tokens/s) and the prompt (median ~6 s).
+  double ApiTime(uint64_t in, uint64_t out) const {
+    return Round2(1.0 + static_cast<double>(out) / scale / 50.0 +
+                  static_cast<double>(in) / scale / 200000.0);
   }
-  TraceRequest Request(double t, uint64_t out, double api) const {
-    TraceRequest r;
-    r.t_s = t;
-    r.input_tokens = tokens;
-    r.output_tokens = out;
-    r.hash_ids = context;
-    r.api_time_s = api;
-    return r;
+  // New tokens a turn adds after the previous output: a tool result or user message, with a
+  // heavy tail (file reads, pastes).
+  uint64_t NewTokens() {
+    double v = rng.LogNormal(250, 2200);
+    if (rng.Chance(0.035)) v += rng.LogNormal(15000, 60000);
+    return Scaled(std::min(v, 400000.0));
+  }
+
+  // One conversation of `turns` turns starting at `t0` with a first prompt of `first_in`
+  // tokens, the first `prefix` of which are its tool + system prefix.
+  std::vector<TraceRequest> Conversation(uint32_t turns, double t0, uint64_t first_in,
+                                         uint64_t prefix, uint64_t compact_at) {
+    std::vector<TraceRequest> out;
+    Context cx{&next_id, max_in, {}, 0};
+    cx.GrowTo(std::max(first_in, prefix));
+    const size_t prefix_blocks = prefix / kBlock;
+    double t = t0;
+    for (uint32_t k = 0; k < turns; ++k) {
+      double think = -1;
+      if (k > 0) {
+        const TraceRequest& prev = out.back();
+        uint64_t next = prev.input_tokens + prev.output_tokens + NewTokens();
+        if (next > compact_at || rng.Chance(0.001)) {
+          // Compaction (automatic near the context limit, or asked for): the context shrinks
+          // to the prefix plus a summary.
+          cx.Truncate(prefix_blocks);
+          next = prefix + Scaled(rng.LogNormal(8000, 20000));
+        } else if (rng.Chance(0.065)) {
+          // The end of the previous context is not kept: mostly 1-2 blocks, sometimes many.
+          const size_t lose = rng.Chance(0.67)
+                                  ? 1 + rng.Below(2)
+                                  : 1 + static_cast<size_t>(rng.LogNormal(40, 2000) * scale);
+          const size_t n = cx.ids.size();
+          cx.Truncate(std::max(n > lose ? n - lose : 0, std::min(n, prefix_blocks)));
+        }
+        cx.GrowTo(next);
+        think = std::min(3600.0, std::round(rng.LogNormal(10, 160)));
+        t = prev.t_s + prev.api_time_s + think;
+      }
+      TraceRequest r;
+      r.t_s = t;
+      r.input_tokens = cx.tokens;
+      r.output_tokens = Scaled(std::min(16000.0, rng.LogNormal(216, 899)));
+      r.hash_ids = cx.ids;
+      r.api_time_s = ApiTime(r.input_tokens, r.output_tokens);
+      r.think_time_s = think;
+      out.push_back(std::move(r));
+    }
+    return out;
   }
 };
 
-double ApiTime(uint64_t in, uint64_t out, double scale) {
-  // A server time that grows with the output (~50 tokens/s) and the prompt, as recorded
-  // api_time does (median ~6 s).
-  return std::round((1.5 + static_cast<double>(out) / scale / 50.0 +
-                     static_cast<double>(in) / scale / 200000.0) * 100) / 100;
+// Delays root turns from `k` on by `delta` seconds (the parent waited for a subagent).
+void DelayFrom(std::vector<TraceRequest>& turns, size_t k, double delta) {
+  for (size_t i = k; i < turns.size(); ++i) turns[i].t_s = Round2(turns[i].t_s + delta);
+  if (k > 0 && k < turns.size()) {
+    const TraceRequest& p = turns[k - 1];
+    turns[k].think_time_s = std::max(0.0, Round2(turns[k].t_s - (p.t_s + p.api_time_s)));
+  }
 }
 
-// One conversation of `turns` turns starting at `t0`, with a prefix of `prefix` tokens.
-std::vector<TraceRequest> MakeConversation(Builder& b, uint32_t turns, double t0, uint64_t first_in,
-                                       uint64_t prefix) {
-  std::vector<TraceRequest> out;
-  b.context.clear();
-  b.tokens = 0;
-  b.GrowTo(std::max(first_in, prefix));
-  double t = t0;
-  for (uint32_t k = 0; k < turns; ++k) {
-    if (k > 0) {
-      const TraceRequest& prev = out.back();
-      uint64_t next = prev.input_tokens + prev.output_tokens +
-                      b.Scaled(b.rng.LogNormal(350, 3500));
-      if (b.rng.Chance(0.004)) {
-        // Compaction: the context shrinks to the prefix plus a summary.
-        b.context.resize(std::min<size_t>(b.context.size(), prefix / kBlock));
-        b.tokens = b.context.size() * kBlock;
-        next = prefix + b.Scaled(b.rng.LogNormal(12000, 25000));
-      } else if (b.rng.Chance(0.07)) {
-        // A partial reset: the end of the previous context is not kept.
-        const uint64_t lose = b.rng.Chance(0.67)
-                                  ? 1 + static_cast<uint64_t>(b.rng.Uniform() * 2)
-                                  : static_cast<uint64_t>(b.rng.LogNormal(40, 2000) * b.scale) + 1;
-        const size_t keep = b.context.size() > lose ? b.context.size() - lose : 0;
-        b.context.resize(std::max<size_t>(keep, std::min<size_t>(b.context.size(), prefix / kBlock)));
-        b.tokens = b.context.size() * kBlock;
-      }
-      // Keep the whole blocks of what the previous turn's prompt had.
-      const size_t kept_blocks = std::min(b.context.size(), prev.hash_ids.size());
-      b.context.resize(kept_blocks);
-      b.tokens = std::max<uint64_t>(b.tokens, kept_blocks * kBlock);
-      b.GrowTo(next);
-      const double think = std::min(3600.0, std::round(b.rng.LogNormal(10, 160)));
-      t = prev.t_s + prev.api_time_s + think;
+void AddSubagents(Gen& g, Trace& t) {
+  std::vector<TraceRequest>& root = t.conversations[0].turns;
+  const uint32_t turns = static_cast<uint32_t>(root.size());
+  const uint32_t n = 1 + g.rng.Below(3);
+  std::vector<int32_t> after;
+  for (uint32_t s = 0; s < n; ++s) after.push_back(static_cast<int32_t>(g.rng.Below(turns - 1)));
+  std::sort(after.begin(), after.end());
+  for (uint32_t s = 0; s < n; ++s) {
+    const TraceRequest& spawn = root[after[s]];
+    Conversation sa;
+    sa.id = t.id + "::sa:agent_" + std::to_string(s + 1);
+    sa.spawn_after = after[s];
+    sa.spawn_t_s = Round2(spawn.t_s + spawn.api_time_s);
+    const uint32_t inner = 4 + g.rng.Below(17);
+    const uint64_t prefix = g.Scaled(g.rng.LogNormal(9000, 13000));
+    sa.turns = g.Conversation(inner, sa.spawn_t_s + 1,
+                              prefix + g.Scaled(g.rng.LogNormal(14000, 32000)), prefix, g.max_in);
+    const TraceRequest& last = sa.turns.back();
+    const double end = last.t_s + last.api_time_s;
+    // Most run in the foreground: the parent's next turn comes after the subagent's end.
+    if (g.rng.Chance(0.8)) {
+      const size_t k = static_cast<size_t>(after[s]) + 1;
+      const double delta = end + 1 + std::round(g.rng.LogNormal(2, 10)) - root[k].t_s;
+      if (delta > 0) DelayFrom(root, k, delta);
     }
-    const uint64_t o = std::min<uint64_t>(b.Scaled(std::min(16000.0, b.rng.LogNormal(216, 899))),
-                                          b.Scaled(16000));
-    const double api = ApiTime(b.tokens, o, b.scale);
-    TraceRequest r = b.Request(t, o, api);
-    if (k > 0) r.think_time_s = std::max(0.0, t - (out.back().t_s + out.back().api_time_s));
-    out.push_back(std::move(r));
+    t.conversations.push_back(std::move(sa));
   }
-  return out;
+  // Joins as ParseWekaTrace computes them: the first later root turn at or after the end.
+  for (size_t c = 1; c < t.conversations.size(); ++c) {
+    Conversation& sa = t.conversations[c];
+    const TraceRequest& last = sa.turns.back();
+    const double end = last.t_s + last.api_time_s;
+    sa.join_before = -1;
+    for (size_t k = static_cast<size_t>(sa.spawn_after) + 1; k < root.size(); ++k) {
+      if (root[k].t_s + 1e-6 >= end) {
+        sa.join_before = static_cast<int32_t>(k);
+        break;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -121,48 +193,39 @@ StatusOr<Corpus> GenerateSyntheticCorpus(const SyntheticOptions& o) {
     return InvalidArgument("synthetic: subagent_fraction must be in [0, 1]");
   }
   if (o.max_turns < 3) return InvalidArgument("synthetic: max_turns must be at least 3");
+  if (o.max_input_tokens < 4096) {
+    return InvalidArgument("synthetic: max_input_tokens must be at least 4096");
+  }
   Corpus c;
   for (uint32_t i = 0; i < o.traces; ++i) {
-    Rng rng(MixSalt(o.seed, i, 0x73796e, 7));
-    Builder b{rng, o.scale, static_cast<uint64_t>(static_cast<double>(o.max_input_tokens) * o.scale)};
+    Rng rng(SeedFor(o.seed, i));
+    Gen g{rng, o.scale,
+          std::max<uint64_t>(
+              kBlock, static_cast<uint64_t>(static_cast<double>(o.max_input_tokens) * o.scale))};
     Trace t;
     char id[32];
-    std::snprintf(id, sizeof id, "synthetic_%04u", i);
+    std::snprintf(id, sizeof id, "trace_%04u", i);
     t.id = id;
     t.file = t.id + ".json";
     t.block_size = kBlock;
-    t.tool_tokens = b.Scaled(rng.LogNormal(12262, 16000));
-    t.system_tokens = b.Scaled(rng.LogNormal(2772, 3500));
+    t.tool_tokens = g.Scaled(rng.LogNormal(12262, 16000));
+    t.system_tokens = g.Scaled(rng.LogNormal(2772, 3500));
     const uint64_t prefix = t.tool_tokens + t.system_tokens;
     const uint32_t turns = static_cast<uint32_t>(
         std::clamp(std::llround(rng.LogNormal(45, 155)), 3LL, static_cast<long long>(o.max_turns)));
-    const bool resumed = rng.Chance(0.3);
-    const uint64_t first = resumed ? b.Scaled(rng.LogNormal(110000, 260000))
-                                   : prefix + b.Scaled(rng.LogNormal(6000, 14000));
+    // A fresh session starts at the prefix plus a first message; a resumed one with the
+    // history of an earlier one.
+    const uint64_t first = rng.Chance(0.38) ? prefix + g.Scaled(rng.LogNormal(95000, 240000))
+                                            : prefix + g.Scaled(rng.LogNormal(5000, 12000));
     Conversation root;
     root.id = t.id;
-    root.turns = MakeConversation(b, turns, 0, first, prefix);
+    // Most sessions run a model with a 200k-token window and compact when
+    // over it; the others have
+    // a 1M one.
+    const uint64_t window = rng.Chance(0.75) ? g.Scaled(220000) : g.max_in;
+    root.turns = g.Conversation(turns, 0, first, prefix, std::max(window, first));
     t.conversations.push_back(std::move(root));
-    if (rng.Chance(o.subagent_fraction) && turns >= 4) {
-      const uint32_t n = 1 + static_cast<uint32_t>(rng.Uniform() * 3);
-      for (uint32_t s = 0; s < n; ++s) {
-        const int32_t after = static_cast<int32_t>(rng.Uniform() * (turns - 2));
-        const TraceRequest& spawn = t.conversations[0].turns[after];
-        Conversation sa;
-        sa.id = t.id + "::sa:agent_" + std::to_string(s + 1);
-        sa.spawn_after = after;
-        sa.join_before = after + 1;
-        sa.spawn_t_s = spawn.t_s + spawn.api_time_s;
-        const uint32_t inner = 3 + static_cast<uint32_t>(rng.Uniform() * 12);
-        const uint64_t sp = b.Scaled(rng.LogNormal(10000, 14000));
-        sa.turns = MakeConversation(b, inner, sa.spawn_t_s + 1, sp + b.Scaled(rng.LogNormal(3000, 8000)),
-                                sp);
-        t.conversations.push_back(std::move(sa));
-      }
-      // Subagents in spawn order; the parent's next turn starts after them (it waits anyway).
-      std::stable_sort(t.conversations.begin() + 1, t.conversations.end(),
-                       [](const auto& a, const auto& z) { return a.spawn_after < z.spawn_after; });
-    }
+    if (rng.Chance(o.subagent_fraction)) AddSubagents(g, t);
     c.traces.push_back(std::move(t));
   }
   return c;

@@ -10,10 +10,6 @@
 namespace deltakv::kvsim {
 namespace {
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Appends the traces of one file.
 Status LoadFile(const std::string& path, const TraceLimits& limits, Corpus* out) {
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, limits.max_file_bytes + 1));
@@ -27,10 +23,8 @@ Status LoadFile(const std::string& path, const TraceLimits& limits, Corpus* out)
   size_t eol = text.find('\n', first);
   std::string_view head(text.data() + first,
                         (eol == std::string::npos ? text.size() : eol) - first);
-  const bool multi_line = text.find_first_not_of(" \t\r\n", eol == std::string::npos ? text.size() : eol) !=
-                          std::string::npos;
   bool mooncake = false;
-  if (multi_line || EndsWith(path, ".jsonl")) {
+  {
     auto j = nlohmann::json::parse(head.begin(), head.end(), nullptr, false);
     mooncake = j.is_object() && (j.contains("input_length") || j.contains("timestamp")) &&
                !j.contains("requests");

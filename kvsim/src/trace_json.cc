@@ -31,6 +31,73 @@ StatusOr<nlohmann::json> ParseJsonText(std::string_view text, std::string_view f
   }
 }
 
+uint32_t RecordLines::Inner(size_t i, size_t k) const {
+  if (i < inner.size() && k < inner[i].size() && inner[i][k]) return inner[i][k];
+  return Outer(i);
+}
+
+uint32_t RecordLines::Key(const std::string& name) const {
+  auto it = key_line.find(name);
+  return it == key_line.end() ? first_line : it->second;
+}
+
+RecordLines LocateWekaRecords(std::string_view text, uint32_t first_line) {
+  // A scan of the token structure: a stack of open containers, each object with its current
+  // key and each array with the index of its current element (the commas seen so far).
+  struct Frame {
+    bool object;
+    bool expect_key;
+    std::string key;
+    size_t index;
+  };
+  std::vector<Frame> st;
+  RecordLines out;
+  out.first_line = first_line;
+  uint32_t line = first_line;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+    } else if (c == '"') {
+      std::string s;
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;  // an escape: the next byte is never the closing quote
+        if (i < text.size()) s.push_back(text[i]);
+      }
+      if (!st.empty() && st.back().object && st.back().expect_key) {
+        st.back().key = std::move(s);
+        st.back().expect_key = false;
+        if (st.size() == 1) out.key_line.emplace(st.back().key, line);
+      }
+    } else if (c == '{' || c == '[') {
+      // requests[i] sits at [root object, array]; requests[i].requests[k] at [root object,
+      // array, object, array], each array under the key "requests".
+      if (c == '{' && st.size() == 2 && st[0].key == "requests" && !st[1].object) {
+        const size_t idx = st[1].index;
+        if (out.outer.size() <= idx) out.outer.resize(idx + 1, 0);
+        out.outer[idx] = line;
+      } else if (c == '{' && st.size() == 4 && st[0].key == "requests" && !st[1].object &&
+                 st[2].key == "requests" && !st[3].object) {
+        const size_t idx = st[1].index;
+        if (out.inner.size() <= idx) out.inner.resize(idx + 1);
+        std::vector<uint32_t>& v = out.inner[idx];
+        if (v.size() <= st[3].index) v.resize(st[3].index + 1, 0);
+        v[st[3].index] = line;
+      }
+      st.push_back(Frame{c == '{', c == '{', std::string(), 0});
+    } else if (c == '}' || c == ']') {
+      if (!st.empty()) st.pop_back();
+    } else if (c == ',' && !st.empty()) {
+      if (st.back().object) {
+        st.back().expect_key = true;
+      } else {
+        ++st.back().index;
+      }
+    }
+  }
+  return out;
+}
+
 Status JsonField::Error(const std::string& path, const std::string& what) const {
   return InvalidArgument(file_ + ":" + std::to_string(line_) + ": " + path + ": " + what);
 }
@@ -44,8 +111,8 @@ Status JsonField::CheckObject(const nlohmann::json& j, const std::string& where,
   return Status::Ok();
 }
 
-StatusOr<double> JsonField::Time(const nlohmann::json& j, const std::string& where,
-                                 const char* key, bool required) const {
+StatusOr<double> JsonField::Time(const nlohmann::json& j, const std::string& where, const char* key,
+                                 bool required) const {
   if (!j.contains(key) || j[key].is_null()) {
     if (required) return Error(where + "." + key, "missing");
     return -1.0;
@@ -66,12 +133,13 @@ StatusOr<uint64_t> JsonField::Count(const nlohmann::json& j, const std::string& 
     return uint64_t{0};
   }
   const nlohmann::json& v = j[key];
-  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() &&
-                                 v.get<int64_t>() < 0)) {
+  if (!v.is_number_integer() ||
+      (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0)) {
     return Error(where + "." + key, "expected an integer >= 0, got " + v.dump());
   }
   const uint64_t n = v.get<uint64_t>();
-  if (n > max) return Error(where + "." + key, v.dump() + " is over the limit " + std::to_string(max));
+  if (n > max)
+    return Error(where + "." + key, v.dump() + " is over the limit " + std::to_string(max));
   return n;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -18,10 +19,26 @@ namespace deltakv::kvsim {
 StatusOr<nlohmann::json> ParseJsonText(std::string_view text, std::string_view file,
                                        uint32_t first_line);
 
+// Where the records of a Weka trace object start, for error messages and TraceRequest::line:
+// outer[i] is the line of requests[i], inner[i][k] that of requests[i].requests[k], and
+// key_line[name] that of the top-level key `name`. Lines count from `first_line`; a record the
+// scan did not see gets `first_line`. REQUIRES: `text` is valid JSON.
+struct RecordLines {
+  std::vector<uint32_t> outer;
+  std::vector<std::vector<uint32_t>> inner;
+  std::map<std::string, uint32_t> key_line;
+  uint32_t first_line = 1;
+  uint32_t Outer(size_t i) const { return i < outer.size() && outer[i] ? outer[i] : first_line; }
+  uint32_t Inner(size_t i, size_t k) const;
+  uint32_t Key(const std::string& name) const;
+};
+RecordLines LocateWekaRecords(std::string_view text, uint32_t first_line);
+
 class JsonField {
  public:
   JsonField(std::string_view file, uint32_t line) : file_(file), line_(line) {}
   uint32_t line() const { return line_; }
+  const std::string& file() const { return file_; }
 
   Status Error(const std::string& path, const std::string& what) const;
   // `j` must be an object whose keys are all in `allowed`.

@@ -13,26 +13,31 @@ namespace {
 
 using nlohmann::json;
 
-const std::set<std::string> kTraceFields = {"id",          "models",        "block_size",
-                                            "hash_id_scope", "tool_tokens", "system_tokens",
-                                            "requests",    "totals"};
+// Times closer than this are equal when subagent times and joins are compared (AgentX's
+// tolerance).
+constexpr double kTimeEpsilon = 1e-6;
+
+const std::set<std::string> kTraceFields = {
+    "id",          "models",        "block_size", "hash_id_scope",
+    "tool_tokens", "system_tokens", "requests",   "totals"};
 const std::set<std::string> kRequestFields = {
-    "t",           "type",         "model", "in",       "out",        "input_length",
-    "output_length", "hash_ids",   "input_types", "output_types", "stop", "api_time",
-    "think_time",  "ttft"};
+    "t",        "type",        "model",        "in",   "out",      "input_length", "output_length",
+    "hash_ids", "input_types", "output_types", "stop", "api_time", "think_time",   "ttft"};
 const std::set<std::string> kSubagentFields = {
-    "t",      "type",          "agent_id", "subagent_type", "duration_ms", "total_tokens",
-    "tool_use_count", "status", "models",  "tool_tokens",   "system_tokens", "requests"};
+    "t",           "type",         "agent_id",       "subagent_type",
+    "duration_ms", "total_tokens", "tool_use_count", "status",
+    "models",      "tool_tokens",  "system_tokens",  "requests"};
+
+bool IsSubagent(const json& j) { return j.contains("type") && j["type"] == "subagent"; }
 
 // Reads one "n"/"s" request at `where`.
 Status ReadRequest(const JsonField& f, const json& j, const std::string& where,
                    const TraceLimits& limits, TraceRequest* r) {
   RETURN_IF_ERROR(f.CheckObject(j, where, kRequestFields));
-  const std::string type = j.contains("type") ? (j["type"].is_string() ? j["type"].get<std::string>()
-                                                                       : std::string("?"))
-                                              : std::string("");
+  if (!j.contains("type")) return f.Error(where + ".type", "missing");
+  const json& type = j["type"];
   if (type != "n" && type != "s") {
-    return f.Error(where + ".type", "expected \"n\", \"s\" or \"subagent\"");
+    return f.Error(where + ".type", "expected \"n\", \"s\" or \"subagent\", got " + type.dump());
   }
   ASSIGN_OR_RETURN(r->t_s, f.Time(j, where, "t", /*required=*/true));
   const bool has_in = j.contains("in"), has_il = j.contains("input_length");
@@ -46,7 +51,10 @@ Status ReadRequest(const JsonField& f, const json& j, const std::string& where,
   RETURN_IF_ERROR(f.HashIds(j, where, &r->hash_ids));
   ASSIGN_OR_RETURN(r->api_time_s, f.Time(j, where, "api_time", false));
   ASSIGN_OR_RETURN(r->think_time_s, f.Time(j, where, "think_time", false));
-  if (j.contains("ttft")) RETURN_IF_ERROR(f.Time(j, where, "ttft", false).status());
+  if (j.contains("ttft")) {
+    if (type != "s") return f.Error(where + ".ttft", "only a streaming (\"s\") request has one");
+    RETURN_IF_ERROR(f.Time(j, where, "ttft", false).status());
+  }
   for (const char* k : {"model", "stop"}) {
     if (j.contains(k) && !j[k].is_string()) return f.Error(where + "." + k, "expected a string");
   }
@@ -57,57 +65,62 @@ Status ReadRequest(const JsonField& f, const json& j, const std::string& where,
   return Status::Ok();
 }
 
-Status ReadRequests(const JsonField& f, const json& list, const std::string& where,
-                    const TraceLimits& limits, uint64_t* count, Trace* trace,
-                    std::vector<TraceRequest>* root, bool allow_subagents, double spawn_t,
-                    const std::string& trace_id) {
-  if (!list.is_array()) return f.Error(where, "expected an array");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string w = where + "[" + std::to_string(i) + "]";
-    const json& j = list[i];
-    if (!j.is_object()) return f.Error(w, "expected an object");
+// Reads a subagent entry (its anchors are set later, from the root turns around it).
+Status ReadSubagent(const JsonField& f, const json& j, const std::string& w,
+                    const RecordLines& lines, size_t outer, const TraceLimits& limits,
+                    const std::string& trace_id, uint64_t* count, Conversation* c) {
+  RETURN_IF_ERROR(f.CheckObject(j, w, kSubagentFields));
+  ASSIGN_OR_RETURN(c->spawn_t_s, f.Time(j, w, "t", true));
+  if (!j.contains("agent_id") || !j["agent_id"].is_string()) {
+    return f.Error(w + ".agent_id", "expected a string");
+  }
+  for (const char* k : {"subagent_type", "status"}) {
+    if (j.contains(k) && !j[k].is_string()) return f.Error(w + "." + k, "expected a string");
+  }
+  ASSIGN_OR_RETURN(c->duration_ms, f.Time(j, w, "duration_ms", false));
+  for (const char* k : {"total_tokens", "tool_use_count"}) {
+    if (j.contains(k) && !j[k].is_null()) RETURN_IF_ERROR(f.Time(j, w, k, false).status());
+  }
+  for (const char* k : {"tool_tokens", "system_tokens"}) {
+    RETURN_IF_ERROR(f.Count(j, w, k, false, UINT64_MAX).status());
+  }
+  if (j.contains("models")) RETURN_IF_ERROR(f.StringList(j["models"], w + ".models"));
+  c->id = trace_id + "::sa:" + j["agent_id"].get<std::string>();
+  if (!j.contains("requests")) return f.Error(w + ".requests", "missing");
+  const json& list = j["requests"];
+  if (!list.is_array()) return f.Error(w + ".requests", "expected an array");
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::string wk = w + ".requests[" + std::to_string(k) + "]";
+    const JsonField fk(f.file(), lines.Inner(outer, k));
     if (++*count > limits.max_requests) {
-      return f.Error(w, "more than " + std::to_string(limits.max_requests) + " requests");
+      return fk.Error(wk, "more than " + std::to_string(limits.max_requests) + " requests");
     }
-    if (j.contains("type") && j["type"] == "subagent") {
-      if (!allow_subagents) return f.Error(w, "a subagent inside a subagent");
-      RETURN_IF_ERROR(f.CheckObject(j, w, kSubagentFields));
-      Conversation c;
-      ASSIGN_OR_RETURN(c.spawn_t_s, f.Time(j, w, "t", true));
-      if (!j.contains("agent_id") || !j["agent_id"].is_string()) {
-        return f.Error(w + ".agent_id", "expected a string");
-      }
-      for (const char* k : {"subagent_type", "status"}) {
-        if (j.contains(k) && !j[k].is_string()) return f.Error(w + "." + k, "expected a string");
-      }
-      for (const char* k : {"duration_ms", "total_tokens", "tool_use_count"}) {
-        if (j.contains(k) && !j[k].is_null()) RETURN_IF_ERROR(f.Time(j, w, k, false).status());
-      }
-      for (const char* k : {"tool_tokens", "system_tokens"}) {
-        RETURN_IF_ERROR(f.Count(j, w, k, false, UINT64_MAX).status());
-      }
-      if (j.contains("models")) RETURN_IF_ERROR(f.StringList(j["models"], w + ".models"));
-      c.id = trace_id + "::sa:" + j["agent_id"].get<std::string>();
-      if (!j.contains("requests")) return f.Error(w + ".requests", "missing");
-      RETURN_IF_ERROR(ReadRequests(f, j["requests"], w + ".requests", limits, count, trace,
-                                   &c.turns, false, c.spawn_t_s, trace_id));
-      // Inner times are relative to the spawn in raw captures and absolute in published
-      // corpora; a first inner time earlier than the spawn marks relative ones.
-      if (!c.turns.empty() && c.turns.front().t_s < c.spawn_t_s) {
-        for (TraceRequest& r : c.turns) r.t_s += c.spawn_t_s;
-      }
-      // Anchors: the last root turn at or before the spawn, and the next one.
-      c.spawn_after = static_cast<int32_t>(root->size()) - 1;
-      c.join_before = -1;  // set once the following root turn is read
-      trace->conversations.push_back(std::move(c));
-      continue;
+    if (list[k].is_object() && IsSubagent(list[k])) {
+      return fk.Error(wk, "a subagent inside a subagent");
     }
     TraceRequest r;
-    RETURN_IF_ERROR(ReadRequest(f, j, w, limits, &r));
-    (void)spawn_t;
-    root->push_back(std::move(r));
+    RETURN_IF_ERROR(ReadRequest(fk, list[k], wk, limits, &r));
+    // Inner times are relative to the spawn in raw captures and absolute in published
+    // corpora: a time earlier than the spawn is a relative one.
+    if (r.t_s + kTimeEpsilon < c->spawn_t_s) r.t_s += c->spawn_t_s;
+    c->turns.push_back(std::move(r));
   }
   return Status::Ok();
+}
+
+// When a subagent's recorded run ends: its duration, else the end of its last inner request.
+double SubagentEnd(const Conversation& c) {
+  if (c.duration_ms >= 0) return c.spawn_t_s + c.duration_ms / 1000.0;
+  if (c.turns.empty()) return c.spawn_t_s;
+  double end = -1;
+  for (const TraceRequest& r : c.turns) end = std::max(end, r.t_s + std::max(0.0, r.api_time_s));
+  return end;
+}
+
+json NumberJson(double v) {
+  // Integral values are written as integers (aiperf reads duration_ms as an int).
+  if (v == std::floor(v) && v < 9007199254740992.0) return static_cast<uint64_t>(v);
+  return v;
 }
 
 }  // namespace
@@ -119,51 +132,80 @@ StatusOr<Trace> ParseWekaTrace(std::string_view text, std::string_view file,
                            std::to_string(limits.max_file_bytes) + " bytes");
   }
   ASSIGN_OR_RETURN(json j, ParseJsonText(text, file, first_line));
-  JsonField f(file, first_line);
-  RETURN_IF_ERROR(f.CheckObject(j, "trace", kTraceFields));
+  const RecordLines lines = LocateWekaRecords(text, first_line);
+  auto at = [&](const char* key) { return JsonField(file, lines.Key(key)); };
+  RETURN_IF_ERROR(JsonField(file, first_line).CheckObject(j, "trace", kTraceFields));
   Trace t;
   t.file = std::string(file);
   t.format = TraceFormat::kWeka;
-  if (!j.contains("id") || !j["id"].is_string()) return f.Error("trace.id", "expected a string");
+  if (!j.contains("id") || !j["id"].is_string()) {
+    return at("id").Error("trace.id", "expected a string");
+  }
   t.id = j["id"].get<std::string>();
-  ASSIGN_OR_RETURN(uint64_t bs, f.Count(j, "trace", "block_size", true, 1u << 20));
-  if (bs == 0) return f.Error("trace.block_size", "must be at least 1");
+  ASSIGN_OR_RETURN(uint64_t bs, at("block_size").Count(j, "trace", "block_size", true, 1u << 20));
+  if (bs == 0) return at("block_size").Error("trace.block_size", "must be at least 1");
   t.block_size = static_cast<uint32_t>(bs);
   if (!j.contains("hash_id_scope") || j["hash_id_scope"] != "local") {
-    return f.Error("trace.hash_id_scope", "expected \"local\" (ids are scoped to the trace)");
+    return at("hash_id_scope")
+        .Error("trace.hash_id_scope", "expected \"local\" (ids are scoped to the trace)");
   }
-  ASSIGN_OR_RETURN(t.tool_tokens, f.Count(j, "trace", "tool_tokens", false, UINT64_MAX));
-  ASSIGN_OR_RETURN(t.system_tokens, f.Count(j, "trace", "system_tokens", false, UINT64_MAX));
-  if (j.contains("models")) RETURN_IF_ERROR(f.StringList(j["models"], "trace.models"));
-  if (j.contains("totals") && !j["totals"].is_object()) {
-    return f.Error("trace.totals", "expected an object");
+  ASSIGN_OR_RETURN(t.tool_tokens,
+                   at("tool_tokens").Count(j, "trace", "tool_tokens", false, UINT64_MAX));
+  ASSIGN_OR_RETURN(t.system_tokens,
+                   at("system_tokens").Count(j, "trace", "system_tokens", false, UINT64_MAX));
+  if (j.contains("models")) RETURN_IF_ERROR(at("models").StringList(j["models"], "trace.models"));
+  if (j.contains("totals") && !j["totals"].is_null() && !j["totals"].is_object()) {
+    return at("totals").Error("trace.totals", "expected an object");
   }
-  if (!j.contains("requests")) return f.Error("trace.requests", "missing");
+  if (!j.contains("requests")) return at("requests").Error("trace.requests", "missing");
+  const json& list = j["requests"];
+  if (!list.is_array()) return at("requests").Error("trace.requests", "expected an array");
+
   Conversation root;
   root.id = t.id;
-  t.conversations.push_back(Conversation{});  // the root, filled below
+  std::vector<Conversation> subagents;
+  std::vector<size_t> root_turns_before;  // per subagent: root turns before it in the file
   uint64_t count = 0;
-  RETURN_IF_ERROR(ReadRequests(f, j["requests"], "trace.requests", limits, &count, &t,
-                               &root.turns, true, 0, t.id));
-  // Root turns are in time order.
-  for (size_t i = 1; i < root.turns.size(); ++i) {
-    if (root.turns[i].t_s < root.turns[i - 1].t_s) {
-      return f.Error("trace.requests", "root turn " + std::to_string(i) +
-                                           " starts before the turn before it");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string w = "trace.requests[" + std::to_string(i) + "]";
+    const JsonField f(file, lines.Outer(i));
+    const json& e = list[i];
+    if (!e.is_object()) return f.Error(w, "expected an object");
+    if (++count > limits.max_requests) {
+      return f.Error(w, "more than " + std::to_string(limits.max_requests) + " requests");
     }
+    if (IsSubagent(e)) {
+      Conversation c;
+      RETURN_IF_ERROR(ReadSubagent(f, e, w, lines, i, limits, t.id, &count, &c));
+      subagents.push_back(std::move(c));
+      root_turns_before.push_back(root.turns.size());
+      continue;
+    }
+    TraceRequest r;
+    RETURN_IF_ERROR(ReadRequest(f, e, w, limits, &r));
+    if (!root.turns.empty() && r.t_s < root.turns.back().t_s) {
+      return f.Error(w + ".t", "a root turn starts before the root turn before it");
+    }
+    root.turns.push_back(std::move(r));
   }
-  // A subagent joins the root turn after its spawn turn; one without a preceding turn is
-  // dropped (nothing spawns it).
-  std::vector<Conversation> kept;
-  kept.push_back(std::move(root));
-  for (size_t c = 1; c < t.conversations.size(); ++c) {
-    Conversation& sa = t.conversations[c];
-    if (sa.spawn_after < 0) continue;
-    const size_t next = static_cast<size_t>(sa.spawn_after) + 1;
-    sa.join_before = next < kept[0].turns.size() ? static_cast<int32_t>(next) : -1;
-    kept.push_back(std::move(sa));
+  // Anchors: spawned by the last root turn before the entry (none: dropped), joined by the
+  // first later root turn that starts when the subagent has ended (none: background).
+  t.conversations.push_back(std::move(root));
+  const std::vector<TraceRequest>& turns = t.conversations[0].turns;
+  for (size_t s = 0; s < subagents.size(); ++s) {
+    Conversation& sa = subagents[s];
+    if (root_turns_before[s] == 0) continue;
+    sa.spawn_after = static_cast<int32_t>(root_turns_before[s]) - 1;
+    const double end = SubagentEnd(sa);
+    sa.join_before = -1;
+    for (size_t k = root_turns_before[s]; k < turns.size(); ++k) {
+      if (turns[k].t_s + kTimeEpsilon >= end) {
+        sa.join_before = static_cast<int32_t>(k);
+        break;
+      }
+    }
+    t.conversations.push_back(std::move(sa));
   }
-  t.conversations = std::move(kept);
   return t;
 }
 
@@ -180,7 +222,9 @@ std::string WriteWekaTrace(const Trace& t) {
   };
   json requests = json::array();
   const std::vector<TraceRequest> empty;
-  const std::vector<TraceRequest>& root = t.conversations.empty() ? empty : t.conversations[0].turns;
+  const std::vector<TraceRequest>& root =
+      t.conversations.empty() ? empty : t.conversations[0].turns;
+  // Each subagent goes right after the root turn that spawns it; inner times are absolute.
   for (size_t i = 0; i <= root.size(); ++i) {
     if (i > 0) requests.push_back(req(root[i - 1]));
     for (size_t c = 1; c < t.conversations.size(); ++c) {
@@ -190,10 +234,10 @@ std::string WriteWekaTrace(const Trace& t) {
       for (const TraceRequest& r : sa.turns) inner.push_back(req(r));
       const std::string prefix = t.id + "::sa:";
       std::string agent = sa.id.rfind(prefix, 0) == 0 ? sa.id.substr(prefix.size()) : sa.id;
-      requests.push_back({{"t", sa.spawn_t_s},
-                          {"type", "subagent"},
-                          {"agent_id", agent},
-                          {"requests", inner}});
+      json e = {{"t", sa.spawn_t_s}, {"type", "subagent"}, {"agent_id", agent}};
+      if (sa.duration_ms >= 0) e["duration_ms"] = NumberJson(sa.duration_ms);
+      e["requests"] = std::move(inner);
+      requests.push_back(std::move(e));
     }
   }
   json j = {{"id", t.id},

@@ -1,12 +1,14 @@
-// The theoretical maximum prefix-cache hit rate of a trace corpus in recorded time: an infinite
-// cache per trace (hash scope), requests consumed in order of their start time, and a hit is
-// the longest prefix of a request's hash ids that is available, in whole blocks (capped at its
-// input). Availability:
-//   kCausal  (default) a block counts only once a request that had it finished before this one
-//            arrived (t + api_time <= t'): what AgentX reports;
-//   kArrival a block counts once a request that had it arrived before this one (ties in file
-//            order): aiperf 0.13's compute_shared_prefix_cache_metrics, the independent check.
-// docs/TRACES.md, "Theoretical hit rate", gives the details.
+// The theoretical maximum prefix-cache hit rate of a trace corpus in recorded time, by
+// AgentX's definition (aiperf's compute_shared_prefix_cache_metrics): one infinite cache per
+// trace (hash scope) shared by its root and subagents, requests consumed in order of their
+// start time (ties in file order), and a request's hit the leading run of its hash ids that
+// are available when it starts. Ids are matched by value. Availability:
+//   kCausal  (default) a block counts once some request that had it has finished
+//            (t + api_time <= t'; an absent api_time counts as 0): aiperf's current definition;
+//   kArrival a block counts once some request that had it has arrived: aiperf 0.13 (PyPI).
+// Hits are counted in blocks (over all hash ids) and in tokens (blocks x block_size, capped
+// at the request's input); per trace and over the corpus. docs/TRACES.md, "Theoretical hit
+// rate", gives the details and test vectors.
 //
 // Thread-safety: stateless.
 #pragma once
@@ -36,6 +38,7 @@ struct TheoreticalHit {
 
 enum class Availability : uint8_t { kCausal, kArrival };
 
+// Never fails; an empty corpus gives all-zero counts (and rates of 0).
 TheoreticalHit ComputeTheoreticalHit(const Corpus& corpus,
                                      Availability availability = Availability::kCausal);
 

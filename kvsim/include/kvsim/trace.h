@@ -4,10 +4,12 @@
 //
 // A Trace is one hash-id scope: the ids of its requests name 64- or 512-token blocks of prompt
 // prefix, and equal ids at the same prefix position are equal content. A Weka trace is one
-// session tree: a root conversation (the trace's own requests, turn i = requests[i]) and one
-// child conversation per subagent entry, spawned when the root turn before it ends and joined
-// by the root turn after it (if any). A Mooncake file is one Trace whose conversations are
-// independent single-turn sessions (records in file order) sharing the file's hash scope.
+// session tree: a root conversation (the trace's own "n"/"s" requests in file order) and one
+// child conversation per subagent entry, spawned when the root turn before it in the file ends
+// and joined by the first later root turn that starts at or after the subagent's recorded end
+// (none: a background subagent). A subagent entry with no root turn before it is dropped, as
+// AgentX does. A Mooncake file is one Trace whose conversations are independent single-turn
+// sessions (records in file order) sharing the file's hash scope.
 //
 // Times are seconds from the trace's start; a subagent's inner `t` values are converted to
 // absolute ones at parse time (docs/TRACES.md says how the two conventions are told apart).
@@ -47,9 +49,13 @@ struct Conversation {
   std::vector<TraceRequest> turns;
   // Children only (index > 0 in Trace::conversations): the root turn whose end spawns it, and
   // the root turn that waits for it to finish; -1 when the parent does not wait (background).
+  // join_before > spawn_after when it is not -1.
   int32_t spawn_after = -1;
   int32_t join_before = -1;
   double spawn_t_s = 0;  // the subagent entry's `t`
+  // The entry's recorded `duration_ms`; -1 when absent or null. The subagent's end is
+  // spawn_t_s + duration_ms / 1000, or without it the latest inner t + api_time.
+  double duration_ms = -1;
 };
 
 struct Trace {
@@ -77,9 +83,11 @@ struct TraceLimits {
 };
 
 // Parses one Weka trace object (a whole .json file, or one line of a .jsonl file with
-// `first_line` its line number). InvalidArgument naming `file`, the line and the field for
-// malformed JSON, an unknown field, a missing or mistyped field, a negative or non-finite
-// time, a block_size of 0, or hash_scope other than "local".
+// `first_line` its line number). Each request's `line` is the line its object starts on.
+// InvalidArgument naming `file`, the line of the offending record (and the column, for JSON
+// syntax) and the field path for malformed JSON, an unknown field, a missing or mistyped
+// field, a negative time or count, a block_size of 0, hash_id_scope other than "local", root
+// turns out of time order, or a limit exceeded.
 StatusOr<Trace> ParseWekaTrace(std::string_view text, std::string_view file,
                                const TraceLimits& limits = {}, uint32_t first_line = 1);
 

@@ -15,9 +15,9 @@ namespace deltakv::cli {
 namespace {
 
 nlohmann::json HitJson(const kvsim::HitCount& h) {
-  return {{"requests", h.requests},         {"input_tokens", h.input_tokens},
-          {"hit_tokens", h.hit_tokens},     {"total_blocks", h.total_blocks},
-          {"hit_blocks", h.hit_blocks},     {"token_rate", h.token_rate()},
+  return {{"requests", h.requests},      {"input_tokens", h.input_tokens},
+          {"hit_tokens", h.hit_tokens},  {"total_blocks", h.total_blocks},
+          {"hit_blocks", h.hit_blocks},  {"token_rate", h.token_rate()},
           {"block_rate", h.block_rate()}};
 }
 
@@ -43,7 +43,8 @@ Status Stats(const std::string& path, const std::string& availability, bool json
   std::vector<double> turns, in, out, think, api, fresh;
   uint64_t subagents = 0;
   for (const kvsim::Trace& t : c.traces) {
-    if (!t.sessions_independent) turns.push_back(static_cast<double>(t.conversations[0].turns.size()));
+    if (!t.sessions_independent)
+      turns.push_back(static_cast<double>(t.conversations[0].turns.size()));
     subagents += t.sessions_independent ? 0 : t.conversations.size() - 1;
     for (const kvsim::Conversation& cv : t.conversations) {
       for (size_t i = 0; i < cv.turns.size(); ++i) {
@@ -91,12 +92,14 @@ Status Stats(const std::string& path, const std::string& availability, bool json
   std::printf("%zu traces, %llu requests, %llu subagents\n", c.traces.size(),
               static_cast<unsigned long long>(c.requests()),
               static_cast<unsigned long long>(subagents));
-  std::printf("medians: %.0f turns/trace, input %.0f, output %.0f, new tokens/turn %.0f, "
-              "think %.1f s, api %.1f s\n",
-              Median(turns), Median(in), Median(out), Median(fresh), Median(think), Median(api));
-  std::printf("theoretical prefix hit (infinite cache, %s): %.2f %% of tokens, %.2f %% of "
-              "blocks\n",
-              availability.c_str(), 100 * th.total.token_rate(), 100 * th.total.block_rate());
+  std::printf(
+      "medians: %.0f turns/trace, input %.0f, output %.0f, new tokens/turn %.0f, "
+      "think %.1f s, api %.1f s\n",
+      Median(turns), Median(in), Median(out), Median(fresh), Median(think), Median(api));
+  std::printf(
+      "theoretical prefix hit (infinite cache, %s): %.2f %% of tokens, %.2f %% of "
+      "blocks\n",
+      availability.c_str(), 100 * th.total.token_rate(), 100 * th.total.block_rate());
   return Status::Ok();
 }
 
@@ -104,10 +107,16 @@ Status Generate(const std::string& out, const kvsim::SyntheticOptions& o, bool j
   ASSIGN_OR_RETURN(kvsim::Corpus c, kvsim::GenerateSyntheticCorpus(o));
   ASSIGN_OR_RETURN(StagingDir dir, StagingDir::Create(out));
   uint64_t bytes = 0;
-  for (const kvsim::Trace& t : c.traces) {
+  for (size_t i = 0; i < c.traces.size(); ++i) {
+    const kvsim::Trace& t = c.traces[i];
     const std::string text = kvsim::WriteWekaTrace(t);
     bytes += text.size();
-    RETURN_IF_ERROR(WriteFileAtomic(dir.path() + "/" + t.id + ".json", std::string_view(text)));
+    RETURN_IF_ERROR(WriteFileAtomic(dir.path() + "/" + t.file, std::string_view(text)));
+    if ((i + 1) % 16 == 0 || i + 1 == c.traces.size()) {
+      std::fprintf(stderr, "\rtrace generate: %zu/%zu traces, %s", i + 1, c.traces.size(),
+                   HumanBytes(bytes).c_str());
+      if (i + 1 == c.traces.size()) std::fprintf(stderr, "\n");
+    }
   }
   RETURN_IF_ERROR(dir.Commit());
   const kvsim::TheoreticalHit th = kvsim::ComputeTheoreticalHit(c);
@@ -146,7 +155,11 @@ void AddTraceCommands(CLI::App& app, int* rc) {
     gen->add_option("--scale", o->s.scale, "Scale every token count (0..1]")->capture_default_str();
     gen->add_option("--subagent-fraction", o->s.subagent_fraction, "Traces with subagents")
         ->capture_default_str();
-    gen->add_option("--max-turns", o->s.max_turns)->capture_default_str();
+    gen->add_option("--max-turns", o->s.max_turns, "Root turns per trace at most")
+        ->capture_default_str();
+    gen->add_option("--max-input-tokens", o->s.max_input_tokens,
+                    "Cap on a prompt's tokens, before --scale")
+        ->capture_default_str();
     gen->add_flag("--json", o->json, "Print a JSON summary");
     gen->callback([o, rc] {
       Status s = Generate(o->out, o->s, o->json);
