@@ -18,8 +18,8 @@
 //   - closed loop: turn k becomes ready when turn k-1 ended plus the recorded end-to-start gap
 //     max(0, t_k - (t_{k-1} + api_time_{k-1})) (think_time when api_time is absent, else 0).
 //     A subagent's first turn becomes ready the same gap after the root turn that spawns it;
-//     the root turn after it also waits for it to finish (a background subagent is not waited
-//     for, but its tree has not drained until it ends).
+//     the root turn that joins it (Conversation::join_before) also waits for it to finish (a
+//     background subagent is not waited for, but its tree has not drained until it ends).
 //   - a whole-system idle cap: when no request is queued, loading or running, every pending
 //     timer moves earlier by the same amount so that the next one fires idle_cap_s from now.
 //   - warmup: each lane's first tree starts at a turn drawn uniformly between warmup_min and
