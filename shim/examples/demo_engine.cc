@@ -133,7 +133,8 @@ Status LoadShards(const Checkpoint& ckpt, uint32_t rank, uint32_t tp, Weights* w
 
 // This rank's shards of the checkpoint in `dir`, which must hold the same tensors with the same
 // local sizes as `live` (InvalidArgument naming the first difference).
-StatusOr<Weights> LoadLike(const std::string& dir, uint32_t rank, uint32_t tp, const Weights& live) {
+StatusOr<Weights> LoadLike(const std::string& dir, uint32_t rank, uint32_t tp,
+                           const Weights& live) {
   ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
   Weights w;
   RETURN_IF_ERROR(LoadShards(ckpt, rank, tp, &w, /*existing=*/false));
@@ -143,8 +144,8 @@ StatusOr<Weights> LoadLike(const std::string& dir, uint32_t rank, uint32_t tp, c
   for (size_t i = 0; i < live.names.size(); ++i) {
     if (w.bytes[i].size() != live.bytes[i].size()) {
       return InvalidArgument("tensor '" + live.names[i] + "' is " +
-                             std::to_string(w.bytes[i].size()) + " bytes on this rank in '" +
-                             dir + "', " + std::to_string(live.bytes[i].size()) + " loaded");
+                             std::to_string(w.bytes[i].size()) + " bytes on this rank in '" + dir +
+                             "', " + std::to_string(live.bytes[i].size()) + " loaded");
     }
   }
   return w;
@@ -275,17 +276,17 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
                                        std::string(DTypeName(t.dtype)).c_str(), &elements, 1,
                                        json.c_str()) != DELTAKV_OK) {
       std::fprintf(stderr, "rank %u: register '%s': %s\n", rank, w.names[i].c_str(),
-                   deltakv_engine_last_error(engine));
+                   deltakv_last_error());
       return 2;
     }
   }
-  deltakv_callbacks cb{};
+  deltakv_callbacks cb = deltakv_default_callbacks();
   cb.pause = Pause;
   cb.resume = Resume;
   cb.derived = Derived;
   deltakv_engine_set_callbacks(engine, &cb);
   if (deltakv_engine_start(engine) != DELTAKV_OK) {
-    std::fprintf(stderr, "rank %u: start: %s\n", rank, deltakv_engine_last_error(engine));
+    std::fprintf(stderr, "rank %u: start: %s\n", rank, deltakv_last_error());
     return 3;
   }
 
@@ -420,12 +421,11 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     const double first = TouchLines(lines, threads);
     const double ms = std::min(first, TouchLines(lines, threads));
     hold.unlock();
-    res.set_content(nlohmann::json{{"ok", true},
-                                   {"lines", lines.size()},
-                                   {"touch_ms", ms},
-                                   {"threads", threads}}
-                        .dump(),
-                    "application/json");
+    res.set_content(
+        nlohmann::json{
+            {"ok", true}, {"lines", lines.size()}, {"touch_ms", ms}, {"threads", threads}}
+            .dump(),
+        "application/json");
   });
   int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
                         : (server.bind_to_port("127.0.0.1", port + static_cast<int>(rank))
@@ -445,7 +445,7 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
       std::unique_lock<std::shared_mutex> step(g_serving);
       int32_t committed = 0;
       if (deltakv_engine_poll(engine, &committed) != DELTAKV_OK) {
-        std::fprintf(stderr, "rank %u: poll: %s\n", rank, deltakv_engine_last_error(engine));
+        std::fprintf(stderr, "rank %u: poll: %s\n", rank, deltakv_last_error());
       }
       step.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));

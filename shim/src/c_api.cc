@@ -1,8 +1,10 @@
-// The C ABI: thin wrappers that convert Status to deltakv_status and keep the message.
+// The engine half of the C ABI (include/deltakv/deltakv.h): thin wrappers over shim::Engine that
+// follow the ABI's conventions (c_abi.h).
+#include <string>
+
+#include "c_abi.h"
 #include "deltakv/deltakv.h"
 #include "engine.h"
-
-#include <string>
 
 struct deltakv_engine {
   explicit deltakv_engine(const deltakv_engine_params& p) : impl(p) {}
@@ -11,35 +13,40 @@ struct deltakv_engine {
 
 namespace {
 
-deltakv_status ToC(deltakv_engine* e, const deltakv::Status& s) {
-  if (e != nullptr) e->impl.set_error(s);
-  return static_cast<deltakv_status>(static_cast<int>(s.code()));
+using deltakv::InvalidArgument;
+using deltakv::Status;
+using deltakv::shim::RunC;
+
+// Both structs as of ABI 1: every caller passes at least this much.
+constexpr size_t kEngineParamsV1Size = sizeof(deltakv_engine_params);
+constexpr size_t kCallbacksV1Size = sizeof(deltakv_callbacks);
+
+Status CheckEngine(const deltakv_engine* e) {
+  if (e == nullptr) return InvalidArgument("engine is NULL");
+  return Status::Ok();
 }
 
 }  // namespace
 
 extern "C" {
 
-deltakv_engine_params deltakv_engine_default_params(void) {
-  deltakv_engine_params p{};
-  p.shm_name = "deltakv";
-  p.rank = 0;
-  p.world_size = 1;
-  p.backend = "cpu";
-  p.initial_version = "";
-  p.poll_mode = 0;
-  p.attach_timeout_ms = 10000;
-  return p;
-}
-
 deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltakv_engine** out) {
-  if (out == nullptr) return DELTAKV_ERR_INVALID_ARGUMENT;
-  *out = nullptr;
-  deltakv_engine_params p = params != nullptr ? *params : deltakv_engine_default_params();
-  if (p.world_size <= 0 || p.rank < 0 || p.rank >= p.world_size)
-    return DELTAKV_ERR_INVALID_ARGUMENT;
-  *out = new deltakv_engine(p);
-  return DELTAKV_OK;
+  return RunC(__func__, [&]() -> Status {
+    if (out == nullptr) return InvalidArgument("out is NULL");
+    *out = nullptr;
+    deltakv_engine_params p = deltakv_engine_default_params();
+    if (params != nullptr) {
+      RETURN_IF_ERROR(deltakv::shim::ReadVersionedStruct(
+          params, kEngineParamsV1Size, "params", "start from deltakv_engine_default_params()", &p));
+    }
+    if (p.world_size <= 0 || p.rank < 0 || p.rank >= p.world_size) {
+      return InvalidArgument("rank " + std::to_string(p.rank) + " of world_size " +
+                             std::to_string(p.world_size) +
+                             " (expected world_size > 0 and 0 <= rank < world_size)");
+    }
+    *out = new deltakv_engine(p);
+    return Status::Ok();
+  });
 }
 
 void deltakv_engine_free(deltakv_engine* engine) { delete engine; }
@@ -47,28 +54,38 @@ void deltakv_engine_free(deltakv_engine* engine) { delete engine; }
 deltakv_status deltakv_engine_register_tensor(deltakv_engine* e, const char* name, void* device_ptr,
                                               const char* dtype, const int64_t* shape, int32_t ndim,
                                               const char* layout_json) {
-  if (e == nullptr) return DELTAKV_ERR_INVALID_ARGUMENT;
-  return ToC(e, e->impl.RegisterTensor(name, device_ptr, dtype, shape, ndim, layout_json));
+  return RunC(__func__, [&]() -> Status {
+    RETURN_IF_ERROR(CheckEngine(e));
+    return e->impl.RegisterTensor(name, device_ptr, dtype, shape, ndim, layout_json);
+  });
 }
 
 deltakv_status deltakv_engine_set_callbacks(deltakv_engine* e, const deltakv_callbacks* cb) {
-  if (e == nullptr || cb == nullptr) return DELTAKV_ERR_INVALID_ARGUMENT;
-  e->impl.SetCallbacks(*cb);
-  return DELTAKV_OK;
+  return RunC(__func__, [&]() -> Status {
+    RETURN_IF_ERROR(CheckEngine(e));
+    deltakv_callbacks c = deltakv_default_callbacks();
+    RETURN_IF_ERROR(deltakv::shim::ReadVersionedStruct(
+        cb, kCallbacksV1Size, "callbacks", "start from deltakv_default_callbacks()", &c));
+    e->impl.SetCallbacks(c);
+    return Status::Ok();
+  });
 }
 
 deltakv_status deltakv_engine_start(deltakv_engine* e) {
-  if (e == nullptr) return DELTAKV_ERR_INVALID_ARGUMENT;
-  return ToC(e, e->impl.Start());
+  return RunC(__func__, [&]() -> Status {
+    RETURN_IF_ERROR(CheckEngine(e));
+    return e->impl.Start();
+  });
 }
 
 deltakv_status deltakv_engine_poll(deltakv_engine* e, int32_t* committed) {
   if (committed != nullptr) *committed = 0;
-  if (e == nullptr) return DELTAKV_ERR_INVALID_ARGUMENT;
-  auto r = e->impl.Poll();
-  if (!r.ok()) return ToC(e, r.status());
-  if (committed != nullptr) *committed = *r ? 1 : 0;
-  return DELTAKV_OK;
+  return RunC(__func__, [&]() -> Status {
+    RETURN_IF_ERROR(CheckEngine(e));
+    ASSIGN_OR_RETURN(bool applied, e->impl.Poll());
+    if (committed != nullptr) *committed = applied ? 1 : 0;
+    return Status::Ok();
+  });
 }
 
 uint64_t deltakv_engine_policy_version(const deltakv_engine* e) {
@@ -83,9 +100,9 @@ const char* deltakv_engine_version_id(deltakv_engine* e) {
   return copy.c_str();
 }
 
-const char* deltakv_engine_last_error(const deltakv_engine* e) {
+const char* deltakv_engine_sync_error(const deltakv_engine* e) {
   thread_local std::string copy;
-  copy = e == nullptr ? "" : e->impl.last_error();
+  copy = e == nullptr ? "" : e->impl.sync_error();
   return copy.c_str();
 }
 

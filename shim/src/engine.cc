@@ -42,14 +42,14 @@ std::string Engine::version_id() const {
   return version_id_;
 }
 
-void Engine::set_error(const Status& s) {
+void Engine::set_sync_error(const Status& s) {
   std::lock_guard<std::mutex> lock(error_mu_);
-  last_error_ = s.ok() ? "" : s.message();
+  if (!s.ok()) sync_error_ = s.message();
 }
 
-std::string Engine::last_error() const {
+std::string Engine::sync_error() const {
   std::lock_guard<std::mutex> lock(error_mu_);
-  return last_error_;
+  return sync_error_;
 }
 
 Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
@@ -209,7 +209,7 @@ void Engine::WorkerLoop() {
       control_ = std::move(cb).value();
       auto h = control_->RegisterRank(rank_, world_);
       if (!h.ok()) {
-        set_error(h.status());
+        set_sync_error(h.status());
         continue;
       }
       handle_.emplace(std::move(h).value());
@@ -328,7 +328,7 @@ void Engine::HandleVerify(const shm::Message& msg) {
       Send(shm::MakeError(msg.sync_id, "rank " + std::to_string(rank_) + ": scrub stopped"));
       return;
     }
-    set_error(sums.status());
+    set_sync_error(sums.status());
     Send(shm::MakeError(msg.sync_id, "rank " + std::to_string(rank_) +
                                          ": checksum of the live weights failed: " +
                                          sums.status().message()));
@@ -358,7 +358,7 @@ void Engine::HandlePlan(const shm::Message& msg) {
   if (!s.ok()) {
     incoming_.reset();
     SetState(DELTAKV_ENGINE_ATTACHED);
-    set_error(s);
+    set_sync_error(s);
     Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) + ": " + s.message()));
     return;
   }
@@ -418,7 +418,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
       // The decision was COMMIT, so other ranks write the new bytes: this rank no longer serves
       // one consistent version with them. It says so rather than claiming an abort.
       SetState(DELTAKV_ENGINE_DIVERGED);
-      set_error(pause_us.status());
+      set_sync_error(pause_us.status());
       // If the new bytes were written (only the derived hook failed), the version id moved:
       // the table must name what the rank serves.
       if (version_id() == pc.version) (void)PublishTensorTable();

@@ -17,7 +17,7 @@
 // decision, or the sidecar is judged dead (about 1 s), and on free.
 //
 // Thread-safety: Register/SetCallbacks/Start from one thread before serving; Poll from the
-// engine's scheduler thread; state(), policy_version(), version_id() and last_error() from any
+// engine's scheduler thread; state(), policy_version(), version_id() and sync_error() from any
 // thread; the worker owns the rings.
 #pragma once
 
@@ -60,9 +60,9 @@ class Engine {
   uint64_t policy_version() const { return policy_version_.load(std::memory_order_acquire); }
   std::string version_id() const;
   deltakv_engine_state state() const { return state_.load(std::memory_order_acquire); }
-  // The failure this handle last recorded (a failed call, or a failed sync on the worker).
-  void set_error(const Status& s);
-  std::string last_error() const;
+  // The message of the last sync (or attach) that failed on the worker; never cleared.
+  void set_sync_error(const Status& s);
+  std::string sync_error() const;
 
  private:
   struct PendingCommit {
@@ -136,7 +136,7 @@ class Engine {
   uint64_t pending_pause_us_ = 0;         // GUARDED_BY(mu_)
 
   mutable std::mutex error_mu_;
-  std::string last_error_;  // GUARDED_BY(error_mu_)
+  std::string sync_error_;  // GUARDED_BY(error_mu_)
 };
 
 }  // namespace deltakv::shim

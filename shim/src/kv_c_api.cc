@@ -1,6 +1,6 @@
 // The host KV tier part of the C ABI (include/deltakv/deltakv_kv.h): thin wrappers over
-// kvtier::KvTierClient that validate every pointer and count, convert Status to a negative
-// status code and keep the message in a thread-local last error.
+// kvtier::KvTierClient that validate every pointer and count, follow the ABI's conventions
+// (c_abi.h: a deltakv_status and the calling thread's message).
 //
 // Handles: each C handle owns its kvtier handle and is registered with its client, so that
 // closing the client can finish (and detach) the handles still alive, and a handle can be
@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "c_abi.h"
 #include "deltakv/deltakv_kv.h"
 #include "kvtier/copy_engine.h"
 #include "kvtier/keys.h"
@@ -66,10 +67,6 @@ constexpr size_t kParamsV1Size =
 // Stats: the header (struct_size, version) must be there.
 constexpr size_t kStatsHeaderSize = offsetof(deltakv_kv_stats, lookups);
 
-static_assert(static_cast<int>(DELTAKV_KV_ERR_INVALID_ARGUMENT) ==
-              -static_cast<int>(StatusCode::kInvalidArgument));
-static_assert(static_cast<int>(DELTAKV_KV_ERR_INTERNAL) ==
-              -static_cast<int>(StatusCode::kInternal));
 // Array element types of the ABI keep their size (callers index arrays of them).
 static_assert(sizeof(deltakv_kv_key) == 16 && sizeof(deltakv_kv_event) == 32);
 // Store outcomes pass through by value.
@@ -82,38 +79,14 @@ static_assert(static_cast<int>(DELTAKV_KV_STORE_ALLOCATED) ==
               static_cast<int>(DELTAKV_KV_STORE_REFUSED) ==
                   static_cast<int>(kvtier::StoreOutcome::kRefused));
 
-thread_local std::string t_last_error;
-
 // Bumped in the child after every fork().
 std::atomic<uint64_t> g_fork_epoch{0};
 std::once_flag g_atfork_once;
 void OnForkChild() { g_fork_epoch.fetch_add(1, std::memory_order_relaxed); }
 
-int Report(const char* fn, const Status& s) {
-  try {
-    if (s.ok()) {
-      t_last_error.clear();
-    } else {
-      t_last_error = std::string(fn) + ": " + s.message();
-    }
-  } catch (...) {
-    // Out of memory for the message: the code still says what happened.
-  }
-  return -static_cast<int>(s.code());
-}
-
-// Runs `body` (returning Status) and reports its outcome; no exception crosses the C ABI.
 template <typename Body>
-int Run(const char* fn, Body&& body) {
-  try {
-    return Report(fn, body());
-  } catch (const std::bad_alloc&) {
-    return Report(fn, deltakv::ResourceExhausted("out of memory"));
-  } catch (const std::exception& e) {
-    return Report(fn, deltakv::Internal(std::string("unexpected exception: ") + e.what()));
-  } catch (...) {
-    return Report(fn, deltakv::Internal("unexpected exception"));
-  }
+deltakv_status Run(const char* fn, Body&& body) {
+  return deltakv::shim::RunC(fn, std::forward<Body>(body));
 }
 
 std::string Count(size_t n, const char* what) { return std::to_string(n) + " " + what; }
@@ -153,8 +126,12 @@ int32_t EventKind(kvtier::TierEventKind kind) {
   }
 }
 
-StatusOr<kvtier::KeyContext> ToKeyContext(const deltakv_kv_key_context* c) {
-  if (c == nullptr) return InvalidArgument("key context is NULL");
+StatusOr<kvtier::KeyContext> ToKeyContext(const deltakv_kv_key_context* in) {
+  deltakv_kv_key_context copy = deltakv_kv_default_key_context();
+  RETURN_IF_ERROR(
+      deltakv::shim::ReadVersionedStruct(in, sizeof(deltakv_kv_key_context), "key context",
+                                         "start from deltakv_kv_default_key_context()", &copy));
+  const deltakv_kv_key_context* c = &copy;
   kvtier::KeyContext ctx;
   auto str = [](const char* s) -> std::optional<std::string> {
     if (s == nullptr) return std::nullopt;
@@ -464,9 +441,10 @@ extern "C" {
 
 // ---- Keys -------------------------------------------------------------------------------------
 
-int deltakv_kv_chain_keys(const deltakv_kv_key_context* ctx, const uint32_t* tokens,
-                          size_t num_tokens, uint32_t block_tokens, const deltakv_kv_key* parent,
-                          deltakv_kv_key* out, size_t out_capacity, size_t* num_keys) {
+deltakv_status deltakv_kv_chain_keys(const deltakv_kv_key_context* ctx, const uint32_t* tokens,
+                                     size_t num_tokens, uint32_t block_tokens,
+                                     const deltakv_kv_key* parent, deltakv_kv_key* out,
+                                     size_t out_capacity, size_t* num_keys) {
   return Run(__func__, [&]() -> Status {
     ASSIGN_OR_RETURN(kvtier::KeyContext context, ToKeyContext(ctx));
     RETURN_IF_ERROR(CheckArray(tokens, num_tokens, "tokens"));
@@ -497,8 +475,8 @@ int deltakv_kv_chain_keys(const deltakv_kv_key_context* ctx, const uint32_t* tok
   });
 }
 
-int deltakv_kv_engine_hash_keys(const deltakv_kv_key_context* ctx, const void* hashes,
-                                size_t hash_bytes, size_t count, deltakv_kv_key* out) {
+deltakv_status deltakv_kv_engine_hash_keys(const deltakv_kv_key_context* ctx, const void* hashes,
+                                           size_t hash_bytes, size_t count, deltakv_kv_key* out) {
   return Run(__func__, [&]() -> Status {
     ASSIGN_OR_RETURN(kvtier::KeyContext context, ToKeyContext(ctx));
     if (hash_bytes == 0 || hash_bytes > kvtier::kMaxEngineHashBytes) {
@@ -518,7 +496,8 @@ int deltakv_kv_engine_hash_keys(const deltakv_kv_key_context* ctx, const void* h
   });
 }
 
-int deltakv_kv_token_fingerprint(const uint32_t* tokens, size_t num_tokens, uint64_t* out) {
+deltakv_status deltakv_kv_token_fingerprint(const uint32_t* tokens, size_t num_tokens,
+                                            uint64_t* out) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckArray(tokens, num_tokens, "tokens"));
     RETURN_IF_ERROR(CheckOut(out, "out"));
@@ -527,7 +506,7 @@ int deltakv_kv_token_fingerprint(const uint32_t* tokens, size_t num_tokens, uint
   });
 }
 
-int deltakv_kv_key_to_hex(deltakv_kv_key key, char* out, size_t out_size) {
+deltakv_status deltakv_kv_key_to_hex(deltakv_kv_key key, char* out, size_t out_size) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckOut(out, "out"));
     if (out_size < 33) {
@@ -541,21 +520,15 @@ int deltakv_kv_key_to_hex(deltakv_kv_key key, char* out, size_t out_size) {
 
 // ---- Client -----------------------------------------------------------------------------------
 
-int deltakv_kv_client_open(const deltakv_kv_client_params* params, deltakv_kv_client** out) {
+deltakv_status deltakv_kv_client_open(const deltakv_kv_client_params* params,
+                                      deltakv_kv_client** out) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckOut(out, "out"));
     *out = nullptr;
-    RETURN_IF_ERROR(CheckOut(params, "params"));
-    if (params->struct_size < kParamsV1Size) {
-      return InvalidArgument(
-          "params->struct_size is " + std::to_string(params->struct_size) +
-          ", expected at least " + std::to_string(kParamsV1Size) +
-          " (start from deltakv_kv_client_default_params())");
-    }
     deltakv_kv_client_params p = deltakv_kv_client_default_params();
-    // Only what the caller's struct holds; fields it does not know keep their defaults, and
-    // fields appended by a newer caller are not read.
-    std::memcpy(&p, params, std::min<size_t>(params->struct_size, sizeof(p)));
+    // Fields the caller's struct does not hold keep their defaults.
+    RETURN_IF_ERROR(deltakv::shim::ReadVersionedStruct(
+        params, kParamsV1Size, "params", "start from deltakv_kv_client_default_params()", &p));
     const std::string pool_name = p.pool_name == nullptr ? kDefaultPoolName : p.pool_name;
     if (pool_name.empty()) return InvalidArgument("pool_name is empty");
     ASSIGN_OR_RETURN(kvtier::KvLayout layout, ToLayout(p.layout));
@@ -592,7 +565,7 @@ int deltakv_kv_client_open(const deltakv_kv_client_params* params, deltakv_kv_cl
   });
 }
 
-int deltakv_kv_client_close(deltakv_kv_client* c) {
+deltakv_status deltakv_kv_client_close(deltakv_kv_client* c) {
   return Run(__func__, [&]() -> Status {
     if (c == nullptr) return Status::Ok();
     if (c->magic != kClientMagic) return InvalidArgument("not a deltakv_kv_client (closed twice?)");
@@ -631,8 +604,8 @@ int deltakv_kv_client_close(deltakv_kv_client* c) {
   });
 }
 
-int deltakv_kv_client_info(const deltakv_kv_client* c, uint64_t* block_bytes,
-                           uint64_t* capacity_slots) {
+deltakv_status deltakv_kv_client_info(const deltakv_kv_client* c, uint64_t* block_bytes,
+                                      uint64_t* capacity_slots) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     if (block_bytes != nullptr) *block_bytes = c->client->layout().block_bytes();
@@ -641,8 +614,8 @@ int deltakv_kv_client_info(const deltakv_kv_client* c, uint64_t* block_bytes,
   });
 }
 
-int deltakv_kv_lookup(deltakv_kv_client* c, const deltakv_kv_key* keys, size_t num_keys,
-                      size_t* hits) {
+deltakv_status deltakv_kv_lookup(deltakv_kv_client* c, const deltakv_kv_key* keys, size_t num_keys,
+                                 size_t* hits) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckArray(keys, num_keys, "keys"));
@@ -652,8 +625,8 @@ int deltakv_kv_lookup(deltakv_kv_client* c, const deltakv_kv_key* keys, size_t n
   });
 }
 
-int deltakv_kv_touch(deltakv_kv_client* c, const deltakv_kv_key* keys, size_t num_keys,
-                     size_t* found) {
+deltakv_status deltakv_kv_touch(deltakv_kv_client* c, const deltakv_kv_key* keys, size_t num_keys,
+                                size_t* found) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckArray(keys, num_keys, "keys"));
@@ -663,7 +636,7 @@ int deltakv_kv_touch(deltakv_kv_client* c, const deltakv_kv_key* keys, size_t nu
   });
 }
 
-int deltakv_kv_remove(deltakv_kv_client* c, deltakv_kv_key key) {
+deltakv_status deltakv_kv_remove(deltakv_kv_client* c, deltakv_kv_key key) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     return c->client->Remove(kvtier::PoolKey{key.lo, key.hi});
@@ -672,8 +645,8 @@ int deltakv_kv_remove(deltakv_kv_client* c, deltakv_kv_key key) {
 
 // ---- Load -------------------------------------------------------------------------------------
 
-int deltakv_kv_prepare_load(deltakv_kv_client* c, const deltakv_kv_key* keys, size_t num_keys,
-                            deltakv_kv_load_handle** out) {
+deltakv_status deltakv_kv_prepare_load(deltakv_kv_client* c, const deltakv_kv_key* keys,
+                                       size_t num_keys, deltakv_kv_load_handle** out) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckArray(keys, num_keys, "keys"));
@@ -693,8 +666,8 @@ int deltakv_kv_prepare_load(deltakv_kv_client* c, const deltakv_kv_key* keys, si
   });
 }
 
-int deltakv_kv_load(deltakv_kv_client* c, deltakv_kv_load_handle* h, const uint64_t* engine_blocks,
-                    size_t num_blocks) {
+deltakv_status deltakv_kv_load(deltakv_kv_client* c, deltakv_kv_load_handle* h,
+                               const uint64_t* engine_blocks, size_t num_blocks) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckHandle(h, kLoadMagic, "load", c, /*must_be_live=*/true));
@@ -705,15 +678,15 @@ int deltakv_kv_load(deltakv_kv_client* c, deltakv_kv_load_handle* h, const uint6
   });
 }
 
-int deltakv_kv_load_query(const deltakv_kv_load_handle* h, int* done) {
+deltakv_status deltakv_kv_load_query(const deltakv_kv_load_handle* h, int* done) {
   return Run(__func__, [&] { return CopyDone(h, kLoadMagic, "load", std::nullopt, done); });
 }
 
-int deltakv_kv_load_wait(deltakv_kv_load_handle* h, int64_t timeout_ms, int* done) {
+deltakv_status deltakv_kv_load_wait(deltakv_kv_load_handle* h, int64_t timeout_ms, int* done) {
   return Run(__func__, [&] { return CopyDone(h, kLoadMagic, "load", timeout_ms, done); });
 }
 
-int deltakv_kv_complete_load(deltakv_kv_client* c, deltakv_kv_load_handle* h) {
+deltakv_status deltakv_kv_complete_load(deltakv_kv_client* c, deltakv_kv_load_handle* h) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckHandle(h, kLoadMagic, "load", c, /*must_be_live=*/true));
@@ -721,7 +694,7 @@ int deltakv_kv_complete_load(deltakv_kv_client* c, deltakv_kv_load_handle* h) {
   });
 }
 
-int deltakv_kv_load_size(const deltakv_kv_load_handle* h, size_t* num_blocks) {
+deltakv_status deltakv_kv_load_size(const deltakv_kv_load_handle* h, size_t* num_blocks) {
   return Run(__func__, [&]() -> Status {
     if (h == nullptr) return InvalidArgument("load handle is NULL");
     if (h->magic != kLoadMagic)
@@ -733,15 +706,15 @@ int deltakv_kv_load_size(const deltakv_kv_load_handle* h, size_t* num_blocks) {
   });
 }
 
-int deltakv_kv_load_free(deltakv_kv_load_handle* h) {
+deltakv_status deltakv_kv_load_free(deltakv_kv_load_handle* h) {
   return Run(__func__, [&] { return FreeHandle(h, kLoadMagic, "load"); });
 }
 
 // ---- Store ------------------------------------------------------------------------------------
 
-int deltakv_kv_prepare_store(deltakv_kv_client* c, const deltakv_kv_key* keys,
-                             const uint64_t* fingerprints, size_t num_keys, uint8_t* outcomes,
-                             deltakv_kv_store_handle** out) {
+deltakv_status deltakv_kv_prepare_store(deltakv_kv_client* c, const deltakv_kv_key* keys,
+                                        const uint64_t* fingerprints, size_t num_keys,
+                                        uint8_t* outcomes, deltakv_kv_store_handle** out) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckArray(keys, num_keys, "keys"));
@@ -771,8 +744,9 @@ int deltakv_kv_prepare_store(deltakv_kv_client* c, const deltakv_kv_key* keys,
   });
 }
 
-int deltakv_kv_store_info(const deltakv_kv_store_handle* h, size_t* num_keys, size_t* allocated,
-                          size_t* already_stored, size_t* in_flight, size_t* refused) {
+deltakv_status deltakv_kv_store_info(const deltakv_kv_store_handle* h, size_t* num_keys,
+                                     size_t* allocated, size_t* already_stored, size_t* in_flight,
+                                     size_t* refused) {
   return Run(__func__, [&]() -> Status {
     if (h == nullptr) return InvalidArgument("store handle is NULL");
     if (h->magic != kStoreMagic)
@@ -786,7 +760,8 @@ int deltakv_kv_store_info(const deltakv_kv_store_handle* h, size_t* num_keys, si
   });
 }
 
-int deltakv_kv_store_outcome_at(const deltakv_kv_store_handle* h, size_t i, int* outcome) {
+deltakv_status deltakv_kv_store_outcome_at(const deltakv_kv_store_handle* h, size_t i,
+                                           int* outcome) {
   return Run(__func__, [&]() -> Status {
     if (h == nullptr) return InvalidArgument("store handle is NULL");
     if (h->magic != kStoreMagic)
@@ -801,8 +776,8 @@ int deltakv_kv_store_outcome_at(const deltakv_kv_store_handle* h, size_t i, int*
   });
 }
 
-int deltakv_kv_store(deltakv_kv_client* c, deltakv_kv_store_handle* h,
-                     const uint64_t* engine_blocks, size_t num_blocks) {
+deltakv_status deltakv_kv_store(deltakv_kv_client* c, deltakv_kv_store_handle* h,
+                                const uint64_t* engine_blocks, size_t num_blocks) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckHandle(h, kStoreMagic, "store", c, /*must_be_live=*/true));
@@ -813,15 +788,15 @@ int deltakv_kv_store(deltakv_kv_client* c, deltakv_kv_store_handle* h,
   });
 }
 
-int deltakv_kv_store_query(const deltakv_kv_store_handle* h, int* done) {
+deltakv_status deltakv_kv_store_query(const deltakv_kv_store_handle* h, int* done) {
   return Run(__func__, [&] { return CopyDone(h, kStoreMagic, "store", std::nullopt, done); });
 }
 
-int deltakv_kv_store_wait(deltakv_kv_store_handle* h, int64_t timeout_ms, int* done) {
+deltakv_status deltakv_kv_store_wait(deltakv_kv_store_handle* h, int64_t timeout_ms, int* done) {
   return Run(__func__, [&] { return CopyDone(h, kStoreMagic, "store", timeout_ms, done); });
 }
 
-int deltakv_kv_complete_store(deltakv_kv_client* c, deltakv_kv_store_handle* h) {
+deltakv_status deltakv_kv_complete_store(deltakv_kv_client* c, deltakv_kv_store_handle* h) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckHandle(h, kStoreMagic, "store", c, /*must_be_live=*/true));
@@ -829,14 +804,14 @@ int deltakv_kv_complete_store(deltakv_kv_client* c, deltakv_kv_store_handle* h) 
   });
 }
 
-int deltakv_kv_store_free(deltakv_kv_store_handle* h) {
+deltakv_status deltakv_kv_store_free(deltakv_kv_store_handle* h) {
   return Run(__func__, [&] { return FreeHandle(h, kStoreMagic, "store"); });
 }
 
 // ---- Events and stats -------------------------------------------------------------------------
 
-int deltakv_kv_drain_events(deltakv_kv_client* c, deltakv_kv_event* out, size_t capacity,
-                            size_t* count) {
+deltakv_status deltakv_kv_drain_events(deltakv_kv_client* c, deltakv_kv_event* out, size_t capacity,
+                                       size_t* count) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckOut(out, "out"));
@@ -867,7 +842,7 @@ int deltakv_kv_drain_events(deltakv_kv_client* c, deltakv_kv_event* out, size_t 
   });
 }
 
-int deltakv_kv_get_stats(const deltakv_kv_client* c, deltakv_kv_stats* stats) {
+deltakv_status deltakv_kv_get_stats(const deltakv_kv_client* c, deltakv_kv_stats* stats) {
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckOut(stats, "stats"));
@@ -890,16 +865,6 @@ int deltakv_kv_get_stats(const deltakv_kv_client* c, deltakv_kv_stats* stats) {
     if (caller_size > n) std::memset(reinterpret_cast<char*>(stats) + n, 0, caller_size - n);
     return Status::Ok();
   });
-}
-
-// ---- Errors -----------------------------------------------------------------------------------
-
-const char* deltakv_kv_last_error(void) { return t_last_error.c_str(); }
-
-const char* deltakv_kv_status_name(int status) {
-  if (status > 0 || status < DELTAKV_KV_ERR_INTERNAL) return "UNKNOWN";
-  // Same names as StatusCodeName, which returns NUL-terminated literals.
-  return deltakv::StatusCodeName(static_cast<StatusCode>(-status)).data();
 }
 
 }  // extern "C"

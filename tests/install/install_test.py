@@ -28,7 +28,8 @@ class InstalledTree(unittest.TestCase):
         cls.lib = os.path.join(cls.libdir, "libdeltakv.so")
 
     def test_layout(self):
-        for rel in ("include/deltakv/deltakv.h", "include/deltakv/deltakv_kv.h", "bin/deltakv",
+        for rel in ("include/deltakv/deltakv.h", "include/deltakv/deltakv_kv.h",
+                    "include/deltakv/deltakv_base.h", "bin/deltakv",
                     "lib/pkgconfig/deltakv.pc", "lib/cmake/deltakv/deltakvConfig.cmake",
                     "lib/cmake/deltakv/deltakvConfigVersion.cmake"):
             self.assertTrue(os.path.exists(os.path.join(self.prefix, rel)), rel)
@@ -36,7 +37,7 @@ class InstalledTree(unittest.TestCase):
 
     def test_soname_and_exports(self):
         dyn = sh("readelf", "-d", self.lib)
-        self.assertIn("Library soname: [libdeltakv.so.0]", dyn)
+        self.assertIn("Library soname: [libdeltakv.so.1]", dyn)
         syms = sh("nm", "-D", "--defined-only", self.lib).split("\n")
         names = [l.split()[-1] for l in syms if l.strip()]
         self.assertGreater(len(names), 30)
@@ -64,7 +65,7 @@ class InstalledTree(unittest.TestCase):
     def test_outside_engines_against_a_real_sidecar(self):
         engines = [self.build_with_pkg_config(), self.build_with_find_package()]
         for e in engines:
-            self.assertIn("libdeltakv.so.0", sh("ldd", e))
+            self.assertIn("libdeltakv.so.1", sh("ldd", e))
         work = self.tmp.name
         shm = f"deltakv-install-{os.getpid()}"
         token = os.path.join(work, "token")
@@ -99,6 +100,7 @@ class InstalledTree(unittest.TestCase):
                     p.stdin.close()
                     self.fail(f"{e}: {first}{p.stderr.read()}")
                 self.assertIn("version=v1", first)
+                self.assertIn("abi=1", first)
                 status = ""
                 for _ in range(100):  # the sidecar sees the rank
                     status = urllib.request.urlopen(url + "/v1/status").read().decode()

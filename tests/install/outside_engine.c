@@ -6,7 +6,6 @@
  * Prints "attached pid=<pid> version=<id>", then "kv stored=<n> hits=<n>", then waits for a line
  * on stdin (the test checks the sidecar meanwhile) and exits 0; any failure exits 1. */
 #include <deltakv/deltakv.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@ int main(int argc, char** argv) {
   const char* shm = argv[1];
   const uint64_t block_bytes = strtoull(argv[2], NULL, 10);
 
+  if (deltakv_abi_version() != DELTAKV_ABI_VERSION) return fail("abi", deltakv_version());
   static float weights[16];
   deltakv_engine_params p = deltakv_engine_default_params();
   p.shm_name = shm;
@@ -33,9 +33,10 @@ int main(int argc, char** argv) {
   const int64_t shape[1] = {16};
   if (deltakv_engine_register_tensor(e, "w", weights, "F32", shape, 1, NULL) != DELTAKV_OK ||
       deltakv_engine_start(e) != DELTAKV_OK) {
-    return fail("start", deltakv_engine_last_error(e));
+    return fail("start", deltakv_last_error());
   }
-  printf("attached pid=%d version=%s\n", (int)getpid(), deltakv_engine_version_id(e));
+  printf("attached pid=%d version=%s library=%s abi=%u\n", (int)getpid(),
+         deltakv_engine_version_id(e), deltakv_version(), (unsigned)deltakv_abi_version());
   fflush(stdout);
 
   enum { kBlocks = 4, kBlockTokens = 16 };
@@ -50,35 +51,36 @@ int main(int argc, char** argv) {
   kp.layout.base = kv;
   kp.layout.block_bytes = block_bytes;
   deltakv_kv_client* c = NULL;
-  if (deltakv_kv_client_open(&kp, &c) != DELTAKV_KV_OK) return fail("kv open", deltakv_kv_last_error());
+  if (deltakv_kv_client_open(&kp, &c) != DELTAKV_OK) return fail("kv open", deltakv_last_error());
   uint32_t tokens[kBlocks * kBlockTokens];
   for (int i = 0; i < kBlocks * kBlockTokens; ++i) tokens[i] = (uint32_t)(1000 + i);
   deltakv_kv_key_context ctx = deltakv_kv_default_key_context();
   ctx.model_fingerprint = "outside/engine@1";
   deltakv_kv_key keys[kBlocks];
   size_t nkeys = 0;
-  if (deltakv_kv_chain_keys(&ctx, tokens, kBlocks * kBlockTokens, kBlockTokens, NULL, keys,
-                            kBlocks, &nkeys) != DELTAKV_KV_OK) {
-    return fail("keys", deltakv_kv_last_error());
+  if (deltakv_kv_chain_keys(&ctx, tokens, kBlocks * kBlockTokens, kBlockTokens, NULL, keys, kBlocks,
+                            &nkeys) != DELTAKV_OK) {
+    return fail("keys", deltakv_last_error());
   }
   deltakv_kv_store_handle* st = NULL;
   const uint64_t blocks[kBlocks] = {0, 1, 2, 3};
   size_t allocated = 0, hits = 0;
-  if (deltakv_kv_prepare_store(c, keys, NULL, nkeys, NULL, &st) != DELTAKV_KV_OK ||
-      deltakv_kv_store_info(st, NULL, &allocated, NULL, NULL, NULL) != DELTAKV_KV_OK ||
-      deltakv_kv_store(c, st, blocks, nkeys) != DELTAKV_KV_OK ||
-      deltakv_kv_complete_store(c, st) != DELTAKV_KV_OK) {
-    return fail("store", deltakv_kv_last_error());
+  if (deltakv_kv_prepare_store(c, keys, NULL, nkeys, NULL, &st) != DELTAKV_OK ||
+      deltakv_kv_store_info(st, NULL, &allocated, NULL, NULL, NULL) != DELTAKV_OK ||
+      deltakv_kv_store(c, st, blocks, nkeys) != DELTAKV_OK ||
+      deltakv_kv_complete_store(c, st) != DELTAKV_OK) {
+    return fail("store", deltakv_last_error());
   }
   deltakv_kv_store_free(st);
-  if (deltakv_kv_lookup(c, keys, nkeys, &hits) != DELTAKV_KV_OK) {
-    return fail("lookup", deltakv_kv_last_error());
+  if (deltakv_kv_lookup(c, keys, nkeys, &hits) != DELTAKV_OK) {
+    return fail("lookup", deltakv_last_error());
   }
   printf("kv stored=%zu hits=%zu\n", allocated, hits);
   fflush(stdout);
 
   char line[16];
-  if (fgets(line, sizeof line, stdin) == NULL) { /* stdin closed: done as well */ }
+  if (fgets(line, sizeof line, stdin) == NULL) { /* stdin closed: done as well */
+  }
   deltakv_kv_client_close(c);
   free(kv);
   deltakv_engine_free(e);

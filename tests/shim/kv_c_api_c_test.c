@@ -16,7 +16,7 @@ static int g_failures = 0;
   do {                                                                                           \
     if (!(cond)) {                                                                               \
       fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: '%s')\n", __FILE__, __LINE__, #cond, \
-              deltakv_kv_last_error());                                                          \
+              deltakv_last_error());                                                             \
       ++g_failures;                                                                              \
     }                                                                                            \
   } while (0)
@@ -26,12 +26,12 @@ static int g_failures = 0;
     int rc_ = (call);                                                                              \
     if (rc_ != (want)) {                                                                           \
       fprintf(stderr, "%s:%d: %s returned %d %s, want %s: '%s'\n", __FILE__, __LINE__, #call, rc_, \
-              deltakv_kv_status_name(rc_), deltakv_kv_status_name(want), deltakv_kv_last_error()); \
+              deltakv_status_name(rc_), deltakv_status_name(want), deltakv_last_error());          \
       ++g_failures;                                                                                \
     }                                                                                              \
   } while (0)
 
-#define CHECK_OK(call) CHECK_RC(call, DELTAKV_KV_OK)
+#define CHECK_OK(call) CHECK_RC(call, DELTAKV_OK)
 
 enum {
   kLayers = 4,
@@ -199,11 +199,11 @@ int main(void) {
   CHECK_OK(deltakv_kv_store_query(store, &done));
   CHECK(done == 1);
   CHECK_OK(deltakv_kv_complete_store(writer, store));
-  CHECK_RC(deltakv_kv_complete_store(writer, store), DELTAKV_KV_ERR_FAILED_PRECONDITION);
-  CHECK(strstr(deltakv_kv_last_error(), "completed") != NULL);
+  CHECK_RC(deltakv_kv_complete_store(writer, store), DELTAKV_ERR_FAILED_PRECONDITION);
+  CHECK(strstr(deltakv_last_error(), "completed") != NULL);
   CHECK_OK(deltakv_kv_store_free(store));
   store = NULL;
-  CHECK(deltakv_kv_last_error()[0] == '\0');
+  CHECK(deltakv_last_error()[0] == '\0');
 
   /* Six stored events, drained four at a time. */
   CHECK_OK(deltakv_kv_drain_events(writer, events, 4, &n));
@@ -237,7 +237,7 @@ int main(void) {
   CHECK_OK(deltakv_kv_prepare_load(reader, keys, hits, &load));
   CHECK_OK(deltakv_kv_load_size(load, &n));
   CHECK(n == kPromptBlocks);
-  CHECK_RC(deltakv_kv_load_query(load, &done), DELTAKV_KV_ERR_FAILED_PRECONDITION); /* not yet */
+  CHECK_RC(deltakv_kv_load_query(load, &done), DELTAKV_ERR_FAILED_PRECONDITION); /* not yet */
   for (i = 0; i < kPromptBlocks; ++i) blocks[i] = (i + 3) % kPromptBlocks;
   CHECK_OK(deltakv_kv_load(reader, load, blocks, kPromptBlocks));
   CHECK_OK(deltakv_kv_load_query(load, &done));
@@ -272,7 +272,7 @@ int main(void) {
   CHECK_OK(deltakv_kv_touch(reader, keys, kPromptBlocks, &found));
   CHECK(found == kPromptBlocks);
   CHECK_OK(deltakv_kv_remove(reader, keys[5]));
-  CHECK_RC(deltakv_kv_remove(reader, keys[5]), DELTAKV_KV_ERR_NOT_FOUND);
+  CHECK_RC(deltakv_kv_remove(reader, keys[5]), DELTAKV_ERR_NOT_FOUND);
   CHECK_OK(deltakv_kv_lookup(reader, keys, kPromptBlocks, &hits));
   CHECK(hits == 5);
   CHECK_OK(deltakv_kv_drain_events(reader, events, 4, &n));
@@ -299,16 +299,16 @@ int main(void) {
   CHECK_OK(deltakv_kv_client_close(reader));
   reader = NULL;
   CHECK(kvtest_pool_pinned_slots(pool) == 0);
-  CHECK_RC(deltakv_kv_load(reader, load, blocks, 2), DELTAKV_KV_ERR_INVALID_ARGUMENT);
-  CHECK_RC(deltakv_kv_load_query(load, &done), DELTAKV_KV_ERR_FAILED_PRECONDITION);
-  CHECK(strstr(deltakv_kv_last_error(), "closed") != NULL);
+  CHECK_RC(deltakv_kv_load(reader, load, blocks, 2), DELTAKV_ERR_INVALID_ARGUMENT);
+  CHECK_RC(deltakv_kv_load_query(load, &done), DELTAKV_ERR_FAILED_PRECONDITION);
+  CHECK(strstr(deltakv_last_error(), "closed") != NULL);
   CHECK_OK(deltakv_kv_load_free(load));
   CHECK_OK(deltakv_kv_load_free(NULL));
   CHECK_OK(deltakv_kv_client_close(NULL));
 
   CHECK_OK(deltakv_kv_client_close(writer));
   CHECK(kvtest_pool_writing_slots(pool) == 0 && kvtest_pool_ready_slots(pool) == 5);
-  CHECK(strcmp(deltakv_kv_status_name(DELTAKV_KV_ERR_NOT_FOUND), "NOT_FOUND") == 0);
+  CHECK(strcmp(deltakv_status_name(DELTAKV_ERR_NOT_FOUND), "NOT_FOUND") == 0);
   kvtest_pool_destroy(pool);
   PerLayerFree(&mem);
   free(cross);

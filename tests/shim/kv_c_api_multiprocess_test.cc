@@ -50,7 +50,7 @@ std::vector<deltakv_kv_key> PromptKeys(size_t blocks, uint32_t first_token = 100
   std::vector<deltakv_kv_key> keys(blocks);
   size_t n = 0;
   if (deltakv_kv_chain_keys(&ctx, tokens.data(), tokens.size(), kBlockTokens, nullptr, keys.data(),
-                            keys.size(), &n) != DELTAKV_KV_OK ||
+                            keys.size(), &n) != DELTAKV_OK ||
       n != blocks) {
     return {};
   }
@@ -73,8 +73,8 @@ deltakv_kv_client* OpenClient(const std::string& pool, const CLayout& layout, ui
   p.layout = layout.layout;
   p.copy_threads = threads;
   deltakv_kv_client* c = nullptr;
-  if (deltakv_kv_client_open(&p, &c) != DELTAKV_KV_OK) {
-    std::fprintf(stderr, "open: %s\n", deltakv_kv_last_error());
+  if (deltakv_kv_client_open(&p, &c) != DELTAKV_OK) {
+    std::fprintf(stderr, "open: %s\n", deltakv_last_error());
     return nullptr;
   }
   return c;
@@ -225,21 +225,21 @@ TEST(KvCApiMultiProcessTest, EngineKilledMidStoreLeavesNoReadableBlock) {
   deltakv_kv_client* c = OpenClient(name, layout, 2);
   ASSERT_NE(c, nullptr);
   size_t hits = 99;
-  ASSERT_EQ(deltakv_kv_lookup(c, all.data(), all.size(), &hits), DELTAKV_KV_OK);
+  ASSERT_EQ(deltakv_kv_lookup(c, all.data(), all.size(), &hits), DELTAKV_OK);
   EXPECT_EQ(hits, kCommitted);  // the completed blocks, and not one block more
-  ASSERT_EQ(deltakv_kv_lookup(c, killed.data(), 1, &hits), DELTAKV_KV_OK);
+  ASSERT_EQ(deltakv_kv_lookup(c, killed.data(), 1, &hits), DELTAKV_OK);
   EXPECT_EQ(hits, 0u);
   deltakv_kv_load_handle* load = nullptr;
-  EXPECT_EQ(deltakv_kv_prepare_load(c, killed.data(), 1, &load), DELTAKV_KV_ERR_NOT_FOUND);
+  EXPECT_EQ(deltakv_kv_prepare_load(c, killed.data(), 1, &load), DELTAKV_ERR_NOT_FOUND);
   EXPECT_EQ(load, nullptr);
   EXPECT_EQ(pool.Stats().pinned_slots, 0u);
   {
     std::vector<uint8_t> outcomes(kKilled);
     deltakv_kv_store_handle* h = nullptr;
     ASSERT_EQ(deltakv_kv_prepare_store(c, killed.data(), nullptr, kKilled, outcomes.data(), &h),
-              DELTAKV_KV_OK);
+              DELTAKV_OK);
     for (uint8_t o : outcomes) EXPECT_EQ(o, DELTAKV_KV_STORE_IN_FLIGHT);
-    EXPECT_EQ(deltakv_kv_store_free(h), DELTAKV_KV_OK);
+    EXPECT_EQ(deltakv_kv_store_free(h), DELTAKV_OK);
   }
   EXPECT_EQ(LoadAndCount(c, mem, committed, Iota(0, kCommitted)), 0);
 
@@ -248,11 +248,11 @@ TEST(KvCApiMultiProcessTest, EngineKilledMidStoreLeavesNoReadableBlock) {
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->writes, kKilled);
   EXPECT_EQ(pool.Stats().writing_slots, 0u);
-  ASSERT_EQ(deltakv_kv_lookup(c, killed.data(), kKilled, &hits), DELTAKV_KV_OK);
+  ASSERT_EQ(deltakv_kv_lookup(c, killed.data(), kKilled, &hits), DELTAKV_OK);
   EXPECT_EQ(hits, 0u);
 
   // The keys can be stored and loaded again, with the right bytes.
-  EXPECT_EQ(StoreAll(c, mem, killed, Iota(0, kKilled)), 0) << deltakv_kv_last_error();
+  EXPECT_EQ(StoreAll(c, mem, killed, Iota(0, kKilled)), 0) << deltakv_last_error();
   FakeEngineKv other(FakeLayoutKind::kPerLayerKV, kLayers, kKilled, kTensorBytes, 64);
   CLayout other_layout =
       DescribeLayout(other, FakeLayoutKind::kPerLayerKV, DELTAKV_KV_LAYOUT_PER_LAYER);
@@ -262,8 +262,8 @@ TEST(KvCApiMultiProcessTest, EngineKilledMidStoreLeavesNoReadableBlock) {
   std::reverse(reversed.begin(), reversed.end());
   EXPECT_EQ(LoadAndCount(reader, other, killed, reversed), 0);
   EXPECT_TRUE(other.CanariesIntact());
-  EXPECT_EQ(deltakv_kv_client_close(reader), DELTAKV_KV_OK);
-  EXPECT_EQ(deltakv_kv_client_close(c), DELTAKV_KV_OK);
+  EXPECT_EQ(deltakv_kv_client_close(reader), DELTAKV_OK);
+  EXPECT_EQ(deltakv_kv_client_close(c), DELTAKV_OK);
   EXPECT_EQ(pool.Stats().pinned_slots, 0u);
 }
 
@@ -278,21 +278,21 @@ TEST(KvCApiMultiProcessTest, ClientOpenedBeforeForkIsRefusedInTheChild) {
   const std::vector<deltakv_kv_key> keys = PromptKeys(3);
   ASSERT_EQ(StoreAll(c, mem, keys, Iota(0, 3)), 0);
   deltakv_kv_load_handle* pinned = nullptr;
-  ASSERT_EQ(deltakv_kv_prepare_load(c, keys.data(), 2, &pinned), DELTAKV_KV_OK);
+  ASSERT_EQ(deltakv_kv_prepare_load(c, keys.data(), 2, &pinned), DELTAKV_OK);
 
   pid_t child = Spawn([&]() -> int {
     alarm(kChildAlarmSeconds);
     size_t hits = 0;
     if (deltakv_kv_lookup(c, keys.data(), keys.size(), &hits) !=
-        DELTAKV_KV_ERR_FAILED_PRECONDITION) {
+        DELTAKV_ERR_FAILED_PRECONDITION) {
       return 10;
     }
-    if (std::strstr(deltakv_kv_last_error(), "fork") == nullptr) return 11;
+    if (std::strstr(deltakv_last_error(), "fork") == nullptr) return 11;
     int done = 0;
-    if (deltakv_kv_load_query(pinned, &done) != DELTAKV_KV_ERR_FAILED_PRECONDITION) return 12;
+    if (deltakv_kv_load_query(pinned, &done) != DELTAKV_ERR_FAILED_PRECONDITION) return 12;
     // Releasing the parent's objects here neither hangs nor touches the parent's pins.
-    if (deltakv_kv_load_free(pinned) != DELTAKV_KV_OK) return 13;
-    if (deltakv_kv_client_close(c) != DELTAKV_KV_OK) return 14;
+    if (deltakv_kv_load_free(pinned) != DELTAKV_OK) return 13;
+    if (deltakv_kv_client_close(c) != DELTAKV_OK) return 14;
     // A client of its own works.
     FakeEngineKv own(FakeLayoutKind::kCrossLayer, kLayers, 8, kTensorBytes);
     CLayout own_layout =
@@ -306,11 +306,11 @@ TEST(KvCApiMultiProcessTest, ClientOpenedBeforeForkIsRefusedInTheChild) {
   EXPECT_EQ(WaitExit(child), 0);
   EXPECT_EQ(pool.Stats().pinned_slots, 2u);  // the parent's pins are still the parent's
   size_t hits = 0;
-  EXPECT_EQ(deltakv_kv_lookup(c, keys.data(), keys.size(), &hits), DELTAKV_KV_OK);
+  EXPECT_EQ(deltakv_kv_lookup(c, keys.data(), keys.size(), &hits), DELTAKV_OK);
   EXPECT_EQ(hits, 3u);
-  EXPECT_EQ(deltakv_kv_load_free(pinned), DELTAKV_KV_OK);
+  EXPECT_EQ(deltakv_kv_load_free(pinned), DELTAKV_OK);
   EXPECT_EQ(pool.Stats().pinned_slots, 0u);
-  EXPECT_EQ(deltakv_kv_client_close(c), DELTAKV_KV_OK);
+  EXPECT_EQ(deltakv_kv_client_close(c), DELTAKV_OK);
 }
 
 }  // namespace

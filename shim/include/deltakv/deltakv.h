@@ -33,9 +33,11 @@
  *
  * Thread-safety: register_tensor/set_callbacks/start are called by one thread before serving;
  * poll from the engine's scheduler thread; get_state, policy_version, version_id and
- * last_error from any thread, at any time while the handle exists.
- * Errors: every call returns a deltakv_status; deltakv_engine_last_error() gives the message
- * of the last failed call or of the last sync that failed on this rank.
+ * sync_error from any thread, at any time while the handle exists.
+ * Errors follow deltakv_base.h: every call that can fail returns a deltakv_status and
+ * deltakv_last_error() gives the calling thread's message of its last call. A sync that fails
+ * on this rank fails on the handle's own thread, outside any call: its message is kept in the
+ * handle (deltakv_engine_sync_error).
  *
  * The host KV tier (store and reload KV blocks through the sidecar's pool) is declared in
  * deltakv/deltakv_kv.h, included below.
@@ -46,23 +48,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "deltakv/deltakv_base.h"
 #include "deltakv/deltakv_kv.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum deltakv_status {
-  DELTAKV_OK = 0,
-  DELTAKV_ERR_INVALID_ARGUMENT = 1,
-  DELTAKV_ERR_NOT_FOUND = 2,
-  DELTAKV_ERR_DATA_LOSS = 3,
-  DELTAKV_ERR_FAILED_PRECONDITION = 4,
-  DELTAKV_ERR_RESOURCE_EXHAUSTED = 5,
-  DELTAKV_ERR_IO = 6,
-  DELTAKV_ERR_UNIMPLEMENTED = 7,
-  DELTAKV_ERR_INTERNAL = 8,
-} deltakv_status;
 
 typedef struct deltakv_engine deltakv_engine; /* opaque */
 
@@ -78,13 +69,14 @@ typedef enum deltakv_engine_state {
 } deltakv_engine_state;
 
 typedef struct deltakv_engine_params {
-  const char* shm_name;       /* the sidecar's control segment name; default "deltakv" */
-  int32_t rank;               /* this process's tensor-parallel rank, 0-based */
-  int32_t world_size;         /* tensor-parallel degree */
-  const char* backend;        /* device backend: "cpu" (default) or "cuda" */
-  const char* initial_version;/* the policy version the engine loaded, e.g. "v1" */
-  int32_t poll_mode;          /* 1: commits are applied in deltakv_engine_poll() */
-  uint32_t attach_timeout_ms; /* how long start() waits for the sidecar; default 10000 */
+  uint32_t struct_size;        /* sizeof(deltakv_engine_params) (deltakv_base.h) */
+  const char* shm_name;        /* the sidecar's control segment name; default "deltakv" */
+  int32_t rank;                /* this process's tensor-parallel rank, 0-based */
+  int32_t world_size;          /* tensor-parallel degree */
+  const char* backend;         /* device backend: "cpu" (default) or "cuda" */
+  const char* initial_version; /* the policy version the engine loaded, e.g. "v1" */
+  int32_t poll_mode;           /* 1: commits are applied in deltakv_engine_poll() */
+  uint32_t attach_timeout_ms;  /* how long start() waits for the sidecar; default 10000 */
 } deltakv_engine_params;
 
 /* A changed byte range of a registered tensor, in rank-local bytes. */
@@ -94,6 +86,7 @@ typedef struct deltakv_region {
 } deltakv_region;
 
 typedef struct deltakv_callbacks {
+  uint32_t struct_size; /* sizeof(deltakv_callbacks) (deltakv_base.h) */
   void* user;
   /* Stop admitting and finish (or hold) in-flight work. Return 0 on success. */
   int (*pause)(void* user);
@@ -105,9 +98,35 @@ typedef struct deltakv_callbacks {
   int (*derived)(void* user, const char* tensor, const deltakv_region* regions, size_t n);
 } deltakv_callbacks;
 
-deltakv_engine_params deltakv_engine_default_params(void);
+/* Defaults: struct_size set, segment "deltakv", rank 0 of 1, backend "cpu", initial version "",
+ * callbacks mode, 10 s attach timeout. (Inline: the struct is the caller's.) */
+static inline deltakv_engine_params deltakv_engine_default_params(void) {
+  deltakv_engine_params p;
+  p.struct_size = (uint32_t)sizeof(deltakv_engine_params);
+  p.shm_name = "deltakv";
+  p.rank = 0;
+  p.world_size = 1;
+  p.backend = "cpu";
+  p.initial_version = "";
+  p.poll_mode = 0;
+  p.attach_timeout_ms = 10000;
+  return p;
+}
 
-/* Creates a handle. Nothing is attached until deltakv_engine_start. */
+/* No callbacks, struct_size set. (Inline: the struct is the caller's.) */
+static inline deltakv_callbacks deltakv_default_callbacks(void) {
+  deltakv_callbacks c;
+  c.struct_size = (uint32_t)sizeof(deltakv_callbacks);
+  c.user = NULL;
+  c.pause = NULL;
+  c.resume = NULL;
+  c.derived = NULL;
+  return c;
+}
+
+/* Creates a handle. Nothing is attached until deltakv_engine_start. NULL params = the defaults.
+ * INVALID_ARGUMENT for a bad struct_size (deltakv_base.h), world_size <= 0 or a rank outside
+ * [0, world_size). */
 deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltakv_engine** out);
 void deltakv_engine_free(deltakv_engine* engine);
 
@@ -120,6 +139,8 @@ deltakv_status deltakv_engine_register_tensor(deltakv_engine* engine, const char
                                               const int64_t* shape, int32_t ndim,
                                               const char* layout_json);
 
+/* Sets the pause/resume/derived callbacks (start from deltakv_default_callbacks()).
+ * REQUIRES: called before deltakv_engine_start. */
 deltakv_status deltakv_engine_set_callbacks(deltakv_engine* engine, const deltakv_callbacks* cb);
 
 /* Attaches to the sidecar, registers the rank and starts serving sync plans. */
@@ -137,10 +158,11 @@ const char* deltakv_engine_version_id(deltakv_engine* engine);
 /* The handle's state now (DELTAKV_ENGINE_STOPPED for NULL). */
 deltakv_engine_state deltakv_engine_get_state(const deltakv_engine* engine);
 
-/* The message of the last failure on this handle ("" if none): a failed call, or a sync that
- * failed on this rank. A copy owned by the calling thread, valid until that thread calls this
- * function again; safe from any thread. */
-const char* deltakv_engine_last_error(const deltakv_engine* engine);
+/* The message of the last sync that failed on this rank ("" if none since the handle was
+ * created; a later successful commit does not clear it). A copy owned by the calling thread,
+ * valid until that thread calls this function again; safe from any thread. Failed calls report
+ * through deltakv_last_error() instead. */
+const char* deltakv_engine_sync_error(const deltakv_engine* engine);
 
 #ifdef __cplusplus
 }

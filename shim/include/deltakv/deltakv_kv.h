@@ -27,12 +27,11 @@
  * change a block's KV: the LoRA adapter and the cache salt / tenant). Engines that already
  * chain-hash their blocks (vLLM, SGLang) pass those hashes instead of tokens.
  *
- * Errors: every function that can fail returns an int: DELTAKV_KV_OK (0) or a negative
- * deltakv_kv_status; -status is the deltakv_status of deltakv.h with the same meaning.
- * deltakv_kv_last_error() gives the message of the calling thread's last deltakv_kv_* call
- * ("" after a success). Out-parameters are written only on success, unless said otherwise.
- * NULL handles and NULL arrays with a nonzero count are rejected with
- * DELTAKV_KV_ERR_INVALID_ARGUMENT; a NULL array with a count of 0 is an empty array.
+ * Errors follow deltakv_base.h: every function that can fail returns a deltakv_status, and
+ * deltakv_last_error() gives the calling thread's message of its last call. Out-parameters are
+ * written only on success, unless said otherwise. NULL handles and NULL arrays with a nonzero
+ * count are rejected with DELTAKV_ERR_INVALID_ARGUMENT; a NULL array with a count of 0 is an
+ * empty array.
  *
  * Ownership:
  *   - the caller owns every handle it receives: close a client with deltakv_kv_client_close,
@@ -47,7 +46,7 @@
  *     nothing is published) or unpins (a load). Closing a client finishes its live handles the
  *     same way; they stay allocated and must still be freed: until then deltakv_kv_load_size
  *     says 0, deltakv_kv_store_info / _outcome_at still answer, and every other call on them
- *     fails with DELTAKV_KV_ERR_FAILED_PRECONDITION. Both may block while a copy runs. A closed
+ *     fails with DELTAKV_ERR_FAILED_PRECONDITION. Both may block while a copy runs. A closed
  *     client (or a freed handle) must not be passed to any call again; such stale pointers are
  *     usually, not always, caught and rejected.
  *
@@ -57,7 +56,7 @@
  * wait included). The key functions are pure and thread-safe.
  *
  * fork(): a client belongs to the process that opened it. In a child forked after it was
- * opened, every call on it and its handles fails with DELTAKV_KV_ERR_FAILED_PRECONDITION, and
+ * opened, every call on it and its handles fails with DELTAKV_ERR_FAILED_PRECONDITION, and
  * closing or freeing them there releases only the child's copy of the wrappers (the parent's
  * pins and slots are untouched); the child opens a client of its own.
  */
@@ -67,22 +66,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "deltakv/deltakv_base.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Status codes: 0 or the negated deltakv_status (deltakv.h) of the same error class. */
-typedef enum deltakv_kv_status {
-  DELTAKV_KV_OK = 0,
-  DELTAKV_KV_ERR_INVALID_ARGUMENT = -1,    /* bad argument, handle or layout; nothing changed */
-  DELTAKV_KV_ERR_NOT_FOUND = -2,           /* no such pool or block (e.g. evicted meanwhile) */
-  DELTAKV_KV_ERR_DATA_LOSS = -3,           /* a copy failed, or the pool's header is corrupt */
-  DELTAKV_KV_ERR_FAILED_PRECONDITION = -4, /* wrong state: issued twice, completed, pinned */
-  DELTAKV_KV_ERR_RESOURCE_EXHAUSTED = -5,  /* out of memory, or a cap was hit */
-  DELTAKV_KV_ERR_IO = -6,                  /* the operating system refused */
-  DELTAKV_KV_ERR_UNIMPLEMENTED = -7,       /* not in this build (e.g. the cuda copy backend) */
-  DELTAKV_KV_ERR_INTERNAL = -8             /* a bug */
-} deltakv_kv_status;
 
 /* ---- Keys ------------------------------------------------------------------------------- */
 
@@ -102,9 +90,10 @@ typedef enum deltakv_kv_hash_kind {
  * absent, "" is present and empty (different keys); NUL-terminated, hashed as raw bytes, at most
  * 4096 bytes. tp_size > 0: tp_rank and tp_size are present, 0 <= tp_rank < tp_size; tp_size <= 0:
  * both are absent (tp_rank must then be 0 or -1). adapter_id and salt are the "extra keys" of
- * an engine's block hash: the LoRA adapter and the cache salt or tenant id. A zeroed struct (or
- * deltakv_kv_default_key_context()) has every field absent and XXH3 keys. */
+ * an engine's block hash: the LoRA adapter and the cache salt or tenant id. Start from
+ * deltakv_kv_default_key_context(): every field absent, XXH3 keys, struct_size set. */
 typedef struct deltakv_kv_key_context {
+  uint32_t struct_size;          /* sizeof(deltakv_kv_key_context) (deltakv_base.h) */
   const char* model_fingerprint; /* weights identity, e.g. "org/model@revision" */
   const char* kv_dtype;          /* e.g. "bfloat16", "fp8_e4m3" */
   const char* kv_layout;         /* e.g. "NHD", or an engine layout id */
@@ -118,6 +107,7 @@ typedef struct deltakv_kv_key_context {
 /* Every field absent, XXH3. (Inline: the struct is the caller's.) */
 static inline deltakv_kv_key_context deltakv_kv_default_key_context(void) {
   deltakv_kv_key_context c;
+  c.struct_size = (uint32_t)sizeof(deltakv_kv_key_context);
   c.model_fingerprint = NULL;
   c.kv_dtype = NULL;
   c.kv_layout = NULL;
@@ -135,22 +125,24 @@ static inline deltakv_kv_key_context deltakv_kv_default_key_context(void) {
  * of those. *num_keys receives the number of keys (also on INVALID_ARGUMENT for an `out` of
  * fewer than that many entries, so the caller can size it). INVALID_ARGUMENT for block_tokens 0
  * or above 65536, an invalid context, or a too small `out`. */
-int deltakv_kv_chain_keys(const deltakv_kv_key_context* ctx, const uint32_t* tokens,
-                          size_t num_tokens, uint32_t block_tokens, const deltakv_kv_key* parent,
-                          deltakv_kv_key* out, size_t out_capacity, size_t* num_keys);
+deltakv_status deltakv_kv_chain_keys(const deltakv_kv_key_context* ctx, const uint32_t* tokens,
+                                     size_t num_tokens, uint32_t block_tokens,
+                                     const deltakv_kv_key* parent, deltakv_kv_key* out,
+                                     size_t out_capacity, size_t* num_keys);
 
 /* Keys of `count` engine-provided block hashes (docs/KEYS.md §5), each `hash_bytes` long,
  * concatenated in `hashes` (vLLM's 32-byte block hashes as is; integer hashes as 8 bytes
  * little-endian). Each engine hash must already cover its block's prefix and tokens. `out` has
  * `count` entries. INVALID_ARGUMENT for hash_bytes 0 or above 256 or an invalid context. */
-int deltakv_kv_engine_hash_keys(const deltakv_kv_key_context* ctx, const void* hashes,
-                                size_t hash_bytes, size_t count, deltakv_kv_key* out);
+deltakv_status deltakv_kv_engine_hash_keys(const deltakv_kv_key_context* ctx, const void* hashes,
+                                           size_t hash_bytes, size_t count, deltakv_kv_key* out);
 
 /* The 64-bit token fingerprint of one block's tokens (docs/KEYS.md §6), for prepare_store. */
-int deltakv_kv_token_fingerprint(const uint32_t* tokens, size_t num_tokens, uint64_t* out);
+deltakv_status deltakv_kv_token_fingerprint(const uint32_t* tokens, size_t num_tokens,
+                                            uint64_t* out);
 
 /* Writes the key's 32 lowercase hex digits and a NUL into `out` (33 bytes). */
-int deltakv_kv_key_to_hex(deltakv_kv_key key, char* out, size_t out_size);
+deltakv_status deltakv_kv_key_to_hex(deltakv_kv_key key, char* out, size_t out_size);
 
 /* ---- Engine KV layout ---------------------------------------------------------------------
  * Where the engine keeps the bytes of one KV block (kvtier/kv_layout.h). A pool slot holds one
@@ -205,8 +197,7 @@ typedef struct deltakv_kv_load_handle deltakv_kv_load_handle;
 typedef struct deltakv_kv_store_handle deltakv_kv_store_handle;
 
 typedef struct deltakv_kv_client_params {
-  /* sizeof(deltakv_kv_client_params) as the caller compiled it; later versions only append
-   * fields, and the library reads only the first struct_size bytes. */
+  /* sizeof(deltakv_kv_client_params) as the caller compiled it (deltakv_base.h). */
   uint32_t struct_size;
   /* The pool segment: "<shm-name>.kv" of the sidecar; NULL = "deltakv.kv". */
   const char* pool_name;
@@ -261,62 +252,63 @@ static inline deltakv_kv_client_params deltakv_kv_client_default_params(void) {
  * layout whose block size differs from the pool's slot size (the message names both), a
  * struct_size smaller than this version's, an empty pool name; UNIMPLEMENTED / INVALID_ARGUMENT
  * for a copy backend that is not built / unknown; errors of the pool segment otherwise. */
-int deltakv_kv_client_open(const deltakv_kv_client_params* params, deltakv_kv_client** out);
+deltakv_status deltakv_kv_client_open(const deltakv_kv_client_params* params,
+                                      deltakv_kv_client** out);
 
 /* Finishes the client's live handles (see Ownership above), then closes it. NULL is a no-op.
  * REQUIRES: no other call on this client or its handles runs concurrently. */
-int deltakv_kv_client_close(deltakv_kv_client* client);
+deltakv_status deltakv_kv_client_close(deltakv_kv_client* client);
 
 /* The pool's slot size (= the layout's block bytes) and number of slots. Either may be NULL. */
-int deltakv_kv_client_info(const deltakv_kv_client* client, uint64_t* block_bytes,
-                           uint64_t* capacity_slots);
+deltakv_status deltakv_kv_client_info(const deltakv_kv_client* client, uint64_t* block_bytes,
+                                      uint64_t* capacity_slots);
 
 /* The number of leading keys stored now. Advisory: a block may be evicted before
  * deltakv_kv_prepare_load pins it. */
-int deltakv_kv_lookup(deltakv_kv_client* client, const deltakv_kv_key* keys, size_t num_keys,
-                      size_t* hits);
+deltakv_status deltakv_kv_lookup(deltakv_kv_client* client, const deltakv_kv_key* keys,
+                                 size_t num_keys, size_t* hits);
 
 /* Stamps the stored keys among `keys` recently used; *found (may be NULL) counts them. */
-int deltakv_kv_touch(deltakv_kv_client* client, const deltakv_kv_key* keys, size_t num_keys,
-                     size_t* found);
+deltakv_status deltakv_kv_touch(deltakv_kv_client* client, const deltakv_kv_key* keys,
+                                size_t num_keys, size_t* found);
 
 /* Removes a stored block. NOT_FOUND if absent; FAILED_PRECONDITION if pinned or being written. */
-int deltakv_kv_remove(deltakv_kv_client* client, deltakv_kv_key key);
+deltakv_status deltakv_kv_remove(deltakv_kv_client* client, deltakv_kv_key key);
 
 /* ---- Load: pool -> engine ---------------------------------------------------------------- */
 
 /* Pins the blocks of keys[0, num_keys) (usually num_keys = the hits of a lookup). NOT_FOUND
  * (nothing pinned, *out untouched) if any of them is no longer stored; INVALID_ARGUMENT past
  * max_keys_per_call. num_keys 0 gives an empty handle. */
-int deltakv_kv_prepare_load(deltakv_kv_client* client, const deltakv_kv_key* keys, size_t num_keys,
-                            deltakv_kv_load_handle** out);
+deltakv_status deltakv_kv_prepare_load(deltakv_kv_client* client, const deltakv_kv_key* keys,
+                                       size_t num_keys, deltakv_kv_load_handle** out);
 
 /* Starts copying the pinned blocks into engine blocks `engine_blocks` (one per pinned block, in
  * order, distinct, < layout.num_blocks). Returns at once with the copy running (or done, with
  * copy_threads 0). INVALID_ARGUMENT for a count mismatch, a block out of range or repeated, or
  * a handle of another client; FAILED_PRECONDITION if a load was already started on the handle
  * or it was completed. On error nothing was started. */
-int deltakv_kv_load(deltakv_kv_client* client, deltakv_kv_load_handle* load,
-                    const uint64_t* engine_blocks, size_t num_blocks);
+deltakv_status deltakv_kv_load(deltakv_kv_client* client, deltakv_kv_load_handle* load,
+                               const uint64_t* engine_blocks, size_t num_blocks);
 
 /* *done = 1 once the started copy finished (successfully or not), else 0. Never blocks.
  * FAILED_PRECONDITION if no load was started on the handle or it was completed. */
-int deltakv_kv_load_query(const deltakv_kv_load_handle* load, int* done);
+deltakv_status deltakv_kv_load_query(const deltakv_kv_load_handle* load, int* done);
 
 /* Waits at most timeout_ms (< 0: without limit) for the started copy; *done as query. */
-int deltakv_kv_load_wait(deltakv_kv_load_handle* load, int64_t timeout_ms, int* done);
+deltakv_status deltakv_kv_load_wait(deltakv_kv_load_handle* load, int64_t timeout_ms, int* done);
 
 /* Waits for the copy (if one was started), unpins, and spends the handle (free it after).
  * Returns the copy's status (OK when no load was started); on error the engine blocks hold
  * undefined bytes. INVALID_ARGUMENT for a handle of another client; FAILED_PRECONDITION if it
  * was completed before. */
-int deltakv_kv_complete_load(deltakv_kv_client* client, deltakv_kv_load_handle* load);
+deltakv_status deltakv_kv_complete_load(deltakv_kv_client* client, deltakv_kv_load_handle* load);
 
 /* Blocks pinned by the handle (0 once completed). */
-int deltakv_kv_load_size(const deltakv_kv_load_handle* load, size_t* num_blocks);
+deltakv_status deltakv_kv_load_size(const deltakv_kv_load_handle* load, size_t* num_blocks);
 
 /* Frees the handle; an uncompleted one is completed first (waits for its copy, unpins). */
-int deltakv_kv_load_free(deltakv_kv_load_handle* load);
+deltakv_status deltakv_kv_load_free(deltakv_kv_load_handle* load);
 
 /* ---- Store: engine -> pool --------------------------------------------------------------- */
 
@@ -332,16 +324,18 @@ typedef enum deltakv_kv_store_outcome {
  * the block). `outcomes` (may be NULL) receives one deltakv_kv_store_outcome per key. A call
  * where every key was refused still gives a handle. INVALID_ARGUMENT for a repeated key or
  * past max_keys_per_call. */
-int deltakv_kv_prepare_store(deltakv_kv_client* client, const deltakv_kv_key* keys,
-                             const uint64_t* fingerprints, size_t num_keys, uint8_t* outcomes,
-                             deltakv_kv_store_handle** out);
+deltakv_status deltakv_kv_prepare_store(deltakv_kv_client* client, const deltakv_kv_key* keys,
+                                        const uint64_t* fingerprints, size_t num_keys,
+                                        uint8_t* outcomes, deltakv_kv_store_handle** out);
 
 /* Per-outcome counts of the handle's keys; any pointer may be NULL. */
-int deltakv_kv_store_info(const deltakv_kv_store_handle* store, size_t* num_keys, size_t* allocated,
-                          size_t* already_stored, size_t* in_flight, size_t* refused);
+deltakv_status deltakv_kv_store_info(const deltakv_kv_store_handle* store, size_t* num_keys,
+                                     size_t* allocated, size_t* already_stored, size_t* in_flight,
+                                     size_t* refused);
 
 /* The outcome of key i of the handle (a deltakv_kv_store_outcome). */
-int deltakv_kv_store_outcome_at(const deltakv_kv_store_handle* store, size_t i, int* outcome);
+deltakv_status deltakv_kv_store_outcome_at(const deltakv_kv_store_handle* store, size_t i,
+                                           int* outcome);
 
 /* Starts copying engine blocks into the handle's claimed slots. `engine_blocks` has one entry
  * per key of the handle (the engine block holding that key's KV); only the entries of
@@ -350,21 +344,21 @@ int deltakv_kv_store_outcome_at(const deltakv_kv_store_handle* store, size_t i, 
  * for a count mismatch, an ALLOCATED key's block out of range or repeated, or a handle of
  * another client; FAILED_PRECONDITION if a store was already started on the handle or it was
  * completed. On error nothing was started. */
-int deltakv_kv_store(deltakv_kv_client* client, deltakv_kv_store_handle* store,
-                     const uint64_t* engine_blocks, size_t num_blocks);
+deltakv_status deltakv_kv_store(deltakv_kv_client* client, deltakv_kv_store_handle* store,
+                                const uint64_t* engine_blocks, size_t num_blocks);
 
-int deltakv_kv_store_query(const deltakv_kv_store_handle* store, int* done);
-int deltakv_kv_store_wait(deltakv_kv_store_handle* store, int64_t timeout_ms, int* done);
+deltakv_status deltakv_kv_store_query(const deltakv_kv_store_handle* store, int* done);
+deltakv_status deltakv_kv_store_wait(deltakv_kv_store_handle* store, int64_t timeout_ms, int* done);
 
 /* Waits for the copy; if it succeeded publishes every claimed slot (stored events), otherwise
  * gives them back. Without a started store it gives them back (a cancel) and returns OK.
  * Returns the copy's error or the first publish error. Spends the handle (free it after).
  * Errors on the handle itself as deltakv_kv_complete_load. */
-int deltakv_kv_complete_store(deltakv_kv_client* client, deltakv_kv_store_handle* store);
+deltakv_status deltakv_kv_complete_store(deltakv_kv_client* client, deltakv_kv_store_handle* store);
 
 /* Frees the handle; an uncompleted one is cancelled first (waits for its copy, gives the slots
  * back: nothing is published). */
-int deltakv_kv_store_free(deltakv_kv_store_handle* store);
+deltakv_status deltakv_kv_store_free(deltakv_kv_store_handle* store);
 
 /* ---- Events and stats -------------------------------------------------------------------- */
 
@@ -390,8 +384,8 @@ typedef struct deltakv_kv_event {
  * actions are reported, and with params.pool_events those of every other process of the pool
  * too (read from the pool's event feed when this is called). INVALID_ARGUMENT for a NULL
  * `out` or capacity 0. */
-int deltakv_kv_drain_events(deltakv_kv_client* client, deltakv_kv_event* out, size_t capacity,
-                            size_t* count);
+deltakv_status deltakv_kv_drain_events(deltakv_kv_client* client, deltakv_kv_event* out,
+                                       size_t capacity, size_t* count);
 
 #define DELTAKV_KV_STATS_VERSION 2
 
@@ -457,25 +451,16 @@ typedef struct deltakv_kv_stats {
   uint64_t pool_chunks_touched;
   double occupancy; /* pool_ready_slots / pool_capacity_slots */
   /* Version 2. */
-  uint64_t pool_events;         /* events of other processes reported (params.pool_events) */
-  uint64_t events_lost;         /* pool events overwritten or never written before read */
+  uint64_t pool_events;          /* events of other processes reported (params.pool_events) */
+  uint64_t events_lost;          /* pool events overwritten or never written before read */
   uint64_t pool_loads_completed; /* blocks loaded by every process */
-  uint64_t pool_bytes_in;       /* engine -> host, every process */
-  uint64_t pool_bytes_out;      /* host -> engine, every process */
+  uint64_t pool_bytes_in;        /* engine -> host, every process */
+  uint64_t pool_bytes_out;       /* host -> engine, every process */
   double pool_copy_in_gb_per_s;  /* pool_bytes_in / the time copies in were running */
   double pool_copy_out_gb_per_s; /* pool_bytes_out / the time copies out were running */
 } deltakv_kv_stats;
 
-int deltakv_kv_get_stats(const deltakv_kv_client* client, deltakv_kv_stats* stats);
-
-/* ---- Errors ------------------------------------------------------------------------------ */
-
-/* The message of the calling thread's last deltakv_kv_* call that returns a status ("" if it
- * succeeded). Valid until the thread's next such call. */
-const char* deltakv_kv_last_error(void);
-
-/* "OK", "INVALID_ARGUMENT", ... for a status code; "UNKNOWN" otherwise. */
-const char* deltakv_kv_status_name(int status);
+deltakv_status deltakv_kv_get_stats(const deltakv_kv_client* client, deltakv_kv_stats* stats);
 
 #ifdef __cplusplus
 }
