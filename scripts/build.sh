@@ -7,6 +7,6 @@ export PATH="/usr/local/cuda/bin:$PATH"
 BUILD_DIR=${BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
-    -DDELTAKV_WERROR=${DELTAKV_WERROR:-ON} ${CMAKE_ARGS:-}
+    -DDELTAKV_WERROR=${DELTAKV_WERROR:-ON} -DDELTAKV_PYTHON=${DELTAKV_PYTHON:-ON} ${CMAKE_ARGS:-}
 fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${1:+--target "$@"}

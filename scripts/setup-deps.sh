@@ -13,7 +13,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libcpp-httplib-dev libhwloc-dev libjemalloc-dev libxxhash-dev curl
   libcurl4-openssl-dev openssl ca-certificates
-  python3 python3-pip python3-venv
+  python3 python3-pip python3-venv python3-dev
 )
 
 missing=()
@@ -29,10 +29,13 @@ fi
 # Python packages used by the interoperability tests (trainer-side delta script,
 # plain numpy apply script) and the fixture generators.
 PY=${PYTHON:-python3}
-if ! "$PY" -c 'import numpy, zstandard, xxhash' 2>/dev/null; then
-  echo "setup-deps: installing Python packages numpy zstandard" >&2
-  "$PY" -m pip install --quiet numpy zstandard xxhash 2>/dev/null ||
-    "$PY" -m pip install --quiet --break-system-packages numpy zstandard xxhash
+# numpy/zstandard/xxhash: tests and examples; nanobind/scikit-build-core/pytest: the Python
+# package (python/), its wheel and its tests.
+PY_PACKAGES=(numpy zstandard xxhash "nanobind>=2.4" "scikit-build-core>=0.10" pytest)
+if ! "$PY" -c 'import numpy, zstandard, xxhash, nanobind, scikit_build_core, pytest' 2>/dev/null; then
+  echo "setup-deps: installing Python packages ${PY_PACKAGES[*]}" >&2
+  "$PY" -m pip install --quiet "${PY_PACKAGES[@]}" 2>/dev/null ||
+    "$PY" -m pip install --quiet --break-system-packages "${PY_PACKAGES[@]}"
 fi
 # aiperf (PyPI) in its own venv: the independent reference of the theoretical prefix-cache hit
 # rate test (tests/kvsim/aiperf_theoretical_test.py). ~1 minute and ~1.2 GB the first time.

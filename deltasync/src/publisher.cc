@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/file_util.h"
@@ -191,25 +193,25 @@ class ShardWriter {
 
 }  // namespace
 
-StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
-  auto start = std::chrono::steady_clock::now();
+namespace {
+
+Status CheckOptions(const PublishOptions& opt) {
   if (opt.frame_bytes == 0) return InvalidArgument("frame size must be > 0");
   if (opt.level < ZSTD_minCLevel() || opt.level > ZSTD_maxCLevel()) {
     return InvalidArgument("zstd level " + std::to_string(opt.level) + " is outside [" +
                            std::to_string(ZSTD_minCLevel()) + ", " +
                            std::to_string(ZSTD_maxCLevel()) + "]");
   }
-  ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(opt.parent_dir));
-  ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(opt.new_dir));
-  ASSIGN_OR_RETURN(std::vector<TensorPair> tensors, PairTensors(parent, next));
+  return Status::Ok();
+}
+
+// Compresses every changed piece of `tensors` into shards under `out_dir` and writes the
+// manifest; `next` (may be null) gives the checkpoint section.
+StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, PublishSummary sum,
+                                      const PublishOptions& opt, const Checkpoint* next,
+                                      std::chrono::steady_clock::time_point start) {
   ASSIGN_OR_RETURN(StagingDir staging, StagingDir::Create(opt.out_dir));
-
-  PublishSummary sum;
-  sum.parent_version =
-      opt.parent_version.empty() ? CheckpointVersionId(opt.parent_dir) : opt.parent_version;
-  sum.version = opt.version.empty() ? CheckpointVersionId(opt.new_dir) : opt.version;
   sum.tensors = tensors.size();
-
   std::vector<PieceJob> jobs;
   for (size_t i = 0; i < tensors.size(); ++i) {
     uint64_t len = tensors[i].info->size();
@@ -282,16 +284,16 @@ StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
       ++sum.tensors_changed;
     }
   }
-  if (opt.include_checkpoint) {
+  if (next != nullptr && opt.include_checkpoint) {
     size_t k = 0;
-    for (size_t fi = 0; fi < next.files().size(); ++fi) {
-      const SafetensorsFile& f = next.files()[fi];
-      manifest.checkpoint_files.push_back({next.file_names()[fi], f.header().raw});
+    for (size_t fi = 0; fi < next->files().size(); ++fi) {
+      const SafetensorsFile& f = next->files()[fi];
+      manifest.checkpoint_files.push_back({next->file_names()[fi], f.header().raw});
       for (const TensorInfo& t : f.header().tensors) {
         ManifestTensor mt{t.name,
                           t.dtype,
                           t.shape,
-                          next.file_names()[fi],
+                          next->file_names()[fi],
                           f.header().data_offset() + t.begin,
                           f.header().data_offset() + t.end,
                           per_tensor[k].adler32};
@@ -305,6 +307,92 @@ StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
   RETURN_IF_ERROR(staging.Commit());
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return sum;
+}
+
+}  // namespace
+
+StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(CheckOptions(opt));
+  ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(opt.parent_dir));
+  ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(opt.new_dir));
+  ASSIGN_OR_RETURN(std::vector<TensorPair> tensors, PairTensors(parent, next));
+  PublishSummary sum;
+  sum.parent_version =
+      opt.parent_version.empty() ? CheckpointVersionId(opt.parent_dir) : opt.parent_version;
+  sum.version = opt.version.empty() ? CheckpointVersionId(opt.new_dir) : opt.version;
+  return PublishPairs(tensors, std::move(sum), opt, &next, start);
+}
+
+StatusOr<PublishSummary> PublishDeltaFromTensors(std::span<const TensorBytes> parent,
+                                                 std::span<const TensorBytes> next,
+                                                 const PublishOptions& opt) {
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(CheckOptions(opt));
+  if (opt.parent_version.empty() || opt.version.empty()) {
+    return InvalidArgument("parent_version and version are required for in-memory tensors");
+  }
+  if (opt.parent_version == opt.version) {
+    return InvalidArgument("parent_version and version are both '" + opt.version + "'");
+  }
+  // The new set's infos, in its order; the parent's by name.
+  std::vector<TensorInfo> infos(next.size());
+  std::unordered_map<std::string_view, const TensorBytes*> by_name;
+  auto check = [](const TensorBytes& t, const char* side) -> Status {
+    if (t.name.empty()) return InvalidArgument(std::string(side) + ": a tensor has no name");
+    uint64_t elements = 1;
+    for (uint64_t d : t.shape) {
+      if (d != 0 && elements > UINT64_MAX / d) {
+        return InvalidArgument(std::string(side) + " tensor '" + t.name + "': shape overflows");
+      }
+      elements *= d;
+    }
+    const uint64_t want = elements * DTypeSize(t.dtype);
+    if (want / DTypeSize(t.dtype) != elements || t.bytes.size() != want) {
+      return InvalidArgument(std::string(side) + " tensor '" + t.name + "' has " +
+                             std::to_string(t.bytes.size()) + " bytes; its dtype " +
+                             std::string(DTypeName(t.dtype)) + " and shape need " +
+                             std::to_string(want));
+    }
+    return Status::Ok();
+  };
+  for (const TensorBytes& t : parent) {
+    RETURN_IF_ERROR(check(t, "parent"));
+    if (!by_name.emplace(t.name, &t).second) {
+      return InvalidArgument("parent: tensor '" + t.name + "' appears twice");
+    }
+  }
+  if (parent.size() != next.size()) {
+    return InvalidArgument("the parent has " + std::to_string(parent.size()) +
+                           " tensors and the new set " + std::to_string(next.size()) +
+                           "; a delta cannot add or remove tensors");
+  }
+  std::vector<TensorPair> tensors(next.size());
+  std::unordered_map<std::string_view, bool> seen;
+  for (size_t i = 0; i < next.size(); ++i) {
+    const TensorBytes& t = next[i];
+    RETURN_IF_ERROR(check(t, "new"));
+    if (!seen.emplace(t.name, true).second) {
+      return InvalidArgument("new: tensor '" + t.name + "' appears twice");
+    }
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      return InvalidArgument("tensor '" + t.name +
+                             "' is not in the parent; a delta cannot add tensors");
+    }
+    const TensorBytes& p = *it->second;
+    if (p.dtype != t.dtype || p.shape != t.shape) {
+      return InvalidArgument("tensor '" + t.name + "' changed dtype or shape between parent (" +
+                             std::string(DTypeName(p.dtype)) + ") and new (" +
+                             std::string(DTypeName(t.dtype)) + "); a delta cannot express it");
+    }
+    infos[i] = TensorInfo{t.name, t.dtype, t.shape, 0, t.bytes.size()};
+    tensors[i] = TensorPair{&infos[i], p.bytes, t.bytes};
+  }
+  PublishSummary sum;
+  sum.parent_version = opt.parent_version;
+  sum.version = opt.version;
+  return PublishPairs(tensors, std::move(sum), opt, nullptr, start);
 }
 
 }  // namespace deltakv::deltasync

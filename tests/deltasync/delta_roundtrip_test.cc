@@ -201,5 +201,98 @@ TEST(DeltaRoundTrip, ShardsRotateAtTheirSizeLimit) {
             ReadAll(tmp / "v2/model-00001-of-00001.safetensors"));
 }
 
+// In-memory tensors give the same frames and shards as the same tensors in checkpoint files.
+std::vector<TensorBytes> TensorsOf(const Checkpoint& c) {
+  std::vector<TensorBytes> out;
+  for (const SafetensorsFile& f : c.files()) {
+    for (const TensorInfo& t : f.header().tensors) {
+      out.push_back({t.name, t.dtype, t.shape, f.TensorBytes(t)});
+    }
+  }
+  return out;
+}
+
+TEST(DeltaFromTensors, SameShardsAsTheFilePublisher) {
+  TempDir tmp;
+  ASSERT_TRUE(GenerateCheckpoint(tmp / "v1", ModelLikeLayout(2 << 20, 2), 7).ok());
+  MutationOptions mo;
+  mo.density = 0.01;
+  mo.seed = 3;
+  ASSERT_TRUE(MutateCheckpoint(tmp / "v1", tmp / "v2", mo).ok());
+  PublishOptions po;
+  po.parent_dir = tmp / "v1";
+  po.new_dir = tmp / "v2";
+  po.out_dir = tmp / "files";
+  po.frame_bytes = 256 << 10;
+  po.include_checkpoint = false;
+  auto from_files = PublishDelta(po);
+  ASSERT_TRUE(from_files.ok()) << from_files.status().ToString();
+
+  auto a = Checkpoint::Open(tmp / "v1");
+  auto b = Checkpoint::Open(tmp / "v2");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::vector<TensorBytes> pa = TensorsOf(*a), pb = TensorsOf(*b);
+  po.out_dir = tmp / "memory";
+  po.parent_version = "v1";
+  po.version = "v2";
+  auto from_memory = PublishDeltaFromTensors(pa, pb, po);
+  ASSERT_TRUE(from_memory.ok()) << from_memory.status().ToString();
+  EXPECT_EQ(from_memory->frames, from_files->frames);
+  EXPECT_EQ(from_memory->nonzero_bytes, from_files->nonzero_bytes);
+  EXPECT_EQ(ListDir(tmp / "memory"), ListDir(tmp / "files"));
+  for (const std::string& f : ListDir(tmp / "files")) {
+    EXPECT_EQ(ReadAll(tmp / "memory/" + f), ReadAll(tmp / "files/" + f)) << f;
+  }
+  // And it applies to the parent checkpoint.
+  ApplyOptions ao;
+  ao.parent_dir = tmp / "v1";
+  ao.delta_dir = tmp / "memory";
+  ao.out_dir = tmp / "out";
+  auto app = ApplyDelta(ao);
+  ASSERT_TRUE(app.ok()) << app.status().ToString();
+  for (const std::string& f : b->file_names()) {
+    EXPECT_EQ(ReadAll(tmp / "out/" + f), ReadAll(tmp / "v2/" + f)) << f;
+  }
+}
+
+TEST(DeltaFromTensors, BadInputIsRefusedAndLeavesNothing) {
+  TempDir tmp;
+  std::vector<uint8_t> x(64, 1), y(64, 2), short_bytes(10, 0);
+  PublishOptions po;
+  po.out_dir = tmp / "d";
+  po.parent_version = "v1";
+  po.version = "v2";
+  auto refused = [&](std::vector<TensorBytes> p, std::vector<TensorBytes> n, PublishOptions o,
+                     const std::string& fragment) {
+    auto r = PublishDeltaFromTensors(p, n, o);
+    ASSERT_FALSE(r.ok()) << fragment;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(fragment), std::string::npos) << r.status().ToString();
+    EXPECT_TRUE(ListDir(tmp.path()).empty());
+  };
+  const TensorBytes w1{"w", DType::kF32, {16}, x}, w2{"w", DType::kF32, {16}, y};
+  refused({w1}, {{"w", DType::kF32, {17}, y}}, po, "shape need");
+  refused({w1}, {{"w", DType::kBF16, {32}, y}}, po, "changed dtype or shape");
+  refused({w1}, {{"v", DType::kF32, {16}, y}}, po, "not in the parent");
+  refused({w1}, {w2, w2}, po, "cannot add or remove");
+  refused({w1, w1}, {w2, w2}, po, "appears twice");
+  refused({{"", DType::kU8, {10}, short_bytes}}, {w2}, po, "no name");
+  PublishOptions same = po;
+  same.version = "v1";
+  refused({w1}, {w2}, same, "both");
+  PublishOptions unnamed = po;
+  unnamed.version = "";
+  refused({w1}, {w2}, unnamed, "required");
+
+  auto ok = PublishDeltaFromTensors(std::vector<TensorBytes>{w1}, std::vector<TensorBytes>{w2}, po);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->tensors_changed, 1u);
+  EXPECT_EQ(ok->nonzero_bytes, 64u);
+  // An existing output directory is refused, as for checkpoint files.
+  auto again =
+      PublishDeltaFromTensors(std::vector<TensorBytes>{w1}, std::vector<TensorBytes>{w2}, po);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace deltakv::deltasync

@@ -14,9 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
+#include "deltasync/dtype.h"
 
 namespace deltakv::deltasync {
 
@@ -54,5 +57,23 @@ struct PublishSummary {
 // tensors with the same dtype and shape; FailedPrecondition if out_dir exists; IoError on a
 // write failure.
 StatusOr<PublishSummary> PublishDelta(const PublishOptions& options);
+
+// A tensor held in memory by the caller: its bytes in the canonical (row-major) layout.
+struct TensorBytes {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<uint64_t> shape;
+  std::span<const uint8_t> bytes;  // borrowed for the call
+};
+
+// Writes the delta parent -> next between two in-memory tensor sets, with the same frames and
+// shards as PublishDelta. options.parent_dir, new_dir and include_checkpoint are not used (the
+// manifest has no checkpoint section: there are no files); parent_version and version are
+// required and must differ. Tensors are taken in `next`'s order. InvalidArgument if the sets do
+// not hold the same names with the same dtype and shape, a name is empty or repeated, or a
+// tensor's byte count does not match its dtype and shape; errors otherwise as PublishDelta.
+StatusOr<PublishSummary> PublishDeltaFromTensors(std::span<const TensorBytes> parent,
+                                                 std::span<const TensorBytes> next,
+                                                 const PublishOptions& options);
 
 }  // namespace deltakv::deltasync

@@ -1,0 +1,148 @@
+"""deltakv.Engine over numpy weights against a real sidecar: a delta published from numpy and
+driven over HTTP goes live in the arrays in place (callbacks and poll mode); a failing pause
+callback is reported, not hidden."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import deltakv
+from conftest import TOKEN
+
+
+def weights(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"layer.0.w": rng.standard_normal((64, 32), dtype=np.float32),
+            "layer.0.b": rng.standard_normal(32, dtype=np.float32),
+            "embed": rng.integers(0, 1 << 16, (128, 16), dtype=np.uint16)}  # BF16 bits
+
+
+def step(w: dict, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {k: v.copy() for k, v in w.items()}
+    out["layer.0.w"][rng.integers(0, 64, 20), rng.integers(0, 32, 20)] += 0.5
+    out["embed"][3, 4] ^= 0x0101
+    return out
+
+
+def as_published(w: dict) -> dict:
+    return {k: (v, "BF16") if k == "embed" else v for k, v in w.items()}
+
+
+def wait_attached(client: deltakv.SidecarClient, ranks: int = 1) -> None:
+    deadline = time.time() + 20
+    while len(client.status().get("ranks", [])) < ranks:
+        assert time.time() < deadline, client.status()
+        time.sleep(0.02)
+
+
+def make_engine(sidecar, live: dict, **kw) -> deltakv.Engine:
+    e = deltakv.Engine(shm_name=sidecar.shm, initial_version="v1", **kw)
+    for name, arr in live.items():
+        e.register_tensor(name, arr, dtype="BF16" if name == "embed" else None)
+    return e
+
+
+def test_sync_goes_live_in_the_arrays(sidecar_factory, tmp_path):
+    s = sidecar_factory()
+    v1, client = weights(1), deltakv.SidecarClient(s.url, token=TOKEN)
+    v2 = step(v1, 2)
+    live = {k: v.copy() for k, v in v1.items()}
+    calls = {"pause": 0, "resume": 0, "derived": []}
+    e = make_engine(s, live)
+    e.set_callbacks(pause=lambda: calls.__setitem__("pause", calls["pause"] + 1),
+                    resume=lambda: calls.__setitem__("resume", calls["resume"] + 1),
+                    derived=lambda name, regions: calls["derived"].append((name, regions)))
+    with e:
+        e.start()
+        assert e.state == "attached"
+        wait_attached(client)
+        deltakv.publish(as_published(v1), as_published(v2), str(tmp_path / "d12"),
+                        parent_version="v1", version="v2")
+        rec = client.sync_and_wait("v2", str(tmp_path / "d12"), timeout=60)
+        assert rec["state"] == "live", rec
+        for k in v2:
+            assert np.array_equal(live[k], v2[k]), k
+        assert (e.policy_version, e.version_id, e.state) == (1, "v2", "attached")
+        assert calls["pause"] == 1 and calls["resume"] == 1
+        names = {n for n, _ in calls["derived"]}
+        assert names == {"layer.0.w", "embed"}
+        assert all(length > 0 for _, regions in calls["derived"] for _o, length in regions)
+        assert e.sync_error == ""
+    assert e.closed and e.state == "stopped"
+    with pytest.raises(deltakv.FailedPreconditionError, match="closed"):
+        e.start()
+
+
+def test_poll_mode(sidecar_factory, tmp_path):
+    s = sidecar_factory()
+    v1, client = weights(3), deltakv.SidecarClient(s.url, token=TOKEN)
+    v2 = step(v1, 4)
+    live = {k: v.copy() for k, v in v1.items()}
+    with make_engine(s, live, poll_mode=True) as e:
+        e.start()
+        wait_attached(client)
+        deltakv.publish(as_published(v1), as_published(v2), str(tmp_path / "d"),
+                        parent_version="v1", version="v2")
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            rec=client.sync_and_wait("v2", str(tmp_path / "d"), timeout=60)))
+        t.start()
+        committed, deadline = False, time.time() + 60
+        while not committed and time.time() < deadline:
+            committed = e.poll()  # the scheduler loop, between steps
+            time.sleep(0.002)
+        t.join(60)
+        assert committed and result["rec"]["state"] == "live", result
+        assert np.array_equal(live["layer.0.w"], v2["layer.0.w"])
+
+
+# The callback's exception cannot reach a caller: it is reported as unraisable, like an
+# exception in a thread, and the commit fails.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_failing_pause_is_reported(sidecar_factory, tmp_path):
+    s = sidecar_factory()
+    v1, client = weights(5), deltakv.SidecarClient(s.url, token=TOKEN)
+    v2 = step(v1, 6)
+    live = {k: v.copy() for k, v in v1.items()}
+
+    def refuse():
+        raise RuntimeError("the scheduler cannot pause now")
+
+    with make_engine(s, live) as e:
+        e.set_callbacks(pause=refuse)
+        e.start()
+        wait_attached(client)
+        deltakv.publish(as_published(v1), as_published(v2), str(tmp_path / "d"),
+                        parent_version="v1", version="v2")
+        with pytest.raises(deltakv.SyncFailed) as info:
+            client.sync_and_wait("v2", str(tmp_path / "d"), timeout=60)
+        assert info.value.record["state"] == "diverged", info.value.record
+        assert e.state == "diverged"
+        assert "pause" in e.sync_error
+        for k in v1:  # the pause failed before anything was written
+            assert np.array_equal(live[k], v1[k]), k
+
+
+def test_registration_errors(sidecar_factory):
+    e = deltakv.Engine(shm_name="deltakv-py-no-such-segment", attach_timeout_ms=50)
+    ro = np.zeros(8, np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(deltakv.InvalidArgumentError, match="read-only"):
+        e.register_tensor("ro", ro)
+    with pytest.raises(deltakv.InvalidArgumentError, match="C-contiguous"):
+        e.register_tensor("strided", np.zeros((4, 4), np.float32)[:, ::2])
+    with pytest.raises(deltakv.InvalidArgumentError, match="no dtype"):
+        e.register_tensor("c", np.zeros(4, np.complex64))
+    e.register_tensor("w", np.zeros(4, np.float32))
+    with pytest.raises(deltakv.InvalidArgumentError):
+        e.register_tensor("w", np.zeros(4, np.float32))  # twice
+    with pytest.raises(deltakv.NotFoundError, match="control segment"):
+        e.start()
+    with pytest.raises(deltakv.InvalidArgumentError, match="world_size"):
+        deltakv.Engine(rank=2, world_size=2)
+    e.close()
+    e.close()

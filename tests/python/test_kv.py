@@ -1,0 +1,130 @@
+"""deltakv.KvClient against a real sidecar's pool: store and reload across two processes, every
+byte checked; the handle API; events, stats and errors."""
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+import deltakv
+from deltakv import kv as dkv
+
+BLOCK = 4096
+CTX = dict(model_fingerprint="py/test@1", kv_dtype="bfloat16")
+
+
+def pattern(seed: int, n: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, BLOCK), dtype=np.uint8)
+
+
+def child_store(pool: str, q) -> None:
+    try:
+        mem = pattern(7, 8)
+        with deltakv.KvClient(deltakv.CrossLayer(mem), pool_name=pool) as c:
+            keys = deltakv.chain_keys(deltakv.KeyContext(**CTX), np.arange(8 * 16), 16)
+            out = c.store(keys, np.arange(8))
+            q.put(("ok", out.tolist()))
+    except Exception as e:  # reported to the parent
+        q.put(("error", repr(e)))
+
+
+def test_store_in_one_process_load_in_another(sidecar_factory):
+    s = sidecar_factory(kv_block_bytes=BLOCK, kv_slots=64)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=child_store, args=(s.pool, q))
+    p.start()
+    status, outcomes = q.get(timeout=60)
+    p.join(30)
+    assert status == "ok", outcomes
+    assert outcomes == [dkv.STORE_ALLOCATED] * 8
+
+    mem = np.zeros((16, BLOCK), np.uint8)
+    with deltakv.KvClient(deltakv.CrossLayer(mem), pool_name=s.pool) as c:
+        assert (c.block_bytes, c.capacity_slots) == (BLOCK, 64)
+        keys = deltakv.chain_keys(deltakv.KeyContext(**CTX), np.arange(8 * 16), 16)
+        assert c.lookup(keys) == 8
+        c.load(keys, blocks=np.arange(8, 16))
+        assert np.array_equal(mem[8:], pattern(7, 8))
+        assert not mem[:8].any()
+        # Another salt: other keys, nothing stored.
+        other = deltakv.chain_keys(deltakv.KeyContext(**CTX, salt="tenant-b"), np.arange(128), 16)
+        assert c.lookup(other) == 0
+        with pytest.raises(deltakv.NotFoundError):
+            c.load(other[:1], [0])
+        st = c.stats()
+        assert st["pool_ready_slots"] == 8 and st["load_bytes"] == 8 * BLOCK
+
+
+def test_per_layer_handles_events_and_errors(sidecar_factory):
+    layers, per = 4, BLOCK // 8  # K and V per layer: 8 runs of 512 bytes make one block
+    s = sidecar_factory(kv_block_bytes=BLOCK, kv_slots=4)
+    k = [np.random.default_rng(i).integers(0, 256, (6, per), dtype=np.uint8) for i in range(layers)]
+    v = [np.random.default_rng(10 + i).integers(0, 256, (6, per), dtype=np.uint8)
+         for i in range(layers)]
+    keys = deltakv.chain_keys(deltakv.KeyContext(**CTX), np.arange(6 * 16), 16)
+    with deltakv.KvClient(deltakv.PerLayer(k, v), pool_name=s.pool, copy_threads=0) as c:
+        h = c.prepare_store(keys[:5])
+        assert list(h.outcomes) == [dkv.STORE_ALLOCATED] * 4 + [dkv.STORE_REFUSED]
+        assert h.info()["refused"] == 1
+        c.start_store(h, [0, 1, 2, 3, 0])  # the refused key's entry is ignored
+        assert h.wait(1000)
+        c.complete_store(h)
+        h.free()
+        h.free()  # idempotent
+        with pytest.raises(deltakv.FailedPreconditionError, match="freed"):
+            h.info()
+        events = c.drain_events()
+        assert [e[0] for e in events] == [dkv.EVENT_STORED] * 4
+        assert c.lookup(keys) == 4
+        # Reload into other engine blocks, byte for byte.
+        h = c.prepare_load(keys[:2])
+        assert h.size == 2
+        c.start_load(h, [4, 5])
+        c.complete_load(h)
+        h.free()
+        for layer in range(layers):
+            assert np.array_equal(k[layer][4:6], k[layer][0:2])
+            assert np.array_equal(v[layer][4:6], v[layer][0:2])
+        with pytest.raises(deltakv.InvalidArgumentError, match="repeated|twice"):
+            c.prepare_store(np.concatenate([keys[5:6], keys[5:6]]))
+        with pytest.raises(ValueError, match=r"shape \(n, 2\)"):
+            c.lookup(np.zeros((3, 3), np.uint64))
+        c.remove(keys[0])
+        with pytest.raises(deltakv.NotFoundError):
+            c.remove(keys[0])
+        assert c.lookup(keys) == 0
+    assert c.closed
+    with pytest.raises(deltakv.FailedPreconditionError, match="closed"):
+        c.lookup(keys)
+
+
+def test_keys_match_the_documented_vectors():
+    # docs/KEYS.md: chain A, tokens 1..4 in one block of 4, every context field absent.
+    k = deltakv.chain_keys(deltakv.KeyContext(), [1, 2, 3, 4], 4)
+    assert f"{int(k[0, 1]):016x}{int(k[0, 0]):016x}" == "a4b5c1a5c0f384a78fa039e5cfef3a2a"
+    assert deltakv.chain_keys(deltakv.KeyContext(), [1, 2, 3], 4).shape == (0, 2)
+    assert deltakv.engine_hash_keys(deltakv.KeyContext(), [b"\x01" * 32, b"\x02" * 32]).shape == (2, 2)
+    assert deltakv.engine_hash_keys(deltakv.KeyContext(), [1, 2, 3]).shape == (3, 2)
+    assert isinstance(deltakv.token_fingerprint([1, 2, 3]), int)
+    with pytest.raises(deltakv.InvalidArgumentError, match="block_tokens"):
+        deltakv.chain_keys(deltakv.KeyContext(), [1, 2], 0)
+    with pytest.raises(deltakv.InvalidArgumentError, match="tp_rank"):
+        deltakv.chain_keys(deltakv.KeyContext(tp_rank=3, tp_size=2), [1, 2], 2)
+
+
+def test_opening_errors(sidecar_factory):
+    with pytest.raises(deltakv.NotFoundError, match="kv-block-bytes"):
+        deltakv.KvClient(deltakv.CrossLayer(np.zeros((2, BLOCK), np.uint8)),
+                         pool_name="deltakv-py-no-such-pool.kv")
+    s = sidecar_factory(kv_block_bytes=BLOCK, kv_slots=4)
+    with pytest.raises(deltakv.InvalidArgumentError, match=str(BLOCK)):
+        deltakv.KvClient(deltakv.CrossLayer(np.zeros((2, BLOCK // 2), np.uint8)), pool_name=s.pool)
+    ro = np.zeros((2, BLOCK), np.uint8)
+    ro.setflags(write=False)
+    with pytest.raises(deltakv.InvalidArgumentError, match="writable"):
+        deltakv.KvClient(deltakv.CrossLayer(ro), pool_name=s.pool)
+    with pytest.raises(deltakv.UnimplementedError):
+        deltakv.KvClient(deltakv.CrossLayer(np.zeros((2, BLOCK), np.uint8)), pool_name=s.pool,
+                         copy_backend="cuda")
