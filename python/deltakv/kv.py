@@ -46,8 +46,15 @@ def _address(mem: Memory) -> Tuple[int, Optional[int]]:
     flags = getattr(mem, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         raise InvalidArgumentError("KV memory must be writable (loads copy into it)")
-    ptr, nbytes, _shape, _dtype, _device = _native.array_info(mem)
+    ptr, nbytes, _shape, _dtype, device = _native.array_info(mem)
+    if device != _DLPACK_CPU:
+        raise InvalidArgumentError(
+            f"KV memory on DLPack device type {device}: the cpu copy backend reads host memory "
+            "only, and this build has no cuda copy backend")
     return ptr, nbytes
+
+
+_DLPACK_CPU = 1
 
 
 @dataclass

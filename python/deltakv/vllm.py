@@ -1,0 +1,486 @@
+"""vLLM backends: an OffloadingSpec whose tier is the deltakv sidecar's host KV pool, and a
+WeightTransferEngine that applies deltakv syncs to the model's parameters in place.
+
+KV offloading
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"spec_name": "DeltakvOffloadingSpec",
+                                      "spec_module_path": "deltakv.vllm",
+                                      "deltakv_pool": "deltakv.kv"}}'
+
+The sidecar owns the pool (`deltakv sidecar --kv-block-bytes B`, B = the bytes one worker keeps
+per offloaded block: vLLM's worker_kv_bytes_per_block x blocks_per_chunk). Every worker keys
+its shard of a block with its own tensor-parallel rank, so engines (and restarted engines)
+that share the pool share prefixes, and a block counts as offloaded only when every rank of
+this engine has it.
+
+Scheduler side (DeltakvOffloadingManager): lookup() asks the pool; a HIT pins the block's
+slots (in this process) until the step ends or prepare_load() takes the pin over, so nothing
+evicts it between the scheduler's decision and the worker's copy; complete_load() unpins.
+prepare_store() names the blocks that are not stored or in flight; the copy, the slot
+claims and any eviction happen in the worker. take_events() reports what the pool's event
+feed says about this engine's blocks (stored by a worker, evicted or removed by anyone).
+reset_cache() removes this engine's blocks from the pool.
+
+Worker side (DeltakvOffloadingWorker): opens a client over vLLM's canonical KV tensors (one
+piece per tensor: a block is the concatenation of its page in every tensor) and runs the
+copies asynchronously on the client's copy threads. The copy backend is "cpu": KV tensors
+must be in host memory (this build has no cuda copy backend), so on a GPU deployment the
+spec refuses to start rather than reading device pointers.
+
+extra_config keys: deltakv_pool (default "deltakv.kv"), deltakv_copy_threads (2),
+deltakv_model_fingerprint (default: the model name), deltakv_salt (isolation between tenants
+sharing a pool; default none), deltakv_max_pins (65536).
+
+Weight transfer
+    deltakv.vllm.register()   # once per process: WeightTransferEngineFactory name "deltakv"
+    llm = LLM(..., weight_transfer_config={"backend": "deltakv"})
+    llm.init_weight_transfer_engine({"init_info": {"shm_name": "deltakv",
+                                                   "initial_version": "step-100"}})
+    llm.update_weights({"update_info": {"version": "step-101",
+                                        "delta": "s3://bucket/deltas/step-101",
+                                        "sidecar_url": "http://127.0.0.1:8470",
+                                        "token_file": "/etc/deltakv/token"}})
+
+Each worker registers its model's parameters (named_parameters; layouts maps a parameter name
+to its layout JSON when it is a shard or a fused tensor of the checkpoint's, see
+deltasync/layout.h; names default to the parameter names) with a deltakv engine handle in poll
+mode. update_weights is vLLM's update path between steps: rank 0 asks the sidecar for the sync
+(when sidecar_url is given; otherwise the sync was requested elsewhere), and every rank polls
+its handle until the commit of `version` is applied, in place, inside that call: the pause is
+the call itself. A sync that fails raises, and the model keeps serving the old version (or the
+handle reports diverged, see deltakv.h).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from vllm.v1.kv_offload.base import (CanonicalKVCaches, GPULoadStoreSpec, LoadStoreSpec,
+                                     LookupResult, Medium, OffloadingEvent, OffloadingManager,
+                                     OffloadingSpec, OffloadingWorker, OffloadKey,
+                                     PrepareStoreOutput, ReqContext, RequestOffloadingContext,
+                                     ScheduleEndContext, TransferResult)
+from vllm.v1.kv_offload.config import OffloadingConfig
+from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightTransferInitInfo,
+                                                   WeightTransferUpdateInfo)
+
+from dataclasses import dataclass, field
+
+from . import kv as _kv
+from .engine import Engine
+from .errors import DeltakvError, FailedPreconditionError, NotFoundError, UnimplementedError
+from .torch_weights import apply_sync, register_module
+
+__all__ = ["DeltakvOffloadingSpec", "DeltakvOffloadingManager", "DeltakvOffloadingWorker",
+           "DeltakvLoadStoreSpec", "DeltakvWeightTransferEngine", "DeltakvInitInfo",
+           "DeltakvUpdateInfo", "register"]
+
+
+class DeltakvLoadStoreSpec(LoadStoreSpec):
+    """The offload keys of a transfer (the worker keys them with its own rank)."""
+
+    def __init__(self, keys: List[bytes]) -> None:
+        self.keys = list(keys)
+
+    def __repr__(self) -> str:
+        return f"DeltakvLoadStoreSpec({len(self.keys)} keys)"
+
+
+class _Keys:
+    """OffloadKey -> deltakv pool keys, one per tensor-parallel rank of this engine."""
+
+    def __init__(self, config: OffloadingConfig, extra: Dict[str, Any]) -> None:
+        self.world = max(1, config.parallel.world_size)
+        fingerprint = extra.get("deltakv_model_fingerprint") or config.model.name
+        salt = extra.get("deltakv_salt")
+        layout = config.kv_cache_layout or "vllm"
+        self.contexts = [
+            _kv.KeyContext(model_fingerprint=str(fingerprint), kv_dtype=str(config.model.dtype),
+                           kv_layout=f"vllm:{layout}", tp_rank=r, tp_size=self.world,
+                           salt=None if salt is None else str(salt))
+            for r in range(self.world)
+        ]
+
+    def for_rank(self, keys: Collection[bytes], rank: int) -> np.ndarray:
+        items = [bytes(k) for k in keys]
+        if not items:
+            return np.zeros((0, 2), np.uint64)
+        return _kv.engine_hash_keys(self.contexts[rank], items)
+
+    def all_ranks(self, keys: Collection[bytes]) -> np.ndarray:
+        """(len(keys) * world, 2): the keys of rank 0, then rank 1, ..."""
+        parts = [self.for_rank(keys, r) for r in range(self.world)]
+        return np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
+
+
+def _bytes_per_block(config: OffloadingConfig) -> int:
+    return int(config.worker_kv_bytes_per_block) * int(config.cache.blocks_per_chunk)
+
+
+class DeltakvOffloadingManager(OffloadingManager):
+    """Scheduler side: lookups, pins and events over the pool (see the module docstring)."""
+
+    def __init__(self, config: OffloadingConfig, extra: Dict[str, Any]) -> None:
+        self._keys = _Keys(config, extra)
+        self._enable_events = bool(config.enable_kv_cache_events)
+        self._max_pins = int(extra.get("deltakv_max_pins", 65536))
+        block_bytes = _bytes_per_block(config)
+        # This process copies nothing: a one-block layout satisfies the client (the pool checks
+        # that its block size matches), and every copy runs in the workers.
+        self._scratch = np.zeros((1, block_bytes), np.uint8)
+        self._client = _kv.KvClient(_kv.CrossLayer(self._scratch),
+                                    pool_name=str(extra.get("deltakv_pool", "deltakv.kv")),
+                                    copy_threads=0, pool_events=True)
+        # Pins taken by lookup() HITs this step, and the pins of prepared loads.
+        self._lookup_pins: "OrderedDict[bytes, Any]" = OrderedDict()
+        self._load_pins: Dict[bytes, List[Any]] = {}
+        self._pending_stores: Dict[bytes, int] = {}
+        # Rank-0 pool key -> OffloadKey, for the event feed (bounded, oldest dropped).
+        self._known: "OrderedDict[Tuple[int, int], bytes]" = OrderedDict()
+        self._max_known = 1 << 20
+
+    # --- lookups and loads ---------------------------------------------------------------
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        k = bytes(key)
+        if k in self._lookup_pins or k in self._load_pins:
+            return LookupResult.HIT
+        keys = self._keys.all_ranks([k])
+        if self._client.lookup(keys[:1]) == 0:
+            return LookupResult.HIT_PENDING if k in self._pending_stores else LookupResult.MISS
+        if len(self._lookup_pins) >= self._max_pins:
+            return LookupResult.RETRY
+        try:
+            pin = self._client.prepare_load(keys)  # every rank's shard, pinned until used
+        except NotFoundError:
+            return LookupResult.HIT_PENDING if k in self._pending_stores else LookupResult.MISS
+        self._lookup_pins[k] = pin
+        self._remember([k], keys)
+        return LookupResult.HIT
+
+    def prepare_load(self, keys: Collection[OffloadKey],
+                     req_context: ReqContext) -> LoadStoreSpec:
+        out = []
+        for key in keys:
+            k = bytes(key)
+            pin = self._lookup_pins.pop(k, None)
+            if pin is None:  # not looked up this step: pin now
+                pin = self._client.prepare_load(self._keys.all_ranks([k]))
+            self._load_pins.setdefault(k, []).append(pin)
+            out.append(k)
+        return DeltakvLoadStoreSpec(out)
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        items = [bytes(k) for k in keys]
+        if items:
+            self._client.touch(self._keys.all_ranks(items))
+
+    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        for key in keys:
+            pins = self._load_pins.get(bytes(key))
+            if pins:
+                pin = pins.pop()
+                self._client.complete_load(pin)
+                pin.free()
+                if not pins:
+                    del self._load_pins[bytes(key)]
+
+    # --- stores --------------------------------------------------------------------------
+    def prepare_store(self, keys: Collection[OffloadKey],
+                      req_context: ReqContext) -> Optional[PrepareStoreOutput]:
+        todo = []
+        for key in keys:
+            k = bytes(key)
+            if k in self._pending_stores:
+                continue
+            rank_keys = self._keys.all_ranks([k])
+            if self._client.lookup(rank_keys[:1]) == 1 and all(
+                    self._client.lookup(rank_keys[r:r + 1]) == 1
+                    for r in range(1, len(rank_keys))):
+                self._client.touch(rank_keys)
+                continue
+            todo.append(k)
+            self._remember([k], rank_keys)
+        for k in todo:
+            self._pending_stores[k] = self._pending_stores.get(k, 0) + 1
+        # Evictions happen when the workers claim slots; the pool's feed reports them.
+        return PrepareStoreOutput(keys_to_store=[OffloadKey(k) for k in todo],
+                                  store_spec=DeltakvLoadStoreSpec(todo), evicted_keys=[])
+
+    def complete_store(self, keys: Collection[OffloadKey], req_context: ReqContext,
+                       success: bool = True) -> None:
+        for key in keys:
+            k = bytes(key)
+            n = self._pending_stores.get(k, 0)
+            if n <= 1:
+                self._pending_stores.pop(k, None)
+            else:
+                self._pending_stores[k] = n - 1
+
+    # --- requests, steps, events ---------------------------------------------------------
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        # Lookups that no load took over this step give their pins back.
+        self._release_lookup_pins()
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        events = self._client.drain_events()
+        if not self._enable_events:
+            return []
+        out: List[OffloadingEvent] = []
+        for kind, _raw, key, _pid in events:
+            k = self._known.get((int(key[0]), int(key[1])))
+            if k is None or kind not in (_kv.EVENT_STORED, _kv.EVENT_EVICTED, _kv.EVENT_REMOVED):
+                continue
+            out.append(OffloadingEvent(keys=[OffloadKey(k)], medium=Medium.CPU,
+                                       removed=kind != _kv.EVENT_STORED))
+        return out
+
+    def reset_cache(self) -> None:
+        self._release_lookup_pins()
+        for k in list(self._known.values()):
+            for rank_key in self._keys.all_ranks([k]):
+                try:
+                    self._client.remove(rank_key)
+                except (NotFoundError, FailedPreconditionError):
+                    pass  # gone already, or pinned by a load or being written: left as is
+        self._known.clear()
+        self._pending_stores.clear()
+
+    def shutdown(self) -> None:
+        self._release_lookup_pins()
+        for pins in self._load_pins.values():
+            for pin in pins:
+                pin.free()
+        self._load_pins.clear()
+        self._client.close()
+
+    def stats(self) -> Dict[str, Any]:
+        """The pool's counters (deltakv.KvClient.stats)."""
+        return self._client.stats()
+
+    def _release_lookup_pins(self) -> None:
+        while self._lookup_pins:
+            _k, pin = self._lookup_pins.popitem(last=False)
+            try:
+                self._client.complete_load(pin)
+            finally:
+                pin.free()
+
+    def _remember(self, keys: List[bytes], rank_keys: np.ndarray) -> None:
+        for i, k in enumerate(keys):
+            self._known[(int(rank_keys[i, 0]), int(rank_keys[i, 1]))] = k
+        while len(self._known) > self._max_known:
+            self._known.popitem(last=False)
+
+
+class DeltakvOffloadingWorker(OffloadingWorker):
+    """Worker side: asynchronous copies between vLLM's KV tensors and the pool."""
+
+    def __init__(self, config: OffloadingConfig, extra: Dict[str, Any],
+                 kv_caches: CanonicalKVCaches) -> None:
+        if int(config.cache.blocks_per_chunk) != 1:
+            raise UnimplementedError(
+                f"blocks_per_chunk {config.cache.blocks_per_chunk}: the deltakv tier offloads "
+                "one GPU block per pool slot (set the offloaded block size to the GPU's)")
+        self._rank = int(config.parallel.rank)
+        self._keys = _Keys(config, extra)
+        pieces = []
+        for t in kv_caches.tensors:
+            tensor = t.tensor
+            if tensor.dim() < 1 or not tensor.is_contiguous():
+                raise DeltakvError("a canonical KV tensor is not a contiguous (num_blocks, ...) "
+                                   "tensor")
+            row = tensor.stride(0) * tensor.element_size()
+            pieces.append((tensor, row, int(t.page_size_bytes)))
+        self._num_blocks = int(kv_caches.tensors[0].tensor.shape[0]) if kv_caches.tensors else 0
+        self._tensors = [t.tensor for t in kv_caches.tensors]
+        self._client = _kv.KvClient(
+            _kv.Pieces(pieces, num_blocks=self._num_blocks),
+            pool_name=str(extra.get("deltakv_pool", "deltakv.kv")),
+            copy_threads=int(extra.get("deltakv_copy_threads", 2)))
+        self._jobs: Dict[int, Tuple[str, Any, int]] = {}
+        self._failed: List[TransferResult] = []
+
+    def _gpu_blocks(self, spec: GPULoadStoreSpec, n: int) -> np.ndarray:
+        if spec.group_sizes is not None and len(spec.group_sizes) > 1:
+            raise UnimplementedError("more than one KV cache group")
+        blocks = np.asarray(spec.block_ids, dtype=np.uint64)
+        if len(blocks) != n:
+            raise DeltakvError(f"{len(blocks)} GPU blocks for {n} offloaded blocks")
+        return blocks
+
+    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec,
+                     dst_spec: LoadStoreSpec) -> bool:
+        assert isinstance(dst_spec, DeltakvLoadStoreSpec)
+        blocks = self._gpu_blocks(src_spec, len(dst_spec.keys))
+        h = self._client.prepare_store(self._keys.for_rank(dst_spec.keys, self._rank))
+        self._client.start_store(h, blocks)
+        self._jobs[job_id] = ("store", h, int(h.info()["allocated"]) * self._client.block_bytes)
+        return True
+
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec,
+                    expedited: bool = False) -> bool:
+        assert isinstance(src_spec, DeltakvLoadStoreSpec)
+        blocks = self._gpu_blocks(dst_spec, len(src_spec.keys))
+        try:
+            # The scheduler holds pins on these blocks, so they are stored.
+            h = self._client.prepare_load(self._keys.for_rank(src_spec.keys, self._rank))
+        except DeltakvError:
+            self._failed.append(TransferResult(job_id=job_id, success=False))
+            return True
+        self._client.start_load(h, blocks)
+        self._jobs[job_id] = ("load", h, len(blocks) * self._client.block_bytes)
+        return True
+
+    def _finish(self, job_id: int) -> TransferResult:
+        kind, h, size = self._jobs.pop(job_id)
+        ok = True
+        try:
+            if kind == "store":
+                self._client.complete_store(h)
+            else:
+                self._client.complete_load(h)
+        except DeltakvError:
+            ok = False
+        finally:
+            h.free()
+        return TransferResult(job_id=job_id, success=ok, transfer_size=size)
+
+    def get_finished(self) -> List[TransferResult]:
+        out, self._failed = self._failed, []
+        for job_id in [j for j, (_k, h, _s) in self._jobs.items() if h.query()]:
+            out.append(self._finish(job_id))
+        return out
+
+    def wait(self, job_ids: set) -> None:
+        for job_id in job_ids:
+            job = self._jobs.get(job_id)
+            if job is not None:
+                job[1].wait(-1)
+
+    def shutdown(self) -> None:
+        for job_id in list(self._jobs):
+            self._jobs[job_id][1].wait(-1)
+        self._client.close()
+
+
+class DeltakvOffloadingSpec(OffloadingSpec):
+    """Selected with spec_name "DeltakvOffloadingSpec", spec_module_path "deltakv.vllm"."""
+
+    def __init__(self, config: OffloadingConfig) -> None:
+        super().__init__(config)
+        self._extra = dict(self.extra_config)
+        self._manager: Optional[DeltakvOffloadingManager] = None
+        self._worker: Optional[DeltakvOffloadingWorker] = None
+
+    def get_manager(self) -> OffloadingManager:
+        if self._manager is None:
+            self._manager = DeltakvOffloadingManager(self.config, self._extra)
+        return self._manager
+
+    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+        if self._worker is None:
+            self._worker = DeltakvOffloadingWorker(self.config, self._extra, kv_caches)
+        return self._worker
+
+
+# ---- Weight transfer ------------------------------------------------------------------------
+
+@dataclass
+class DeltakvInitInfo(WeightTransferInitInfo):
+    shm_name: str = "deltakv"
+    initial_version: str = ""
+    # parameter name -> layout JSON (deltasync/layout.h); absent = replicated.
+    layouts: Dict[str, str] = field(default_factory=dict)
+    # parameter name -> checkpoint tensor name; absent = the same name.
+    names: Dict[str, str] = field(default_factory=dict)
+    backend: str = "cpu"
+    attach_timeout_ms: int = 10000
+
+
+@dataclass
+class DeltakvUpdateInfo(WeightTransferUpdateInfo):
+    version: str = ""
+    delta: Optional[str] = None  # with sidecar_url: rank 0 requests the sync
+    sidecar_url: Optional[str] = None
+    token: Optional[str] = None
+    token_file: Optional[str] = None
+    timeout_s: float = 600.0
+
+
+class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvUpdateInfo]):
+    """Applies deltakv syncs to the worker's model in place (see the module docstring)."""
+
+    init_info_cls = DeltakvInitInfo
+    update_info_cls = DeltakvUpdateInfo
+    supports_draft_weight_update = False
+
+    def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
+        super().__init__(config, vllm_config, device, model)
+        self._engine: Optional[Engine] = None
+        self._in_update = False
+
+    def _rank(self) -> Tuple[int, int]:
+        pc = self.parallel_config
+        world = int(getattr(pc, "tensor_parallel_size", 1) or 1)
+        rank = int(getattr(pc, "rank", 0) or 0) % world
+        return rank, world
+
+    def init_transfer_engine(self, init_info: DeltakvInitInfo) -> None:
+        if self._engine is not None:
+            raise FailedPreconditionError("the deltakv weight transfer engine is initialized")
+        rank, world = self._rank()
+        self._engine = register_module(
+            self.model, shm_name=init_info.shm_name, rank=rank, world_size=world,
+            initial_version=init_info.initial_version, backend=init_info.backend,
+            layouts=init_info.layouts, names=init_info.names,
+            attach_timeout_ms=init_info.attach_timeout_ms)
+
+    def start_weight_update(self) -> None:
+        self._live()
+        self._in_update = True
+
+    def receive_weights(self, update_info: DeltakvUpdateInfo) -> None:
+        if not update_info.version:
+            raise ValueError("update_info.version is required")
+        apply_sync(self._live(), self._rank()[0], update_info.version, delta=update_info.delta,
+                   sidecar_url=update_info.sidecar_url, token=update_info.token,
+                   token_file=update_info.token_file, timeout_s=update_info.timeout_s)
+
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
+        # Applied in place on the model's own memory; no device stream to synchronize for the
+        # cpu backend, and the cuda backend synchronizes its scatter before committing.
+        self.receive_weights(self.parse_update_info(update_info))
+
+    def finish_weight_update(self) -> None:
+        self._live()
+        self._in_update = False
+
+    def shutdown(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    @property
+    def handle(self) -> Optional[Engine]:
+        """The deltakv engine handle (state, policy_version, version_id, sync_error)."""
+        return self._engine
+
+    def _live(self) -> Engine:
+        if self._engine is None:
+            raise FailedPreconditionError("init_transfer_engine was not called")
+        return self._engine
+
+
+def register() -> None:
+    """Registers the weight transfer engine as backend "deltakv" (idempotent)."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+    if "deltakv" not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine("deltakv", "deltakv.vllm",
+                                                    "DeltakvWeightTransferEngine")

@@ -1,0 +1,44 @@
+"""A real `deltakv sidecar` process for tests (DELTAKV_BIN), shared by tests/python and
+tests/engines."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from typing import List
+
+TOKEN = "python-test-token"
+
+
+class Sidecar:
+    def __init__(self, tmp: str, kv_block_bytes: int = 0, kv_slots: int = 0) -> None:
+        self.shm = f"dkv-py-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.token_file = os.path.join(tmp, f"{self.shm}.token")
+        with open(self.token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        port_file = os.path.join(tmp, f"{self.shm}.port")
+        self.log = os.path.join(tmp, f"{self.shm}.log")
+        args: List[str] = [os.environ["DELTAKV_BIN"], "sidecar", "--listen", "127.0.0.1:0",
+                           "--port-file", port_file, "--token-file", self.token_file,
+                           "--shm-name", self.shm]
+        if kv_block_bytes:
+            args += ["--kv-block-bytes", str(kv_block_bytes), "--kv-capacity-slots", str(kv_slots)]
+        with open(self.log, "wb") as err:
+            self.proc = subprocess.Popen(args, stderr=err)
+        deadline = time.time() + 20
+        while not os.path.exists(port_file) or os.path.getsize(port_file) == 0:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise AssertionError("sidecar did not start: " + open(self.log).read())
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{int(open(port_file).read())}"
+        self.pool = self.shm + ".kv"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
