@@ -1,0 +1,48 @@
+"""deltakv.sglang.DeltakvWeightUpdater on a CPU torch.nn.Module in the SGLang venv and a real
+sidecar: an update applied in place equals a module loaded with the new weights; a refused
+sync changes nothing."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sglang.srt.mem_cache.hicache_storage")
+
+import deltakv  # noqa: E402
+from deltakv.sglang import DeltakvWeightUpdater  # noqa: E402
+from sidecar_proc import TOKEN  # noqa: E402
+
+
+def state(model) -> dict:
+    out = {}
+    for name, p in model.named_parameters():
+        t = p.detach().clone()
+        out[name] = (t.view(torch.int16).numpy(), "BF16") if t.dtype == torch.bfloat16 \
+            else t.numpy()
+    return out
+
+
+def test_update_in_place(sidecar_factory, tmp_path):
+    s = sidecar_factory()
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))
+    model[1].to(torch.bfloat16)
+    new = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))
+    new[1].to(torch.bfloat16)
+    new.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        new[0].weight[2, 3] += 1.0
+        new[1].bias[1] = 0.5
+    deltakv.publish(state(model), state(new), str(tmp_path / "d"), parent_version="v1",
+                    version="v2")
+    u = DeltakvWeightUpdater(model, shm_name=s.shm, initial_version="v1")
+    u.update("v2", delta=str(tmp_path / "d"), sidecar_url=s.url, token=TOKEN, timeout_s=60)
+    for (name, p), (_n, q) in zip(model.named_parameters(), new.named_parameters()):
+        assert torch.equal(p, q), name
+    assert (u.handle.version_id, u.handle.policy_version) == ("v2", 1)
+    with pytest.raises(deltakv.FailedPreconditionError, match="aborted"):
+        u.update("v3", delta=str(tmp_path / "missing"), sidecar_url=s.url, token=TOKEN,
+                 timeout_s=60)
+    for (name, p), (_n, q) in zip(model.named_parameters(), new.named_parameters()):
+        assert torch.equal(p, q), name
+    u.close()
