@@ -197,9 +197,7 @@ class DeltakvOffloadingManager(OffloadingManager):
             if k in self._pending_stores:
                 continue
             rank_keys = self._keys.all_ranks([k])
-            if self._client.lookup(rank_keys[:1]) == 1 and all(
-                    self._client.lookup(rank_keys[r:r + 1]) == 1
-                    for r in range(1, len(rank_keys))):
+            if self._client.lookup(rank_keys) == len(rank_keys):  # every rank's shard
                 self._client.touch(rank_keys)
                 continue
             todo.append(k)
@@ -299,7 +297,6 @@ class DeltakvOffloadingWorker(OffloadingWorker):
             row = tensor.stride(0) * tensor.element_size()
             pieces.append((tensor, row, int(t.page_size_bytes)))
         self._num_blocks = int(kv_caches.tensors[0].tensor.shape[0]) if kv_caches.tensors else 0
-        self._tensors = [t.tensor for t in kv_caches.tensors]
         self._client = _kv.KvClient(
             _kv.Pieces(pieces, num_blocks=self._num_blocks),
             pool_name=str(extra.get("deltakv_pool", "deltakv.kv")),
@@ -424,7 +421,6 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
     def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
         super().__init__(config, vllm_config, device, model)
         self._engine: Optional[Engine] = None
-        self._in_update = False
 
     def _rank(self) -> Tuple[int, int]:
         pc = self.parallel_config
@@ -443,8 +439,7 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
             attach_timeout_ms=init_info.attach_timeout_ms)
 
     def start_weight_update(self) -> None:
-        self._live()
-        self._in_update = True
+        self._live()  # the update is applied inside update_weights: nothing to prepare
 
     def receive_weights(self, update_info: DeltakvUpdateInfo) -> None:
         if not update_info.version:
@@ -460,7 +455,6 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
 
     def finish_weight_update(self) -> None:
         self._live()
-        self._in_update = False
 
     def shutdown(self) -> None:
         if self._engine is not None:

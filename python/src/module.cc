@@ -234,23 +234,19 @@ std::vector<ds::TensorBytes> ToTensors(const std::vector<TensorEntry>& entries, 
     t.name = name;
     t.dtype = *dtype;
     t.bytes = HostBytes(array, what);
-    if (dtype_override && DTypeNameOf(array.dtype()) != dtype_override) {
-      // Reinterpreted bytes (e.g. uint16 holding bfloat16): the shape is in the new dtype's
+    for (size_t i = 0; i < array.ndim(); ++i) t.shape.push_back(array.shape(i));
+    const uint32_t from = (array.dtype().bits + 7) / 8, to = ds::DTypeSize(*dtype);
+    if (from != to) {
+      // Reinterpreted bytes (e.g. uint8 holding bfloat16): the shape is in the new dtype's
       // elements, so the last dimension scales with the element sizes.
-      const uint32_t from = (array.dtype().bits + 7) / 8, to = ds::DTypeSize(*dtype);
-      for (size_t i = 0; i < array.ndim(); ++i) t.shape.push_back(array.shape(i));
-      if (t.shape.empty()) t.shape.push_back(1);
+      if (t.shape.empty()) {
+        Raise(DELTAKV_ERR_INVALID_ARGUMENT, what + ": a scalar cannot change its element size");
+      }
       if ((t.shape.back() * from) % to != 0) {
         Raise(DELTAKV_ERR_INVALID_ARGUMENT,
               what + ": its last dimension does not hold whole " + *dtype_name + " elements");
       }
       t.shape.back() = t.shape.back() * from / to;
-      if (array.ndim() == 0) t.shape.clear();
-      if (array.ndim() == 0 && from != to) {
-        Raise(DELTAKV_ERR_INVALID_ARGUMENT, what + ": a scalar cannot change its element size");
-      }
-    } else {
-      for (size_t i = 0; i < array.ndim(); ++i) t.shape.push_back(array.shape(i));
     }
     out.push_back(std::move(t));
   }
@@ -297,14 +293,14 @@ const char* StateName(deltakv_engine_state s) {
 class Engine {
  public:
   Engine(const std::string& shm_name, int rank, int world_size, const std::string& backend,
-         const std::string& initial_version, bool poll_mode, uint32_t attach_timeout_ms)
-      : shm_name_(shm_name), backend_(backend), initial_version_(initial_version) {
+         const std::string& initial_version, bool poll_mode, uint32_t attach_timeout_ms) {
+    // The handle copies every string of the params.
     deltakv_engine_params p = deltakv_engine_default_params();
-    p.shm_name = shm_name_.c_str();
+    p.shm_name = shm_name.c_str();
     p.rank = rank;
     p.world_size = world_size;
-    p.backend = backend_.c_str();
-    p.initial_version = initial_version_.c_str();
+    p.backend = backend.c_str();
+    p.initial_version = initial_version.c_str();
     p.poll_mode = poll_mode ? 1 : 0;
     p.attach_timeout_ms = attach_timeout_ms;
     Check(deltakv_engine_create(&p, &e_));
@@ -423,7 +419,6 @@ class Engine {
     return CallPy(self->derived_, std::string(tensor), list);
   }
 
-  std::string shm_name_, backend_, initial_version_;
   deltakv_engine* e_ = nullptr;
   std::vector<nb::object> keep_;  // registered arrays stay alive while the handle does
   nb::object pause_ = nb::none(), resume_ = nb::none(), derived_ = nb::none();

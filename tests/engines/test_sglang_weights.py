@@ -11,15 +11,9 @@ pytest.importorskip("sglang.srt.mem_cache.hicache_storage")
 import deltakv  # noqa: E402
 from deltakv.sglang import DeltakvWeightUpdater  # noqa: E402
 from sidecar_proc import TOKEN  # noqa: E402
+from torch_state import module_state  # noqa: E402
 
 
-def state(model) -> dict:
-    out = {}
-    for name, p in model.named_parameters():
-        t = p.detach().clone()
-        out[name] = (t.view(torch.int16).numpy(), "BF16") if t.dtype == torch.bfloat16 \
-            else t.numpy()
-    return out
 
 
 def test_update_in_place(sidecar_factory, tmp_path):
@@ -33,8 +27,8 @@ def test_update_in_place(sidecar_factory, tmp_path):
     with torch.no_grad():
         new[0].weight[2, 3] += 1.0
         new[1].bias[1] = 0.5
-    deltakv.publish(state(model), state(new), str(tmp_path / "d"), parent_version="v1",
-                    version="v2")
+    deltakv.publish(module_state(model), module_state(new), str(tmp_path / "d"),
+                    parent_version="v1", version="v2")
     u = DeltakvWeightUpdater(model, shm_name=s.shm, initial_version="v1")
     u.update("v2", delta=str(tmp_path / "d"), sidecar_url=s.url, token=TOKEN, timeout_s=60)
     for (name, p), (_n, q) in zip(model.named_parameters(), new.named_parameters()):

@@ -16,6 +16,7 @@ from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 import deltakv  # noqa: E402
 from deltakv import vllm as dvllm  # noqa: E402
 from sidecar_proc import TOKEN  # noqa: E402
+from torch_state import module_state  # noqa: E402
 
 
 class Tiny(torch.nn.Module):
@@ -29,13 +30,6 @@ class Tiny(torch.nn.Module):
         return self.down(torch.relu(self.up(x))) * self.norm.float()
 
 
-def state(model) -> dict:
-    out = {}
-    for name, p in model.named_parameters():
-        t = p.detach().clone()
-        out[name] = (t.view(torch.int16).numpy(), "BF16") if t.dtype == torch.bfloat16 \
-            else t.numpy()
-    return out
 
 
 def make_engine(model):
@@ -54,7 +48,7 @@ def test_update_through_vllms_api_equals_the_new_weights(sidecar_factory, tmp_pa
         new_model.up.weight[3, :5] += 0.25
         new_model.down.weight[1, 7] -= 1.0
         new_model.norm[2] = 1.5
-    deltakv.publish(state(model), state(new_model), str(tmp_path / "d12"),
+    deltakv.publish(module_state(model), module_state(new_model), str(tmp_path / "d12"),
                     parent_version="v1", version="v2")
     engine = make_engine(model)
     assert isinstance(engine, dvllm.DeltakvWeightTransferEngine)
@@ -72,8 +66,8 @@ def test_update_through_vllms_api_equals_the_new_weights(sidecar_factory, tmp_pa
     assert (engine.handle.version_id, engine.handle.policy_version) == ("v2", 1)
 
     # A delta whose parent is not what the model serves: refused, nothing changes.
-    deltakv.publish(state(model), state(model), str(tmp_path / "same"), parent_version="v7",
-                    version="v8")
+    deltakv.publish(module_state(model), module_state(model), str(tmp_path / "same"),
+                    parent_version="v7", version="v8")
     engine.start_weight_update()
     with pytest.raises(deltakv.DeltakvError, match="aborted"):
         engine.update_weights({"version": "v8", "delta": str(tmp_path / "same"),

@@ -4,11 +4,11 @@ or without a KV pool. The package itself comes from PYTHONPATH (the build tree's
 from __future__ import annotations
 
 import os
-from typing import Iterator, List
 
 import pytest
 
-from sidecar_proc import TOKEN, Sidecar  # noqa: F401 (TOKEN is used by the tests)
+# TOKEN is imported by the tests; sidecar_factory is the shared fixture.
+from sidecar_proc import TOKEN, sidecar_factory  # noqa: F401
 
 
 @pytest.fixture
@@ -17,17 +17,3 @@ def deltakv_bin() -> str:
     if not path:
         pytest.skip("DELTAKV_BIN (the deltakv binary) is not set")
     return path
-
-
-@pytest.fixture
-def sidecar_factory(deltakv_bin: str, tmp_path) -> Iterator:
-    started: List[Sidecar] = []
-
-    def start(kv_block_bytes: int = 0, kv_slots: int = 0) -> Sidecar:
-        s = Sidecar(str(tmp_path), kv_block_bytes, kv_slots)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()

@@ -6,7 +6,9 @@ import os
 import subprocess
 import time
 import uuid
-from typing import List
+from typing import Iterator, List
+
+import pytest
 
 TOKEN = "python-test-token"
 
@@ -42,3 +44,21 @@ class Sidecar:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+@pytest.fixture
+def sidecar_factory(tmp_path) -> Iterator:
+    """start(kv_block_bytes=0, kv_slots=0) starts a sidecar (stopped after the test); the test
+    is skipped when DELTAKV_BIN is not set."""
+    if not os.environ.get("DELTAKV_BIN"):
+        pytest.skip("DELTAKV_BIN (the deltakv binary) is not set")
+    started: List[Sidecar] = []
+
+    def start(kv_block_bytes: int = 0, kv_slots: int = 0) -> Sidecar:
+        s = Sidecar(str(tmp_path), kv_block_bytes, kv_slots)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
