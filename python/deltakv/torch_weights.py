@@ -4,13 +4,13 @@ apply a sync in place between steps. torch is imported by the caller's objects o
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, Iterable, Optional, Set, Tuple
 
 from .engine import Engine
 from .errors import DataLossError, DeltakvError, FailedPreconditionError
 from .sidecar import SidecarClient
 
-__all__ = ["register_module", "apply_sync", "TORCH_DTYPES"]
+__all__ = ["register_module", "register_tensors", "apply_sync", "TORCH_DTYPES"]
 
 TORCH_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32",
                 "torch.float64": "F64", "torch.int8": "I8", "torch.uint8": "U8",
@@ -25,22 +25,36 @@ def register_module(model: Any, *, shm_name: str, rank: int, world_size: int,
                     initial_version: str, backend: str = "cpu",
                     layouts: Optional[Dict[str, str]] = None,
                     names: Optional[Dict[str, str]] = None,
-                    attach_timeout_ms: int = 10000) -> Engine:
+                    attach_timeout_ms: int = 10000, derived: Any = None) -> Engine:
     """A started poll-mode handle over every parameter of `model` (named_parameters), in
     place. `layouts` maps a parameter name to its layout JSON (a shard or a fused tensor of the
     checkpoint's, deltasync/layout.h; absent = replicated); `names` maps a parameter name to
-    its checkpoint tensor name (absent = the same)."""
+    its checkpoint tensor name (absent = the same); `derived(name, regions)` is the handle's
+    derived-weights callback (deltakv.Engine)."""
+    return register_tensors(((n, p.data) for n, p in model.named_parameters()),
+                            shm_name=shm_name, rank=rank, world_size=world_size,
+                            initial_version=initial_version, backend=backend, layouts=layouts,
+                            names=names, attach_timeout_ms=attach_timeout_ms, derived=derived)
+
+
+def register_tensors(tensors: Iterable[Tuple[str, Any]], *, shm_name: str, rank: int,
+                     world_size: int, initial_version: str, backend: str = "cpu",
+                     layouts: Optional[Dict[str, str]] = None,
+                     names: Optional[Dict[str, str]] = None,
+                     attach_timeout_ms: int = 10000, derived: Any = None) -> Engine:
+    """register_module over (name, torch tensor) pairs."""
     e = Engine(shm_name=shm_name, rank=rank, world_size=world_size, backend=backend,
                initial_version=initial_version, poll_mode=True,
                attach_timeout_ms=attach_timeout_ms)
     try:
-        for name, param in model.named_parameters():
-            data = param.data
+        for name, data in tensors:
             if not data.is_contiguous():
                 raise DeltakvError(f"parameter {name!r} is not contiguous")
             e.register_tensor((names or {}).get(name, name), data,
                               dtype=TORCH_DTYPES.get(str(data.dtype)),
                               layout_json=(layouts or {}).get(name))
+        if derived is not None:
+            e.set_callbacks(derived=derived)
         e.start()
     except BaseException:
         e.close()

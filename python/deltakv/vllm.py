@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Iterable
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -72,8 +72,9 @@ from dataclasses import dataclass, field
 
 from . import kv as _kv
 from .engine import Engine
-from .errors import DeltakvError, FailedPreconditionError, NotFoundError, UnimplementedError
-from .torch_weights import apply_sync, register_module
+from .errors import (DataLossError, DeltakvError, FailedPreconditionError, NotFoundError,
+                     UnimplementedError)
+from .torch_weights import apply_sync, register_module, register_tensors
 
 __all__ = ["DeltakvOffloadingSpec", "DeltakvOffloadingManager", "DeltakvOffloadingWorker",
            "DeltakvLoadStoreSpec", "DeltakvWeightTransferEngine", "DeltakvInitInfo",
@@ -399,6 +400,11 @@ class DeltakvInitInfo(WeightTransferInitInfo):
     names: Dict[str, str] = field(default_factory=dict)
     backend: str = "cpu"
     attach_timeout_ms: int = 10000
+    # The safetensors checkpoint directory the engine loaded, for builds whose kernels keep
+    # only a repacked copy of the weights (vLLM's CPU build): the handle then serves a canonical
+    # host copy of the checkpoint, and each commit's touched decoder layers are reloaded into
+    # the model through vLLM's layerwise reload. None: the parameters are updated in place.
+    checkpoint: Optional[str] = None
 
 
 @dataclass
@@ -421,6 +427,8 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
     def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
         super().__init__(config, vllm_config, device, model)
         self._engine: Optional[Engine] = None
+        self._canonical: Dict[str, Any] = {}  # checkpoint mode: name -> host tensor
+        self._touched: Set[str] = set()
 
     def _rank(self) -> Tuple[int, int]:
         pc = self.parallel_config
@@ -432,11 +440,16 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
         if self._engine is not None:
             raise FailedPreconditionError("the deltakv weight transfer engine is initialized")
         rank, world = self._rank()
-        self._engine = register_module(
-            self.model, shm_name=init_info.shm_name, rank=rank, world_size=world,
-            initial_version=init_info.initial_version, backend=init_info.backend,
-            layouts=init_info.layouts, names=init_info.names,
-            attach_timeout_ms=init_info.attach_timeout_ms)
+        common = dict(shm_name=init_info.shm_name, rank=rank, world_size=world,
+                      initial_version=init_info.initial_version, backend=init_info.backend,
+                      attach_timeout_ms=init_info.attach_timeout_ms)
+        if init_info.checkpoint is None:
+            self._engine = register_module(self.model, layouts=init_info.layouts,
+                                           names=init_info.names, **common)
+            return
+        self._canonical = _load_checkpoint(init_info.checkpoint)
+        self._engine = register_tensors(self._canonical.items(), derived=self._on_derived,
+                                        **common)
 
     def start_weight_update(self) -> None:
         self._live()  # the update is applied inside update_weights: nothing to prepare
@@ -444,9 +457,33 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
     def receive_weights(self, update_info: DeltakvUpdateInfo) -> None:
         if not update_info.version:
             raise ValueError("update_info.version is required")
+        self._touched.clear()
         apply_sync(self._live(), self._rank()[0], update_info.version, delta=update_info.delta,
                    sidecar_url=update_info.sidecar_url, token=update_info.token,
                    token_file=update_info.token_file, timeout_s=update_info.timeout_s)
+        if self._touched:
+            self._reload_touched_layers()
+
+    def _on_derived(self, name: str, regions: Any) -> None:
+        self._touched.add(name)
+
+    def _reload_touched_layers(self) -> None:
+        """Checkpoint mode: loads every tensor of each decoder layer a commit touched (a fused
+        parameter needs all its parts) from the canonical copy into the model, through vLLM's
+        layerwise reload, which reruns the layers' weight processing (repacking)."""
+        from vllm.distributed.weight_transfer.base import layerwise_groups
+        from vllm.model_executor.model_loader.reload.layerwise import (
+            finalize_layerwise_reload, initialize_layerwise_reload)
+        names = [n for g in layerwise_groups(list(self._canonical))
+                 if self._touched.intersection(g) for n in g]
+        self._touched.clear()
+        try:
+            initialize_layerwise_reload(self.model)
+            self.model.load_weights(((n, self._canonical[n]) for n in names))
+            finalize_layerwise_reload(self.model, self.model_config)
+        except Exception as e:
+            raise DataLossError(f"the new weights are committed, but reloading {len(names)} "
+                                f"tensors into the model failed: {e}") from e
 
     def update_weights(self, update_info: Dict[str, Any]) -> None:
         # Applied in place on the model's own memory; no device stream to synchronize for the
@@ -460,6 +497,7 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+        self._canonical = {}
 
     @property
     def handle(self) -> Optional[Engine]:
@@ -472,9 +510,26 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
         return self._engine
 
 
+def _load_checkpoint(path: str) -> Dict[str, Any]:
+    """Every tensor of the safetensors files in directory `path`, in host memory."""
+    import glob
+    import os
+
+    from safetensors.torch import load_file
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise NotFoundError(f"no .safetensors files in checkpoint directory {path!r}")
+    out: Dict[str, Any] = {}
+    for f in files:
+        for name, t in load_file(f, device="cpu").items():
+            if name in out:
+                raise DeltakvError(f"tensor {name!r} is in two files of {path!r}")
+            out[name] = t.contiguous()
+    return out
+
+
 def register() -> None:
-    """Registers the weight transfer engine as backend "deltakv" (idempotent)."""
-    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
-    if "deltakv" not in WeightTransferEngineFactory._registry:
-        WeightTransferEngineFactory.register_engine("deltakv", "deltakv.vllm",
-                                                    "DeltakvWeightTransferEngine")
+    """Registers the weight transfer engine as backend "deltakv" (idempotent; an installed
+    package does this in every vLLM process through its plugin entry point)."""
+    from .vllm_plugin import register as _register
+    _register()

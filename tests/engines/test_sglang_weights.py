@@ -40,3 +40,32 @@ def test_update_in_place(sidecar_factory, tmp_path):
     for (name, p), (_n, q) in zip(model.named_parameters(), new.named_parameters()):
         assert torch.equal(p, q), name
     u.close()
+
+
+def test_custom_weight_loader_contract(sidecar_factory, tmp_path):
+    """The loader as SGLang's update_weights_from_tensor calls it: resolved by SGLang's own
+    dynamic_import from the load_format string, then loader(model, named_tensors)."""
+    from sglang.srt.model_executor.model_runner_components import weight_updater
+    from deltakv import sglang as dsg
+    s = sidecar_factory()
+    torch.manual_seed(2)
+    model, new = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    new.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        new.weight[1, 2] += 0.5
+    deltakv.publish(module_state(model), module_state(new), str(tmp_path / "d"),
+                    parent_version="v1", version="v2")
+    loader = weight_updater.dynamic_import(dsg.LOADER)
+    with pytest.raises(deltakv.FailedPreconditionError, match="attach_request"):
+        loader(model, dsg.update_request("v2"))
+    loader(model, dsg.attach_request(shm_name=s.shm, initial_version="v1"))
+    with pytest.raises(deltakv.FailedPreconditionError, match="already"):
+        loader(model, dsg.attach_request(shm_name=s.shm, initial_version="v1"))
+    loader(model, dsg.update_request("v2", delta=str(tmp_path / "d"), sidecar_url=s.url,
+                                     token=TOKEN, timeout_s=60))
+    assert torch.equal(model.weight, new.weight) and torch.equal(model.bias, new.bias)
+    with pytest.raises(deltakv.InvalidArgumentError, match="one 'deltakv.request'"):
+        loader(model, [("model.weight", torch.zeros(1))])
+    with pytest.raises(deltakv.InvalidArgumentError, match="malformed"):
+        loader(model, [("deltakv.request", torch.tensor([1, 2, 3], dtype=torch.uint8))])
+    dsg._UPDATERS.pop(model).close()
