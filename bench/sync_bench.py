@@ -5,7 +5,7 @@ baselines measured in the same run; sidecar peak RSS. JSON lines.
   python3 bench/sync_bench.py --deltakv build/sidecar/deltakv \
       --engine build/shim/deltakv-demo-engine [--size-mib 4096] [--densities 0.001,0.01,0.05] \
       [--tp 1,4] [--decode-threads 1,2] [--malloc glibc,jemalloc] [--dir $TMPDIR]
-      [--sidecar-args "..."]
+      [--sidecar-args "..."] [--backend cpu|cuda] [--check-bytes] [--log FILE]
 
 --malloc runs every configuration once per allocator: glibc malloc, and jemalloc preloaded
 (LD_PRELOAD of --jemalloc, found in the usual library directories by default) into the sidecar
@@ -31,6 +31,20 @@ can do: each rank reads its shards into memory first, then copies them with as m
 the cpu backend's scatter, and its pause covers only that copy. pause_vs_full_reload is the
 sync's pause over the slowest rank's reload pause. A figure missing from either side stops the
 bench with an error rather than producing a ratio.
+
+--backend cuda runs the engine's weights in CUDA device memory (deltakv-demo-engine --backend
+cuda). Then:
+- the full reload is one host-to-device copy of every tensor from pinned host memory (the
+  fastest way to load the whole model on a GPU), its pause covering only the copies;
+- there is no touched-line bound (it times host memory lines); instead each rank's staging
+  (deltakv_engine_get_sync_stats: bytes staged and time in the backend's staging calls) is set
+  against a host-to-device copy of the same number of bytes from pinned memory on the same GPU
+  (POST /v1/copy-bound): staging_vs_h2d_copy is staging GB/s over that copy's GB/s;
+- the startup verify and a closing scrub report GB/s against a device-to-device copy of the
+  rank's weight bytes (a pass that reads each byte once and writes it once).
+--check-bytes (default with cuda) compares each rank's live weights after the sync with the
+same rank after the full reload of the new checkpoint (sha256 of every tensor, downloaded from
+the device): the sync must have produced exactly the new checkpoint's bytes.
 """
 import argparse, json, os, platform, shutil, signal, subprocess, sys, tempfile, time
 import concurrent.futures
@@ -82,7 +96,14 @@ def main():
     ap.add_argument("--jemalloc", default="", help="path of libjemalloc.so (default: search)")
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--sidecar-args", default="", help="extra sidecar flags, space-separated")
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--log", default="", help="append the sidecar's and engine's stderr here")
+    ap.add_argument("--check-bytes", action="store_true",
+                    help="compare the synced bytes with a full reload (default with cuda)")
     a = ap.parse_args()
+    cuda = a.backend == "cuda"
+    check_bytes = a.check_bytes or cuda
+    proc_err = open(a.log, "a") if a.log else subprocess.DEVNULL
     densities = [float(x) for x in a.densities.split(",")]
     tps = [int(x) for x in a.tp.split(",")]
     thread_counts = [int(x) for x in a.decode_threads.split(",")]
@@ -108,7 +129,7 @@ def main():
                                                 capture_output=True, text=True).stdout)
     print(json.dumps({"bench": "sync_bench", "kind": "environment", "cpus": os.cpu_count(),
                       "machine": platform.machine(), "kernel": platform.release(),
-                      "size_mib": a.size_mib}), flush=True)
+                      "size_mib": a.size_mib, "backend": a.backend}), flush=True)
     try:
         k("checkpoint", "generate", "--out", t("v1"), "--size-mib", str(a.size_mib), "--files", "4")
         k("checkpoint", "manifest", t("v1"))  # what the startup verify compares the engine with
@@ -143,12 +164,13 @@ def main():
             sidecar = subprocess.Popen([a.deltakv, "sidecar", "--listen", "127.0.0.1:0", "--port-file",
                                         t(f"sc{run}.port"), "--token-file", t("token"), "--shm-name", shm,
                                         "--decode-threads", str(threads), *a.sidecar_args.split()],
-                                       stderr=subprocess.DEVNULL, env=envs[m])
+                                       stderr=proc_err, env=envs[m])
             url = f"http://127.0.0.1:{wait_file(t(f'sc{run}.port'), sidecar, 'sidecar')}"
             ports = t(f"ports{run}")
             os.makedirs(ports)
             engine = subprocess.Popen([a.engine, "--checkpoint", t("v1"), "--tp", str(tp), "--shm", shm,
-                                       "--port-dir", ports], stderr=subprocess.DEVNULL)
+                                       "--port-dir", ports, "--backend", a.backend],
+                                      stderr=proc_err)
             rank_ports = [wait_file(os.path.join(ports, f"rank{r}.port"), engine, "engine")
                           for r in range(tp)]
             while len(http("GET", url + "/v1/status")["ranks"]) < tp:
@@ -161,6 +183,7 @@ def main():
             rec = _bench.wait_job(url, job["id"], ("verified", "diverged", "failed"))
             if rec["state"] != "verified":
                 sys.exit(f"sync_bench: the startup verify ended {rec['state']}: {rec.get('error')}")
+            verify_rec = rec
             try:
                 for d, parent, new, pub in chain:
                     t0 = time.time()
@@ -170,12 +193,46 @@ def main():
                     wall = (time.time() - t0) * 1000
                     if rec["state"] != "live":
                         sys.exit(f"sync_bench: sync failed: {rec.get('error')}")
-                    bounds = post_ranks(rank_ports, "/v1/touch-bound", {"parent": t(parent)},
-                                        "touch bound")
-                    touch_ms = max(figure(r, "touch_ms", f"touch-bound response (port {p})")
-                                   for r, p in zip(bounds, rank_ports))
+                    states = [http("GET", f"http://127.0.0.1:{p}/v1/state") for p in rank_ports]
+                    extra = {}
+                    if cuda:
+                        # Staging against a host-to-device copy of the same bytes, per rank.
+                        stage = []
+                        for st, p in zip(states, rank_ports):
+                            ss = st.get("sync_stats") or {}
+                            if ss.get("outcome") != 1:
+                                sys.exit(f"sync_bench: rank on port {p}: its newest sync's stats "
+                                         f"say outcome {ss.get('outcome')}, not committed: {ss}")
+                            nbytes = figure(ss, "bytes", f"sync_stats of port {p}")
+                            us = figure(ss, "stage_us", f"sync_stats of port {p}")
+                            cb = http("POST", f"http://127.0.0.1:{p}/v1/copy-bound",
+                                      {"bytes": nbytes, "kind": "h2d"})
+                            copy_ms = figure(cb, "ms", f"copy-bound response (port {p})")
+                            stage.append({"bytes": nbytes, "stage_ms": us / 1000,
+                                          "staging_gbps": nbytes / (us * 1e3),
+                                          "h2d_copy_gbps": nbytes / (copy_ms * 1e6)})
+                        slow = max(stage, key=lambda x: x["stage_ms"])
+                        extra = {"rank_staging": stage, "staging_gbps": slow["staging_gbps"],
+                                 "h2d_copy_gbps": slow["h2d_copy_gbps"],
+                                 "staging_vs_h2d_copy": slow["staging_gbps"] / slow["h2d_copy_gbps"]}
+                    else:
+                        bounds = post_ranks(rank_ports, "/v1/touch-bound", {"parent": t(parent)},
+                                            "touch bound")
+                        touch_ms = max(figure(r, "touch_ms", f"touch-bound response (port {p})")
+                                       for r, p in zip(bounds, rank_ports))
+                        extra = {"touch_bound_ms": touch_ms,
+                                 "touched_lines_measured": sum(r["lines"] for r in bounds),
+                                 "pause_vs_touch_bound": None}
                     reloads = post_ranks(rank_ports, "/v1/reload", {"checkpoint": t(new)},
                                          "full reload")
+                    if check_bytes:
+                        again = [http("GET", f"http://127.0.0.1:{p}/v1/generate") for p in rank_ports]
+                        for st, ag, p in zip(states, again, rank_ports):
+                            if st.get("answer") != ag.get("answer"):
+                                sys.exit(f"sync_bench: rank on port {p}: the synced weights differ "
+                                         f"from a full load of {new} (sha256 {st.get('answer')} "
+                                         f"vs {ag.get('answer')})")
+                        extra["bytes_match_full_load"] = True
                     full_pause = max(figure(r, "pause_ms", f"full reload response (port {p})")
                                      for r, p in zip(reloads, rank_ports))
                     full_total = max(figure(r, "total_ms", f"full reload response (port {p})")
@@ -190,11 +247,10 @@ def main():
                         "byte_density": pub["density"], "model_bytes": pub["checkpoint_bytes"],
                         "delta_bytes": pub["compressed_bytes"],
                         "request_to_live_ms": wall, "sidecar_total_ms": rec["total_ms"],
+                        "backend": a.backend,
                         "walk_alone_ms": walk_ms[new, m],
                         "request_to_live_vs_walk": wall / walk_ms[new, m],
-                        "touch_bound_ms": touch_ms,
-                        "touched_lines_measured": sum(r["lines"] for r in bounds),
-                        "pause_vs_touch_bound": pause / touch_ms,
+                        **extra,
                         "phase_ms": rec["phase_ms"], "pause_ms": pause,
                         "full_reload_pause_ms": full_pause, "full_reload_total_ms": full_total,
                         "full_reload_threads": reloads[0].get("threads"),
@@ -205,8 +261,38 @@ def main():
                         "touched_line_fraction": rec["touched_lines"] / weight_lines,
                         "plan_parts": rec.get("plan_parts"),
                         "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}
+                    if "touch_bound_ms" in result:
+                        result["pause_vs_touch_bound"] = pause / result["touch_bound_ms"]
                     results.append(result)
                     print(json.dumps(result), flush=True)
+                # The startup verify and a closing scrub (every rank checksums all its weights):
+                # GB/s over the checksum phase; on cuda against a device-to-device pass over the
+                # same bytes per rank.
+                job = http("POST", url + "/v1/scrub", {}, "bench-token")
+                if not isinstance(job.get("id"), str):
+                    sys.exit(f"sync_bench: POST /v1/scrub returned no id: {json.dumps(job)[:500]}")
+                scrub_rec = _bench.wait_job(url, job["id"], ("verified", "diverged", "failed"))
+                if scrub_rec["state"] != "verified":
+                    sys.exit(f"sync_bench: the closing scrub ended {scrub_rec['state']}: "
+                             f"{scrub_rec.get('error')}")
+                line = {"bench": "sync_bench", "kind": "checks", "tp": tp, "decode_threads": threads,
+                        "malloc": m, "backend": a.backend}
+                for name, r in (("verify", verify_rec), ("scrub", scrub_rec)):
+                    ms = figure(r.get("phase_ms"), "checksum", f"{name} record phase_ms")
+                    nbytes = figure(r, "bytes_checked", f"{name} record")
+                    line[f"{name}_gbps"] = nbytes / (ms * 1e6)
+                if cuda:
+                    per_rank = max(figure(http("GET", f"http://127.0.0.1:{p}/v1/state"), "bytes",
+                                          f"state of port {p}") for p in rank_ports)
+                    d2d = [http("POST", f"http://127.0.0.1:{p}/v1/copy-bound",
+                                {"bytes": per_rank, "kind": "d2d"}) for p in rank_ports[:1]]
+                    d2d_ms = figure(d2d[0], "ms", "d2d copy-bound response")
+                    # The ranks share one GPU: verify_gbps and scrub_gbps count every rank's
+                    # bytes, so the pass is that GPU's rate over one rank's bytes.
+                    line["d2d_pass_gbps"] = per_rank / (d2d_ms * 1e6)
+                    line["verify_vs_d2d_pass"] = line["verify_gbps"] / line["d2d_pass_gbps"]
+                    line["scrub_vs_d2d_pass"] = line["scrub_gbps"] / line["d2d_pass_gbps"]
+                print(json.dumps(line), flush=True)
             finally:
                 for p in (engine, sidecar):
                     p.send_signal(signal.SIGTERM)

@@ -1,7 +1,8 @@
 // deltakv-demo-engine: a reference engine that links libdeltakv through its C ABI.
 //
-// It loads a checkpoint into "device" memory (host memory; the cpu backend) as N rank
-// processes with tensor parallelism: q/k/v/gate/up projections and embeddings are split by
+// It loads a checkpoint into device memory as N rank processes with tensor parallelism: host
+// memory with the cpu backend, CUDA device memory with --backend cuda (all ranks on one GPU,
+// rank r on device r mod the device count). Tensor parallelism: q/k/v/gate/up projections and embeddings are split by
 // rows, o/down projections by columns, everything else is replicated. Each rank serves HTTP on
 // its own port:
 //   GET  /v1/generate  {"answer": sha256 of the rank's live weights, "version", "policy_version"}
@@ -10,14 +11,22 @@
 //   POST /v1/corrupt   {"tensor", "offset", "xor"}: flips bits of a live weight (tests)
 //   POST /v1/fail-derived  makes the derived-weights callback fail from now on (tests)
 //   POST /v1/slow-pause    {"ms": N}: the pause callback sleeps N ms first (tests)
-//   POST /v1/reload    {"checkpoint": DIR}: full reload of another checkpoint, paused (baseline)
+//   POST /v1/reload    {"checkpoint": DIR}: full reload of another checkpoint, paused (baseline;
+//                      cuda: one host-to-device copy of every tensor from pinned host memory)
+//   POST /v1/copy-bound {"bytes": N, "kind": "h2d"|"d2d"} (cuda): the best of three copies of
+//                      N bytes, host to device from pinned memory (the floor for staging N
+//                      changed bytes) or device to device (a pass over N bytes of device
+//                      memory): {"ms", "gbps"}
 //   POST /v1/touch-bound {"parent": DIR}: the memory floor of the last sync's writes: finds the
 //                      64-byte lines of live weights that differ from the parent checkpoint and
 //                      times one store per such line (of the byte already there) on as many
 //                      threads as the cpu backend's scatter: {"lines", "touch_ms", "threads"}
-// so the served policy is observable. Requests are held while a commit pauses the engine.
+// and /v1/state also carries the rank's deltakv_engine_get_sync_stats ("sync_stats"), so the
+// served policy and what each sync cost are observable. Requests are held while a commit pauses
+// the engine.
 //
-//   deltakv-demo-engine --checkpoint DIR --tp N [--shm NAME] [--port P] [--port-dir D] [--poll]
+//   deltakv-demo-engine --checkpoint DIR --tp N [--backend cpu|cuda] [--shm NAME] [--port P]
+//                       [--port-dir D] [--poll]
 #include <httplib.h>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -34,6 +43,10 @@
 #include <shared_mutex>
 #include <thread>
 #include <vector>
+
+#ifdef DELTAKV_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "base/file_util.h"
 #include "base/parallel.h"
@@ -65,13 +78,133 @@ StatusOr<TensorLayout> LayoutFor(const TensorInfo& t, uint32_t tp) {
   return TensorLayout::Replicated(t.shape, t.dtype, tp);
 }
 
-struct Weights {
-  std::vector<std::string> names;
-  std::vector<std::vector<uint8_t>> bytes;  // the "device" memory
-};
-
 // Serving lock: requests hold it shared; a commit holds it exclusively (pause .. resume).
 std::shared_mutex g_serving;
+
+struct Weights {
+  std::vector<std::string> names;
+  std::vector<uint64_t> sizes;              // rank-local bytes per tensor
+  std::vector<std::vector<uint8_t>> bytes;  // host memory: the live weights (cpu backend), or
+                                            // what was read, until it moves to the device
+  std::vector<uint8_t*> device;             // cuda: the live weights, one allocation per tensor
+  bool on_device() const { return !device.empty(); }
+  uint8_t* live(size_t i) { return on_device() ? device[i] : bytes[i].data(); }
+  uint64_t total() const {
+    uint64_t n = 0;
+    for (uint64_t b : sizes) n += b;
+    return n;
+  }
+};
+
+#ifdef DELTAKV_HAVE_CUDA
+Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Internal(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+#define CUDA_OK(expr, what) RETURN_IF_ERROR(Cuda((expr), what))
+
+// Pinned host memory, freed on destruction.
+struct Pinned {
+  uint8_t* ptr = nullptr;
+  explicit Pinned(uint64_t n) {
+    if (cudaMallocHost(reinterpret_cast<void**>(&ptr), std::max<uint64_t>(n, 1)) != cudaSuccess)
+      ptr = nullptr;
+  }
+  ~Pinned() {
+    if (ptr != nullptr) cudaFreeHost(ptr);
+  }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+};
+
+// Moves every tensor of `w` into its own device allocation on `device`; the host copy is freed.
+Status MoveToDevice(int device, Weights* w) {
+  CUDA_OK(cudaSetDevice(device), "cudaSetDevice");
+  for (size_t i = 0; i < w->bytes.size(); ++i) {
+    uint8_t* d = nullptr;
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d), std::max<uint64_t>(w->sizes[i], 1)),
+            "cudaMalloc");
+    w->device.push_back(d);
+    CUDA_OK(cudaMemcpy(d, w->bytes[i].data(), w->sizes[i], cudaMemcpyHostToDevice), "upload");
+    std::vector<uint8_t>().swap(w->bytes[i]);
+  }
+  return Status::Ok();
+}
+
+// One tensor's device bytes, downloaded into `out`.
+Status Download(const Weights& w, size_t i, std::vector<uint8_t>* out) {
+  out->resize(w.sizes[i]);
+  CUDA_OK(cudaMemcpy(out->data(), w.device[i], w.sizes[i], cudaMemcpyDeviceToHost), "download");
+  return Status::Ok();
+}
+
+// The full reload on a GPU: `next` is staged in pinned host memory first (outside the pause),
+// then one host-to-device copy per tensor on one stream; *pause_ms covers only those copies.
+Status ReloadDevice(const Weights& next, Weights* w, double* pause_ms) {
+  Pinned host(next.total());
+  if (host.ptr == nullptr) return ResourceExhausted("cudaMallocHost of the reload buffer");
+  uint64_t at = 0;
+  for (size_t i = 0; i < next.bytes.size(); ++i) {
+    std::memcpy(host.ptr + at, next.bytes[i].data(), next.sizes[i]);
+    at += next.sizes[i];
+  }
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::unique_lock<std::shared_mutex> pause(g_serving);
+  const auto start = std::chrono::steady_clock::now();
+  Status s;
+  at = 0;
+  for (size_t i = 0; i < next.sizes.size() && s.ok(); ++i) {
+    s = Cuda(cudaMemcpyAsync(w->device[i], host.ptr + at, next.sizes[i], cudaMemcpyHostToDevice,
+                             stream),
+             "reload copy");
+    at += next.sizes[i];
+  }
+  if (s.ok()) s = Cuda(cudaStreamSynchronize(stream), "reload copy");
+  *pause_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count();
+  pause.unlock();
+  cudaStreamDestroy(stream);
+  return s;
+}
+
+// The best of three copies of `bytes`, in milliseconds: host to device from pinned memory, or
+// (device_to_device) between two device buffers, which reads each byte once and writes it once.
+StatusOr<double> CopyBound(uint64_t bytes, bool device_to_device) {
+  Pinned host(device_to_device ? 1 : bytes);
+  if (host.ptr == nullptr) return ResourceExhausted("cudaMallocHost for the copy bound");
+  if (!device_to_device) std::memset(host.ptr, 0x5a, bytes);
+  uint8_t* dev = nullptr;
+  uint8_t* src = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dev), std::max<uint64_t>(bytes, 1)), "cudaMalloc");
+  if (device_to_device) {
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&src), std::max<uint64_t>(bytes, 1)),
+            "cudaMalloc");
+    CUDA_OK(cudaMemset(src, 0x5a, bytes), "cudaMemset");
+  }
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  double best = 0;
+  Status s;
+  for (int rep = 0; rep < 3 && s.ok(); ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    s = Cuda(device_to_device
+                 ? cudaMemcpyAsync(dev, src, bytes, cudaMemcpyDeviceToDevice, stream)
+                 : cudaMemcpyAsync(dev, host.ptr, bytes, cudaMemcpyHostToDevice, stream),
+             "copy");
+    if (s.ok()) s = Cuda(cudaStreamSynchronize(stream), "copy");
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    best = rep == 0 ? ms : std::min(best, ms);
+  }
+  cudaStreamDestroy(stream);
+  cudaFree(dev);
+  if (src != nullptr) cudaFree(src);
+  RETURN_IF_ERROR(s);
+  return best;
+}
+#endif
+
 // Set by POST /v1/slow-pause: the pause callback first sleeps this long (fault injection, so a
 // test can act while a commit is under way).
 std::atomic<int> g_pause_delay_ms{0};
@@ -112,6 +245,7 @@ Status LoadShards(const Checkpoint& ckpt, uint32_t rank, uint32_t tp, Weights* w
       ASSIGN_OR_RETURN(TensorLayout layout, LayoutFor(t, tp));
       if (!existing) {
         w->names.push_back(t.name);
+        w->sizes.push_back(layout.LocalBytes(rank).total);
         w->bytes.emplace_back(layout.LocalBytes(rank).total);
       } else if (i >= w->names.size() || w->names[i] != t.name ||
                  w->bytes[i].size() != layout.LocalBytes(rank).total) {
@@ -142,10 +276,10 @@ StatusOr<Weights> LoadLike(const std::string& dir, uint32_t rank, uint32_t tp,
     return InvalidArgument("checkpoint '" + dir + "' has other tensors than the loaded one");
   }
   for (size_t i = 0; i < live.names.size(); ++i) {
-    if (w.bytes[i].size() != live.bytes[i].size()) {
-      return InvalidArgument("tensor '" + live.names[i] + "' is " +
-                             std::to_string(w.bytes[i].size()) + " bytes on this rank in '" + dir +
-                             "', " + std::to_string(live.bytes[i].size()) + " loaded");
+    if (w.sizes[i] != live.sizes[i]) {
+      return InvalidArgument("tensor '" + live.names[i] + "' is " + std::to_string(w.sizes[i]) +
+                             " bytes on this rank in '" + dir + "', " +
+                             std::to_string(live.sizes[i]) + " loaded");
     }
   }
   return w;
@@ -228,10 +362,23 @@ double TouchLines(const std::vector<uint8_t*>& lines, unsigned threads) {
       .count();
 }
 
+// sha256 of the live weights (downloaded tensor by tensor from the device with --backend cuda).
 std::string Sha256Hex(const Weights& w) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  for (const auto& b : w.bytes) EVP_DigestUpdate(ctx, b.data(), b.size());
+  if (!w.on_device()) {
+    for (const auto& b : w.bytes) EVP_DigestUpdate(ctx, b.data(), b.size());
+  }
+#ifdef DELTAKV_HAVE_CUDA
+  std::vector<uint8_t> buf;
+  for (size_t i = 0; i < w.device.size(); ++i) {
+    if (!Download(w, i, &buf).ok()) {
+      EVP_MD_CTX_free(ctx);
+      return "download-failed";
+    }
+    EVP_DigestUpdate(ctx, buf.data(), buf.size());
+  }
+#endif
   unsigned char md[32];
   unsigned len = 0;
   EVP_DigestFinal_ex(ctx, md, &len);
@@ -245,8 +392,9 @@ std::string Sha256Hex(const Weights& w) {
   return out;
 }
 
-int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::string& shm, int port,
-            const std::string& port_dir, bool poll, std::string version) {
+int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::string& backend,
+            const std::string& shm, int port, const std::string& port_dir, bool poll,
+            std::string version) {
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) {
     std::fprintf(stderr, "rank %u: %s\n", rank, ckpt.status().ToString().c_str());
@@ -259,20 +407,40 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
   p.world_size = static_cast<int32_t>(tp);
   p.initial_version = version.c_str();
   p.poll_mode = poll ? 1 : 0;
+  p.backend = backend.c_str();
   deltakv_engine* engine = nullptr;
-  if (deltakv_engine_create(&p, &engine) != DELTAKV_OK) return 3;
+  if (deltakv_engine_create(&p, &engine) != DELTAKV_OK) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, deltakv_last_error());
+    return 3;
+  }
   Weights w;
   Status loaded = LoadShards(*ckpt, rank, tp, &w, /*existing=*/false);
   if (!loaded.ok()) {
     std::fprintf(stderr, "rank %u: %s\n", rank, loaded.ToString().c_str());
     return 2;
   }
+  if (backend == "cuda") {
+#ifdef DELTAKV_HAVE_CUDA
+    int devices = 0;
+    Status moved = Cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    if (moved.ok() && devices == 0) moved = FailedPrecondition("no CUDA device");
+    if (moved.ok()) moved = MoveToDevice(static_cast<int>(rank) % devices, &w);
+    if (!moved.ok()) {
+      std::fprintf(stderr, "rank %u: %s\n", rank, moved.ToString().c_str());
+      return 2;
+    }
+#else
+    std::fprintf(stderr, "rank %u: this build has no CUDA (configure with -DDELTAKV_CUDA=ON)\n",
+                 rank);
+    return 2;
+#endif
+  }
   for (size_t i = 0; i < w.names.size(); ++i) {
     const TensorInfo& t = *ckpt->Find(w.names[i])->info;
     auto layout = LayoutFor(t, tp);
-    int64_t elements = static_cast<int64_t>(w.bytes[i].size() / DTypeSize(t.dtype));
+    int64_t elements = static_cast<int64_t>(w.sizes[i] / DTypeSize(t.dtype));
     std::string json = layout->ToJson();
-    if (deltakv_engine_register_tensor(engine, w.names[i].c_str(), w.bytes[i].data(),
+    if (deltakv_engine_register_tensor(engine, w.names[i].c_str(), w.live(i),
                                        std::string(DTypeName(t.dtype)).c_str(), &elements, 1,
                                        json.c_str()) != DELTAKV_OK) {
       std::fprintf(stderr, "rank %u: register '%s': %s\n", rank, w.names[i].c_str(),
@@ -299,10 +467,16 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
                         {"policy_version", deltakv_engine_policy_version(engine)},
                         {"engine_state", static_cast<int>(deltakv_engine_get_state(engine))}};
     if (full) {
-      uint64_t bytes = 0;
-      for (const auto& b : w.bytes) bytes += b.size();
       j["tensors"] = w.names.size();
-      j["bytes"] = bytes;
+      j["bytes"] = w.total();
+      j["backend"] = backend;
+      deltakv_sync_stats st;
+      st.struct_size = sizeof(st);
+      if (deltakv_engine_get_sync_stats(engine, &st) == DELTAKV_OK) {
+        j["sync_stats"] = {{"sync_id", st.sync_id}, {"outcome", st.outcome},
+                           {"parts", st.parts},     {"bytes", st.bytes},
+                           {"stage_us", st.stage_us}, {"pause_us", st.pause_us}};
+      }
       j["derived_calls"] = g_derived_calls.load();
       j["derived_bytes"] = g_derived_bytes.load();
     }
@@ -327,11 +501,26 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     std::unique_lock<std::shared_mutex> lock(g_serving);
     auto it = std::find(w.names.begin(), w.names.end(), j["tensor"].get<std::string>());
     const uint64_t offset = j["offset"].get<uint64_t>();
-    if (it == w.names.end() || offset >= w.bytes[it - w.names.begin()].size()) {
+    const size_t i = static_cast<size_t>(it - w.names.begin());
+    if (it == w.names.end() || offset >= w.sizes[i]) {
       res.status = 404;
       return;
     }
-    w.bytes[it - w.names.begin()][offset] ^= static_cast<uint8_t>(j.value("xor", 1));
+    const uint8_t x = static_cast<uint8_t>(j.value("xor", 1));
+    if (!w.on_device()) {
+      w.bytes[i][offset] ^= x;
+    }
+#ifdef DELTAKV_HAVE_CUDA
+    else {
+      uint8_t b = 0;
+      if (cudaMemcpy(&b, w.device[i] + offset, 1, cudaMemcpyDeviceToHost) != cudaSuccess ||
+          (b ^= x, cudaMemcpy(w.device[i] + offset, &b, 1, cudaMemcpyHostToDevice)) !=
+              cudaSuccess) {
+        res.status = 500;
+        return;
+      }
+    }
+#endif
     res.set_content("{}", "application/json");
   });
   server.Post("/v1/slow-pause", [&](const httplib::Request& req, httplib::Response& res) {
@@ -355,8 +544,19 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     }
     std::shared_lock<std::shared_mutex> lock(g_serving);
     std::vector<TensorToWrite> out;
+    std::vector<std::vector<uint8_t>> downloaded(w.on_device() ? w.names.size() : 0);
+#ifdef DELTAKV_HAVE_CUDA
+    for (size_t i = 0; i < downloaded.size(); ++i) {
+      if (Status d = Download(w, i, &downloaded[i]); !d.ok()) {
+        res.status = 500;
+        res.set_content(d.ToString(), "text/plain");
+        return;
+      }
+    }
+#endif
     for (size_t i = 0; i < w.names.size(); ++i) {
-      out.push_back({w.names[i], DType::kU8, {w.bytes[i].size()}, w.bytes[i]});
+      const std::vector<uint8_t>& b = w.on_device() ? downloaded[i] : w.bytes[i];
+      out.push_back({w.names[i], DType::kU8, {b.size()}, b});
     }
     Status s = WriteSafetensors(j["path"].get<std::string>(), out, {});
     res.status = s.ok() ? 200 : 500;
@@ -381,22 +581,30 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     auto other = LoadLike(j["checkpoint"].get<std::string>(), rank, tp, w);
     if (!other.ok()) return fail(400, other.status());
     const Weights& next = *other;
-    // The cpu backend's scatter runs on DefaultThreads() threads.
-    const unsigned threads = DefaultThreads();
-    std::unique_lock<std::shared_mutex> pause(g_serving);
-    auto paused = std::chrono::steady_clock::now();
-    CopyWeights(next, &w, threads);
+    double pause_ms = 0;
+    unsigned threads = 1;  // cuda: one stream of copies
+    if (!w.on_device()) {
+      // The cpu backend's scatter runs on DefaultThreads() threads.
+      threads = DefaultThreads();
+      std::unique_lock<std::shared_mutex> pause(g_serving);
+      auto paused = std::chrono::steady_clock::now();
+      CopyWeights(next, &w, threads);
+      pause_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - paused)
+                     .count();
+    }
+#ifdef DELTAKV_HAVE_CUDA
+    else if (Status r = ReloadDevice(next, &w, &pause_ms); !r.ok()) {
+      return fail(500, r);
+    }
+#endif
     auto end = std::chrono::steady_clock::now();
-    pause.unlock();
-    uint64_t bytes = 0;
-    for (const auto& b : next.bytes) bytes += b.size();
     res.set_content(
         nlohmann::json{
             {"ok", true},
-            {"bytes", bytes},
+            {"bytes", next.total()},
             {"threads", threads},
             {"total_ms", std::chrono::duration<double, std::milli>(end - start).count()},
-            {"pause_ms", std::chrono::duration<double, std::milli>(end - paused).count()}}
+            {"pause_ms", pause_ms}}
             .dump(),
         "application/json");
   });
@@ -411,6 +619,10 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
       res.set_content(nlohmann::json{{"ok", false}, {"error", s.ToString()}}.dump(),
                       "application/json");
     };
+    if (w.on_device()) {
+      return fail(400, FailedPrecondition("touch-bound times host memory lines (the cpu backend); "
+                                          "on cuda use /v1/copy-bound"));
+    }
     auto parent = LoadLike(j["parent"].get<std::string>(), rank, tp, w);
     if (!parent.ok()) return fail(400, parent.status());
     const Weights& old = *parent;
@@ -426,6 +638,37 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
             {"ok", true}, {"lines", lines.size()}, {"touch_ms", ms}, {"threads", threads}}
             .dump(),
         "application/json");
+  });
+  server.Post("/v1/copy-bound", [&](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    auto fail = [&](int status, const Status& s) {
+      res.status = status;
+      res.set_content(nlohmann::json{{"ok", false}, {"error", s.ToString()}}.dump(),
+                      "application/json");
+    };
+    if (j.is_discarded() || !j.contains("bytes") || !j["bytes"].is_number_unsigned() ||
+        j["bytes"].get<uint64_t>() == 0 || j["bytes"].get<uint64_t>() > (uint64_t{16} << 30)) {
+      return fail(400, InvalidArgument("expected {\"bytes\": N}, 0 < N <= 16 GiB"));
+    }
+    if (!w.on_device()) {
+      return fail(400, FailedPrecondition("copy-bound needs --backend cuda"));
+    }
+#ifdef DELTAKV_HAVE_CUDA
+    const uint64_t bytes = j["bytes"].get<uint64_t>();
+    const std::string kind = j.value("kind", "h2d");
+    if (kind != "h2d" && kind != "d2d") {
+      return fail(400, InvalidArgument("kind is h2d or d2d"));
+    }
+    auto ms = CopyBound(bytes, kind == "d2d");
+    if (!ms.ok()) return fail(500, ms.status());
+    res.set_content(nlohmann::json{{"ok", true},
+                                   {"kind", kind},
+                                   {"bytes", bytes},
+                                   {"ms", *ms},
+                                   {"gbps", static_cast<double>(bytes) / (*ms * 1e6)}}
+                        .dump(),
+                    "application/json");
+#endif
   });
   int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
                         : (server.bind_to_port("127.0.0.1", port + static_cast<int>(rank))
@@ -456,19 +699,24 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
   server.stop();
   http.join();
   deltakv_engine_free(engine);
+#ifdef DELTAKV_HAVE_CUDA
+  for (uint8_t* d : w.device) cudaFree(d);
+#endif
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"deltakv reference engine (cpu backend, tensor parallel rank processes)"};
-  std::string dir, shm = "deltakv", port_dir, version;
+  CLI::App app{"deltakv reference engine (tensor parallel rank processes)"};
+  std::string dir, shm = "deltakv", port_dir, version, backend = "cpu";
   uint32_t tp = 1;
   int rank = -1, port = 0;
   bool poll = false;
   app.add_option("--checkpoint", dir, "Checkpoint directory")->required();
   app.add_option("--tp", tp, "Tensor-parallel degree (rank processes)")->check(CLI::Range(1u, 64u));
+  app.add_option("--backend", backend, "Device backend: cpu (host memory) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--shm", shm, "The sidecar's shared-memory name");
   app.add_option("--port", port, "HTTP port of rank 0 (rank r uses port + r); 0 = any");
   app.add_option("--port-dir", port_dir, "Write rank<r>.port files here");
@@ -479,7 +727,8 @@ int main(int argc, char** argv) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   if (rank >= 0)
-    return RunRank(dir, static_cast<uint32_t>(rank), tp, shm, port, port_dir, poll, version);
+    return RunRank(dir, static_cast<uint32_t>(rank), tp, backend, shm, port, port_dir, poll,
+                   version);
 
   // Parent: one process per rank, as real engines run tensor parallelism.
   std::vector<pid_t> children;

@@ -1,5 +1,6 @@
 // The engine half of the C ABI (include/deltakv/deltakv.h): thin wrappers over shim::Engine that
 // follow the ABI's conventions (c_abi.h).
+#include <cstring>
 #include <string>
 
 #include "c_abi.h"
@@ -20,6 +21,7 @@ using deltakv::shim::RunC;
 // Both structs as of ABI 1: every caller passes at least this much.
 constexpr size_t kEngineParamsV1Size = sizeof(deltakv_engine_params);
 constexpr size_t kCallbacksV1Size = sizeof(deltakv_callbacks);
+constexpr size_t kSyncStatsV1Size = sizeof(deltakv_sync_stats);
 
 Status CheckEngine(const deltakv_engine* e) {
   if (e == nullptr) return InvalidArgument("engine is NULL");
@@ -104,6 +106,25 @@ const char* deltakv_engine_sync_error(const deltakv_engine* e) {
   thread_local std::string copy;
   copy = e == nullptr ? "" : e->impl.sync_error();
   return copy.c_str();
+}
+
+deltakv_status deltakv_engine_get_sync_stats(const deltakv_engine* e, deltakv_sync_stats* out) {
+  return RunC(__func__, [&]() -> Status {
+    RETURN_IF_ERROR(CheckEngine(e));
+    if (out == nullptr) return InvalidArgument("out is NULL");
+    const size_t size = out->struct_size;
+    if (size < kSyncStatsV1Size) {
+      return InvalidArgument("out->struct_size is " + std::to_string(size) +
+                             ", expected at least " + std::to_string(kSyncStatsV1Size) +
+                             " (set it to sizeof(deltakv_sync_stats))");
+    }
+    // As deltakv_kv_get_stats: the fields this library knows, a newer caller's tail zeroed.
+    deltakv_sync_stats s = e->impl.sync_stats();
+    s.struct_size = static_cast<uint32_t>(sizeof(deltakv_sync_stats));
+    std::memcpy(out, &s, sizeof(s));
+    if (size > sizeof(s)) std::memset(reinterpret_cast<char*>(out) + sizeof(s), 0, size - sizeof(s));
+    return Status::Ok();
+  });
 }
 
 deltakv_engine_state deltakv_engine_get_state(const deltakv_engine* e) {

@@ -47,6 +47,21 @@ void Engine::set_sync_error(const Status& s) {
   if (!s.ok()) sync_error_ = s.message();
 }
 
+void Engine::SetSyncStats(const deltakv_sync_stats& s) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_ = s;
+}
+
+void Engine::MarkSyncDropped() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  if (stats_.sync_id != 0 && stats_.outcome == 0) stats_.outcome = 2;
+}
+
+deltakv_sync_stats Engine::sync_stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
 std::string Engine::sync_error() const {
   std::lock_guard<std::mutex> lock(error_mu_);
   return sync_error_;
@@ -190,6 +205,7 @@ void Engine::WorkerLoop() {
         HandleVerify(*msg);
       } else if (msg->type == shm::MessageType::kAbort && incoming_ &&
                  incoming_->pc.sync_id == msg->sync_id) {
+        MarkSyncDropped();
         incoming_.reset();
         SetState(DELTAKV_ENGINE_ATTACHED);
       }
@@ -204,7 +220,10 @@ void Engine::WorkerLoop() {
       auto cb = shm::ControlBlock::Attach(shm_name_);
       if (!cb.ok()) continue;
       handle_.reset();
-      if (incoming_) SetState(DELTAKV_ENGINE_ATTACHED);
+      if (incoming_) {
+        MarkSyncDropped();
+        SetState(DELTAKV_ENGINE_ATTACHED);
+      }
       incoming_.reset();
       control_ = std::move(cb).value();
       auto h = control_->RegisterRank(rank_, world_);
@@ -265,8 +284,21 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
                            " has another tensor table than part 0");
   }
   // Gather, XOR, partial sums and the new bytes' staging in one backend call per part.
+  const auto stage_start = Clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> prepared,
                    backend_->StagePart(reader, locals_, &in.staged));
+  in.stage_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - stage_start).count());
+  {
+    // The stats follow the sync part by part, so a sync dropped midway reports what it staged.
+    deltakv_sync_stats st{};
+    st.struct_size = sizeof(st);
+    st.sync_id = sync_id;
+    st.parts = in.next_part + 1;
+    for (const StagedTensor& t : in.staged) st.bytes += t.bytes_changed;
+    st.stage_us = in.stage_ns / 1000;
+    SetSyncStats(st);
+  }
   in.pc.prepared.push_back(std::move(prepared));
   if (callbacks_.derived != nullptr) {
     // The touched regions per tensor, merged where adjacent, for the derived-weights hook.
@@ -288,6 +320,7 @@ void Engine::CheckIncoming() {
   if (!incoming_) return;
   shm::AwaitOutcome o = control_->AwaitDecision(incoming_->pc.sync_id, std::chrono::nanoseconds(0));
   if (o == shm::AwaitOutcome::kAbort || o == shm::AwaitOutcome::kSidecarDead) {
+    MarkSyncDropped();
     incoming_.reset();
     SetState(DELTAKV_ENGINE_ATTACHED);
   }
@@ -356,6 +389,7 @@ void Engine::HandlePlan(const shm::Message& msg) {
   auto ref = shm::ParsePlan(msg);
   Status s = ref.ok() ? StagePart(sync_id, *ref) : ref.status();
   if (!s.ok()) {
+    MarkSyncDropped();
     incoming_.reset();
     SetState(DELTAKV_ENGINE_ATTACHED);
     set_sync_error(s);
@@ -385,6 +419,13 @@ void Engine::FinishPlan(IncomingPlan plan) {
     }
     changed += staged[t].bytes_changed;
   }
+  deltakv_sync_stats stats{};
+  stats.struct_size = sizeof(stats);
+  stats.sync_id = sync_id;
+  stats.parts = plan.next_part;
+  stats.bytes = changed;
+  stats.stage_us = plan.stage_ns / 1000;
+  SetSyncStats(stats);
   SendReport(shm::MakeStaged, sync_id, entries, changed);
   // Wait for the decision; it lives in the control block, so it survives the sidecar. The wait
   // ends: decided (a newer decision counts as ABORT for this sync), the sidecar dead or replaced
@@ -410,6 +451,9 @@ void Engine::FinishPlan(IncomingPlan plan) {
     } else {
       pause_us = ApplyCommit(pc);
     }
+    stats.outcome = pause_us.ok() ? 1 : 3;
+    stats.pause_us = pause_us.ok() ? *pause_us : 0;
+    SetSyncStats(stats);
     if (pause_us.ok()) {
       (void)PublishTensorTable();  // the table names the version the rank now serves
       SetState(DELTAKV_ENGINE_ATTACHED);
@@ -428,6 +472,8 @@ void Engine::FinishPlan(IncomingPlan plan) {
     }
   } else {
     if (state() != DELTAKV_ENGINE_STOPPED) SetState(DELTAKV_ENGINE_ATTACHED);
+    stats.outcome = 2;
+    SetSyncStats(stats);
     if (outcome == shm::AwaitOutcome::kAbort) {
       Send(shm::MakeText(shm::MessageType::kAborted, sync_id, "staged data dropped"));
     }

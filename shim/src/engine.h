@@ -63,6 +63,8 @@ class Engine {
   // The message of the last sync (or attach) that failed on the worker; never cleared.
   void set_sync_error(const Status& s);
   std::string sync_error() const;
+  // Figures of the newest sync this rank staged (deltakv_engine_get_sync_stats); any thread.
+  deltakv_sync_stats sync_stats() const;
 
  private:
   struct PendingCommit {
@@ -79,6 +81,7 @@ class Engine {
     uint32_t next_part = 0;
     std::vector<deltasync::PlanTensor> tensors;  // part 0's table; every part repeats it
     std::vector<StagedTensor> staged;            // sums over the parts so far
+    uint64_t stage_ns = 0;                       // time in backend_->StagePart, all parts
   };
 
   Status PublishTensorTable();
@@ -101,6 +104,9 @@ class Engine {
   // Checksums the live weights and sends kVerified (or kError) for `job_id`.
   void HandleVerify(const shm::Message& msg);
   void SetState(deltakv_engine_state s) { state_.store(s, std::memory_order_release); }
+  void SetSyncStats(const deltakv_sync_stats& s);
+  // The newest sync's stats say dropped (2), unless it already ended.
+  void MarkSyncDropped();
 
   // Parameters.
   std::string shm_name_;
@@ -137,6 +143,8 @@ class Engine {
 
   mutable std::mutex error_mu_;
   std::string sync_error_;  // GUARDED_BY(error_mu_)
+  mutable std::mutex stats_mu_;
+  deltakv_sync_stats stats_{};  // GUARDED_BY(stats_mu_)
 };
 
 }  // namespace deltakv::shim

@@ -59,6 +59,39 @@ TEST(CAbiTest, OneMessagePerThreadAcrossBothHalves) {
   EXPECT_EQ(LastError(), "deltakv_kv_lookup: client is NULL");
 }
 
+TEST(CAbiTest, SyncStatsAreVersionedAndZeroBeforeASync) {
+  deltakv_engine* e = nullptr;
+  ASSERT_EQ(deltakv_engine_create(nullptr, &e), DELTAKV_OK) << LastError();
+  deltakv_sync_stats st;
+  std::memset(&st, 0xff, sizeof(st));
+  st.struct_size = sizeof(st);
+  ASSERT_EQ(deltakv_engine_get_sync_stats(e, &st), DELTAKV_OK) << LastError();
+  EXPECT_EQ(st.struct_size, sizeof(st));
+  EXPECT_EQ(st.outcome, 0);
+  EXPECT_EQ(st.sync_id, 0u);
+  EXPECT_EQ(st.parts, 0u);
+  EXPECT_EQ(st.bytes, 0u);
+  EXPECT_EQ(st.stage_us, 0u);
+  EXPECT_EQ(st.pause_us, 0u);
+  // A newer caller's larger struct: the fields this library does not know read zero.
+  struct Newer {
+    deltakv_sync_stats base;
+    uint64_t later_field;
+  } newer;
+  newer.base.struct_size = sizeof(newer);
+  newer.later_field = 42;
+  ASSERT_EQ(deltakv_engine_get_sync_stats(e, &newer.base), DELTAKV_OK) << LastError();
+  EXPECT_EQ(newer.later_field, 0u);
+  EXPECT_EQ(newer.base.struct_size, sizeof(deltakv_sync_stats));
+  st.struct_size = 4;
+  EXPECT_EQ(deltakv_engine_get_sync_stats(e, &st), DELTAKV_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(LastError().find("sizeof(deltakv_sync_stats)"), std::string::npos) << LastError();
+  EXPECT_EQ(deltakv_engine_get_sync_stats(e, nullptr), DELTAKV_ERR_INVALID_ARGUMENT);
+  st.struct_size = sizeof(st);
+  EXPECT_EQ(deltakv_engine_get_sync_stats(nullptr, &st), DELTAKV_ERR_INVALID_ARGUMENT);
+  deltakv_engine_free(e);
+}
+
 TEST(CAbiTest, EngineParamsAreVersioned) {
   deltakv_engine* e = nullptr;
   // NULL = the defaults.

@@ -256,6 +256,13 @@ class SyncE2ETest(unittest.TestCase):
             self.assertEqual((st["policy_version"], st["version"]), (2, "v3"))
             self.assertGreater(st["derived_calls"], 0)  # the hook saw the touched regions
             self.assertGreater(st["derived_bytes"], 0)
+            # deltakv_engine_get_sync_stats: the newest sync, committed, with its cost.
+            ss = st["sync_stats"]
+            self.assertEqual(ss["outcome"], 1, ss)
+            self.assertGreaterEqual(ss["parts"], 1, ss)
+            self.assertGreater(ss["bytes"], 0, ss)
+            self.assertGreater(ss["stage_us"], 0, ss)
+            self.assertGreater(ss["pause_us"], 0, ss)
         status = c.status()
         self.assertEqual(status["live_version"], "v3")
         self.assertEqual([h["state"] for h in status["history"]], ["live", "live"])
@@ -368,12 +375,17 @@ class SyncE2ETest(unittest.TestCase):
         data[last["object_offset"] + last["compressed_length"] // 2] ^= 0x55
         write(shard, data)
         before = c.answers()
+        committed_ids = [c.rank_state(r)["sync_stats"]["sync_id"] for r in range(c.tp)]
         rec = c.wait(c.sync("v3", d))
         self.assertEqual(rec["state"], "aborted", rec)
         self.assertIn("tensor '", rec["error"])
         self.assertEqual(c.answers(), before)
         for r in range(c.tp):
             self.assertEqual(c.rank_state(r)["policy_version"], 1)
+            # The staged parts were dropped: the stats say so, with no pause.
+            ss = c.rank_state(r)["sync_stats"]
+            self.assertEqual((ss["outcome"], ss["pause_us"]), (2, 0), ss)
+            self.assertGreater(ss["sync_id"], committed_ids[r], ss)  # the aborted sync's own
         rec = c.wait(c.sync("v3", self.t("d23")))
         self.assertEqual(rec["state"], "live", rec)
         c.assert_serves(self, self.t("v3"))

@@ -164,6 +164,26 @@ deltakv_engine_state deltakv_engine_get_state(const deltakv_engine* engine);
  * through deltakv_last_error() instead. */
 const char* deltakv_engine_sync_error(const deltakv_engine* engine);
 
+/* Figures of the newest sync this rank staged: what it cost the engine, for operators and
+ * benchmarks. Set struct_size = sizeof(deltakv_sync_stats) before the call; the library fills
+ * the fields it knows, sets struct_size to their size and zeroes the rest of a larger struct
+ * (deltakv_base.h). All zero before the first staged sync. */
+typedef struct deltakv_sync_stats {
+  uint32_t struct_size; /* sizeof(deltakv_sync_stats) (deltakv_base.h) */
+  int32_t outcome;      /* 0 staging or staged, 1 committed, 2 dropped (aborted or failed
+                         * before the decision), 3 diverged (failed after COMMIT) */
+  uint64_t sync_id;     /* the sidecar's sync id */
+  uint64_t parts;       /* plan parts staged */
+  uint64_t bytes;       /* changed bytes gathered, XORed, summed and staged */
+  uint64_t stage_us;    /* time in the device backend's staging, summed over the parts */
+  uint64_t pause_us;    /* the commit's pause, pause callback to resume (0 unless committed) */
+} deltakv_sync_stats;
+
+/* Fills *out (INVALID_ARGUMENT for NULL or a struct_size below the first version's). Safe
+ * from any thread. */
+deltakv_status deltakv_engine_get_sync_stats(const deltakv_engine* engine,
+                                             deltakv_sync_stats* out);
+
 #ifdef __cplusplus
 }
 #endif
