@@ -46,4 +46,5 @@ if [ "${DELTAKV_SKIP_AIPERF:-0}" != 1 ] &&
   "$PY" -m venv "$AIPERF_VENV"
   "$AIPERF_VENV/bin/pip" install --quiet aiperf==0.13.0
 fi
+[ "${DELTAKV_SKIP_HELM:-0}" = 1 ] || PYTHON="$PY" "$(dirname "$0")/test-helm.sh" --setup-only || echo "setup-deps: warning: no venv for the Helm chart tests (none on linux aarch64: helm-python-sdk has no wheel there); helm_chart_test is skipped" >&2
 echo "setup-deps: ok" >&2
