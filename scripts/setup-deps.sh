@@ -12,7 +12,7 @@ DEB_PACKAGES=(
   libzstd-dev zstd zlib1g-dev libssl-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libcpp-httplib-dev libhwloc-dev libjemalloc-dev libxxhash-dev curl
-  libcurl4-openssl-dev openssl ca-certificates
+  libcurl4-openssl-dev openssl ca-certificates etcd-server
   python3 python3-pip python3-venv python3-dev
 )
 

@@ -498,12 +498,13 @@ def test_etcd_endpoints_only_in_a_configmap_and_env():
     env = {e["name"]: e for e in sidecar["env"]}
     assert env["DELTAKV_ETCD_ENDPOINTS"]["valueFrom"]["configMapKeyRef"] == {
         "name": "test-deltakv-multinode", "key": "etcd-endpoints"}
-    # The sidecar has no etcd flag yet: none is passed.
+    # The sidecar reads the endpoints from DELTAKV_ETCD_ENDPOINTS (its --etcd-endpoints
+    # default): the chart passes no etcd flag.
     assert not [a for a in sidecar["args"] if "etcd" in a]
-    assert not [f for f in SIDECAR_FLAGS if "etcd" in f]
+    assert "--etcd-endpoints" in SIDECAR_FLAGS
     assert "checksum/multinode" in one(EVERYTHING, "Deployment")["spec"]["template"][
         "metadata"]["annotations"]
-    assert "no multi-node coordination" in render.notes(EVERYTHING)
+    assert "put it in a group (--group, --node, --group-members)" in render.notes(EVERYTHING)
     assert not [k for k in objects(REQUIRED) if k[0] == "ConfigMap"]
 
 

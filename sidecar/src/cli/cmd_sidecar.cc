@@ -15,6 +15,7 @@
 
 #include "base/file_util.h"
 #include "cli/cli_common.h"
+#include "coord/group_commit.h"
 #include "kv/kv_pool_owner.h"
 #include "server/http_api.h"
 #include "sync/shm_executor.h"
@@ -95,6 +96,13 @@ struct SidecarOpts {
   std::string verify_checkpoint;
   double scrub_interval_s = 0;
   double scrub_rate_gbps = 0;
+  // Multi-node groups (docs/MULTINODE.md): all or none of the nodes commit each sync.
+  std::string group;
+  std::string node;
+  std::string group_members;   // comma-separated, this node included
+  std::string etcd_endpoints;  // comma-separated http://host:port; env DELTAKV_ETCD_ENDPOINTS
+  uint64_t group_prepare_timeout_ms = 60000;
+  uint64_t group_in_doubt_timeout_ms = 30000;
 };
 
 // Fills unset options from a JSON config file (flags given on the command line win).
@@ -145,6 +153,14 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   }
   RETURN_IF_ERROR(str("kv_gpu_pci_bus_id", o.kv_gpu_pci_bus_id, "--kv-gpu-pci-bus-id"));
   RETURN_IF_ERROR(str("verify_checkpoint", o.verify_checkpoint, "--verify-checkpoint"));
+  RETURN_IF_ERROR(str("group", o.group, "--group"));
+  RETURN_IF_ERROR(str("node", o.node, "--node"));
+  RETURN_IF_ERROR(str("group_members", o.group_members, "--group-members"));
+  RETURN_IF_ERROR(str("etcd_endpoints", o.etcd_endpoints, "--etcd-endpoints"));
+  RETURN_IF_ERROR(uint("group_prepare_timeout_ms", o.group_prepare_timeout_ms,
+                       "--group-prepare-timeout-ms"));
+  RETURN_IF_ERROR(uint("group_in_doubt_timeout_ms", o.group_in_doubt_timeout_ms,
+                       "--group-in-doubt-timeout-ms"));
   auto number = [&](const char* key, double& dst, const char* flag) -> Status {
     if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
     if (!j[key].is_number()) return InvalidArgument("config: '" + std::string(key) + "' must be a number");
@@ -155,6 +171,44 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(number("scrub_interval_s", o.scrub_interval_s, "--scrub-interval-s"));
   RETURN_IF_ERROR(number("scrub_rate_gbps", o.scrub_rate_gbps, "--scrub-rate-gbps"));
   return Status::Ok();
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// The group of a multi-node model: --group, --node and --group-members together, with etcd
+// endpoints from --etcd-endpoints or DELTAKV_ETCD_ENDPOINTS.
+StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
+  if (o.group.empty() || o.node.empty() || o.group_members.empty()) {
+    return InvalidArgument("--group, --node and --group-members go together");
+  }
+  if (o.etcd_endpoints.empty()) {
+    if (const char* env = std::getenv("DELTAKV_ETCD_ENDPOINTS")) o.etcd_endpoints = env;
+  }
+  if (o.etcd_endpoints.empty()) {
+    return InvalidArgument("a group needs --etcd-endpoints (or DELTAKV_ETCD_ENDPOINTS)");
+  }
+  if (o.group_prepare_timeout_ms < 100 || o.group_prepare_timeout_ms > 3600000) {
+    return InvalidArgument("--group-prepare-timeout-ms must be 100..3600000");
+  }
+  sidecar::GroupOptions g;
+  g.group = o.group;
+  g.node = o.node;
+  g.members = SplitList(o.group_members);
+  g.etcd.endpoints = SplitList(o.etcd_endpoints);
+  g.prepare_timeout = std::chrono::milliseconds(o.group_prepare_timeout_ms);
+  if (o.group_in_doubt_timeout_ms > 3600000) {
+    return InvalidArgument("--group-in-doubt-timeout-ms must be 0..3600000");
+  }
+  g.in_doubt_timeout = std::chrono::milliseconds(o.group_in_doubt_timeout_ms);
+  ASSIGN_OR_RETURN(std::unique_ptr<sidecar::GroupCommit> group, sidecar::GroupCommit::Create(g));
+  return std::shared_ptr<sidecar::GroupCommit>(std::move(group));
 }
 
 // The HTTP(S) store options, checked here so a bad value stops the sidecar at start-up, not
@@ -261,6 +315,14 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
                        InvalidArgument("--scrub-interval-s and --scrub-rate-gbps must be >= 0"),
                        false);
   }
+  if (!o.group.empty() || !o.group_members.empty() || !o.node.empty()) {
+    auto group = GroupFrom(o);
+    if (!group.ok()) return ReportError("sidecar", group.status().WithPrefix("group"), false);
+    eo.group = std::move(group).value();
+    std::fprintf(stderr, "deltakv sidecar: node '%s' of group '%s' (%s), decisions in %s\n",
+                 o.node.c_str(), o.group.c_str(), o.group_members.c_str(),
+                 o.etcd_endpoints.c_str());
+  }
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
   std::vector<unsigned> serving = *cores;
@@ -350,6 +412,17 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
                   "nearest --kv-gpu-pci-bus-id");
   cmd->add_option("--kv-gpu-pci-bus-id", o->kv_gpu_pci_bus_id,
                   "Host KV tier: the GPU whose NUMA node 'auto' picks, e.g. 0000:3b:00.0");
+  cmd->add_option("--group", o->group,
+                  "Multi-node: the model group this node belongs to (all nodes commit or none)");
+  cmd->add_option("--node", o->node, "Multi-node: this node's name in the group");
+  cmd->add_option("--group-members", o->group_members,
+                  "Multi-node: every node of the group, comma-separated (this one included)");
+  cmd->add_option("--etcd-endpoints", o->etcd_endpoints,
+                  "Multi-node: etcd http://host:port list (default $DELTAKV_ETCD_ENDPOINTS)");
+  cmd->add_option("--group-prepare-timeout-ms", o->group_prepare_timeout_ms,
+                  "Multi-node: how long nodes wait for every node's PREPARED before ABORT");
+  cmd->add_option("--group-in-doubt-timeout-ms", o->group_in_doubt_timeout_ms,
+                  "Multi-node: how long past that a node that lost etcd keeps its staged plan");
   cmd->callback([o, cmd, rc] { *rc = RunSidecar(*o, *cmd); });
 }
 

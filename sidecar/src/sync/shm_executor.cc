@@ -124,6 +124,8 @@ class ShmSyncExecutor::Job {
   Status CheckParents();
   Status Decode();
   Status Stage();
+  // Multi-node: PREPARED to the group, then its decision (FailedPrecondition for ABORT).
+  Status GroupDecide(const std::string& key);
   Status Commit();
   void Advance();
   Status AbortAll(const Status& why);
@@ -565,15 +567,45 @@ void ShmSyncExecutor::Job::Advance() {
   ex_.SetTable(std::move(t));
 }
 
+Status ShmSyncExecutor::Job::GroupDecide(const std::string& key) {
+  GroupCommit& group = *ex_.options_.group;
+  const auto t0 = Clock::now();
+  auto d = group.PrepareAndAwait(key, request_.version, live_, sync_id_);
+  Phase("group", MsSince(t0));
+  RETURN_IF_ERROR(d.status());
+  if (!d->commit) {
+    return FailedPrecondition("group '" + group.options().group + "' decided ABORT (written by node '" +
+                              d->by + "'): " + d->reason);
+  }
+  return Status::Ok();
+}
+
 Status ShmSyncExecutor::Job::RunSync() {
-  RETURN_IF_ERROR(Admit());
-  RETURN_IF_ERROR(CheckParents());
+  GroupCommit* group = ex_.options_.group.get();
+  std::string group_key;
+  // In a group, a node that fails before its PREPARED writes ABORT, so the others stop waiting.
+  auto fail = [&](const Status& why) {
+    if (group != nullptr && !group_key.empty()) {
+      (void)group->Abort(group_key, "node '" + group->options().node + "': " + why.message());
+    }
+    return why;
+  };
+  Status admitted = Admit();
+  if (group != nullptr && !live_.empty()) {
+    auto key = group->SyncKey(request_.version, live_);
+    if (!key.ok()) return key.status().WithPrefix("group '" + group->options().group + "'");
+    group_key = *key;
+  }
+  if (!admitted.ok()) return fail(admitted);
+  if (Status s = CheckParents(); !s.ok()) return fail(s);
   sync_id_ = ex_.control_->AllocateSyncId();
   // From here on, every failure before the decision must decide ABORT so no rank keeps a
-  // staged plan; after it, Commit() reports divergence itself.
+  // staged plan; after it, Commit() reports divergence itself. In a group, the decision is the
+  // group's: this node commits only once etcd holds COMMIT.
   Status s = Decode();
   if (s.ok()) s = Stage();
-  if (!s.ok()) return AbortAll(s);
+  if (s.ok() && group != nullptr) s = GroupDecide(group_key);
+  if (!s.ok()) return AbortAll(fail(s));
   RETURN_IF_ERROR(Commit());
   Advance();
   return Status::Ok();

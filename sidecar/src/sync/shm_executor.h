@@ -34,6 +34,7 @@
 #include <mutex>
 #include <string>
 
+#include "coord/group_commit.h"
 #include "shm/control_block.h"
 #include "store/open_store.h"
 #include "sync/checksum_table.h"
@@ -56,6 +57,8 @@ struct ShmExecutorOptions {
   // Frames decoded at once; 0 = as many as the CPUs the sync worker may run on.
   unsigned decode_threads = 0;
   HttpStoreOptions http;
+  // Multi-node: every sync is decided with the group (coord/group_commit.h); null = one node.
+  std::shared_ptr<GroupCommit> group;
 };
 
 class ShmSyncExecutor final : public SyncExecutor {

@@ -1,0 +1,232 @@
+#include "coord/group_commit.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace deltakv::sidecar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+StatusOr<GroupDecision> ParseDecision(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("decision") ||
+      !j["decision"].is_string()) {
+    return DataLoss("group decision record is malformed: " + text.substr(0, 200));
+  }
+  const std::string d = j["decision"].get<std::string>();
+  if (d != "commit" && d != "abort") return DataLoss("group decision '" + d + "' is unknown");
+  GroupDecision out;
+  out.commit = d == "commit";
+  out.by = j.value("by", "");
+  out.reason = j.value("reason", "");
+  return out;
+}
+
+std::string DecisionJson(bool commit, const std::string& by, const std::string& reason) {
+  json j = {{"decision", commit ? "commit" : "abort"}, {"by", by}, {"unix", UnixNow()}};
+  if (!reason.empty()) j["reason"] = reason;
+  return j.dump();
+}
+
+bool ValidName(const std::string& s) {
+  return !s.empty() && s.size() <= 128 && s.find('/') == std::string::npos;
+}
+
+}  // namespace
+
+std::string EscapeKeyPart(const std::string& s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<GroupCommit>> GroupCommit::Create(GroupOptions o) {
+  if (!ValidName(o.group)) return InvalidArgument("group name '" + o.group + "': 1-128 characters, no '/'");
+  if (!ValidName(o.node)) return InvalidArgument("node name '" + o.node + "': 1-128 characters, no '/'");
+  if (std::find(o.members.begin(), o.members.end(), o.node) == o.members.end()) {
+    return InvalidArgument("node '" + o.node + "' is not among the group's members");
+  }
+  for (const std::string& m : o.members) {
+    if (!ValidName(m)) return InvalidArgument("member name '" + m + "': 1-128 characters, no '/'");
+    if (std::count(o.members.begin(), o.members.end(), m) > 1) {
+      return InvalidArgument("member '" + m + "' is listed twice");
+    }
+  }
+  if (o.lease_ttl_s < 2) return InvalidArgument("lease TTL must be at least 2 s");
+  ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd, EtcdClient::Create(o.etcd));
+  std::unique_ptr<GroupCommit> g(new GroupCommit(std::move(o), std::move(etcd)));
+  ASSIGN_OR_RETURN(int64_t lease, g->etcd_->GrantLease(g->options_.lease_ttl_s));
+  g->lease_.store(lease);
+  RETURN_IF_ERROR(g->etcd_->Put(g->Key("members/" + g->options_.node),
+                                json{{"node", g->options_.node},
+                                     {"pid", static_cast<int64_t>(getpid())},
+                                     {"started_unix", UnixNow()}}
+                                    .dump(),
+                                lease));
+  g->keepalive_ = std::thread([p = g.get()] { p->KeepAliveLoop(); });
+  return g;
+}
+
+GroupCommit::GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd)
+    : options_(std::move(options)), etcd_(std::move(etcd)) {}
+
+GroupCommit::~GroupCommit() {
+  stop_.store(true);
+  if (keepalive_.joinable()) keepalive_.join();
+  // Leaving: the membership key and any PREPARED of this node go with the lease.
+  if (int64_t lease = lease_.load(); lease != 0) (void)etcd_->RevokeLease(lease);
+}
+
+std::string GroupCommit::Key(const std::string& rest) const {
+  return options_.prefix + "/" + options_.group + "/" + rest;
+}
+
+void GroupCommit::KeepAliveLoop() {
+  const auto period = std::chrono::milliseconds(options_.lease_ttl_s * 1000 / 3);
+  auto next = Clock::now() + period;
+  while (!stop_.load()) {
+    if (Clock::now() < next) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    next = Clock::now() + period;
+    Status s = etcd_->KeepAlive(lease_.load());
+    if (s.code() == StatusCode::kNotFound) {
+      // Expired (etcd was unreachable for longer than the TTL): join again on a new lease.
+      auto lease = etcd_->GrantLease(options_.lease_ttl_s);
+      if (!lease.ok()) continue;
+      lease_.store(*lease);
+      (void)etcd_->Put(Key("members/" + options_.node),
+                       json{{"node", options_.node},
+                            {"pid", static_cast<int64_t>(getpid())},
+                            {"started_unix", UnixNow()}}
+                           .dump(),
+                       *lease);
+    }
+  }
+}
+
+StatusOr<std::string> GroupCommit::SyncKey(const std::string& version, const std::string& parent) {
+  const std::string base = "syncs/" + EscapeKeyPart(version) + "@" + EscapeKeyPart(parent) + "#";
+  for (int attempt = 0;; ++attempt) {
+    const std::string key = base + std::to_string(attempt);
+    ASSIGN_OR_RETURN(std::optional<GroupDecision> d, Decision(key));
+    if (!d || d->commit) return key;
+  }
+}
+
+StatusOr<std::optional<GroupDecision>> GroupCommit::Decision(const std::string& key) {
+  ASSIGN_OR_RETURN(std::optional<EtcdKv> kv, etcd_->Get(Key(key + "/decision")));
+  if (!kv) return std::optional<GroupDecision>();
+  ASSIGN_OR_RETURN(GroupDecision d, ParseDecision(kv->value));
+  return std::optional<GroupDecision>(std::move(d));
+}
+
+StatusOr<GroupDecision> GroupCommit::Abort(const std::string& key, const std::string& reason) {
+  ASSIGN_OR_RETURN(EtcdKv kv, etcd_->PutIfAbsent(Key(key + "/decision"),
+                                                 DecisionJson(false, options_.node, reason)));
+  return ParseDecision(kv.value);
+}
+
+StatusOr<std::vector<std::string>> GroupCommit::LiveMembers() {
+  ASSIGN_OR_RETURN(std::vector<EtcdKv> kvs, etcd_->List(Key("members/")));
+  std::vector<std::string> live;
+  for (const std::string& m : options_.members) {
+    for (const EtcdKv& kv : kvs) {
+      if (kv.key == Key("members/" + m)) live.push_back(m);
+    }
+  }
+  return live;
+}
+
+StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
+                                                     const std::string& version,
+                                                     const std::string& parent,
+                                                     uint64_t sync_id) {
+  const auto deadline = Clock::now() + options_.prepare_timeout;
+  const auto give_up = deadline + options_.in_doubt_timeout;
+  const std::string prepared_prefix = Key(key + "/prepared/");
+  const std::string decision_key = Key(key + "/decision");
+  std::vector<std::string> must_exist;
+  for (const std::string& m : options_.members) must_exist.push_back(prepared_prefix + m);
+  const std::string mine = json{{"node", options_.node},
+                                {"version", version},
+                                {"parent", parent},
+                                {"sync_id", sync_id},
+                                {"unix", UnixNow()}}
+                               .dump();
+  bool prepared = false;
+  Status last;
+  while (true) {
+    if (Clock::now() > give_up) {
+      return IoError("the group's decision is unknown: " + etcd_->Describe() +
+                     " did not answer for " +
+                     std::to_string((options_.prepare_timeout + options_.in_doubt_timeout).count()) +
+                     " ms (" + last.message() + "); the staged plan is dropped");
+    }
+    Status s = [&]() -> Status {
+      if (!prepared) {
+        RETURN_IF_ERROR(etcd_->Put(prepared_prefix + options_.node, mine, lease_.load()));
+        prepared = true;
+      }
+      return Status::Ok();
+    }();
+    if (s.ok()) {
+      auto d = Decision(key);
+      if (d.ok() && d->has_value()) return **d;
+      s = d.status();
+    }
+    if (s.ok() && Clock::now() > deadline) {
+      // Who never prepared, for the reason.
+      std::string missing;
+      auto kvs = etcd_->List(prepared_prefix);
+      for (const std::string& m : options_.members) {
+        bool found = false;
+        if (kvs.ok()) {
+          for (const EtcdKv& kv : *kvs) found = found || kv.key == prepared_prefix + m;
+        }
+        if (!found) missing += (missing.empty() ? "" : ", ") + m;
+      }
+      auto d = Abort(key, "not every node prepared within " +
+                              std::to_string(options_.prepare_timeout.count()) +
+                              " ms (missing: " + (missing.empty() ? "?" : missing) + ")");
+      if (d.ok()) return *d;
+      s = d.status();
+    }
+    if (s.ok()) {
+      auto all = etcd_->List(prepared_prefix);
+      if (all.ok() && all->size() >= options_.members.size()) {
+        auto wrote = etcd_->PutIfAbsentAndAllExist(
+            decision_key, DecisionJson(true, options_.node, ""), must_exist);
+        if (wrote.ok()) continue;  // read the decision that stands
+        s = wrote.status();
+      } else if (!all.ok()) {
+        s = all.status();
+      }
+    }
+    if (!s.ok()) {
+      if (s.code() != StatusCode::kIoError) return s;
+      last = s;  // etcd unreachable: in doubt, retry
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace deltakv::sidecar

@@ -1,0 +1,95 @@
+// GroupCommit: the nodes of one model group (each a sidecar with its engine ranks) flip to a
+// new version together or not at all. The decision lives in etcd; no delta byte goes there.
+//
+// Keys, under <prefix>/<group>/ (docs/MULTINODE.md):
+//   members/<node>                      {"node", "pid", "started_unix"}, on the node's lease
+//   syncs/<sync key>/prepared/<node>    {"node", "version", "parent", "sync_id"}, on the lease
+//   syncs/<sync key>/decision           {"decision": "commit"|"abort", "by", "reason"}
+// A sync key is "<version>@<parent>#<attempt>" (escaped): every node asked to move the group
+// from `parent` to `version` meets under it; an aborted attempt moves the next request to
+// attempt + 1, and a committed one is joined by a node that comes late.
+//
+// The decision key is created once (an etcd transaction on create_revision == 0), so the first
+// writer wins and COMMIT and ABORT exclude each other. COMMIT is written only in a transaction
+// that also requires every member's PREPARED key, and only before the writer's prepare
+// deadline; any node that fails before its own PREPARED, or reaches the deadline without
+// every member PREPARED, writes ABORT. PREPARED keys are on the node's lease, so a node that
+// dies before the decision takes its PREPARED with it and the group cannot commit without it.
+// A node acts on a decision only after reading it from etcd: the COMMIT is durable before any
+// node writes a byte. A node that loses etcd while it waits keeps its staged plan and retries
+// until in_doubt_timeout past the deadline; then it drops the plan and reports that the
+// group's decision is unknown (Admit checks the last attempt on the next sync).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "coord/etcd_client.h"
+
+namespace deltakv::sidecar {
+
+struct GroupOptions {
+  std::string group;                 // the model group's name
+  std::string node;                  // this sidecar's name in it
+  std::vector<std::string> members;  // every node of the group, this one included
+  EtcdOptions etcd;
+  std::string prefix = "/deltakv";
+  std::chrono::milliseconds prepare_timeout{60000};  // PREPARED from all, else ABORT
+  std::chrono::milliseconds in_doubt_timeout{30000};  // etcd unreachable past the deadline
+  int64_t lease_ttl_s = 10;                            // membership liveness
+};
+
+struct GroupDecision {
+  bool commit = false;
+  std::string by;      // the node that wrote it
+  std::string reason;  // for ABORT
+};
+
+class GroupCommit {
+ public:
+  // Checks the options, joins the group (membership key on a lease kept alive by a thread).
+  // InvalidArgument for bad options (this node not among the members, a name with '/'),
+  // IoError when etcd does not answer.
+  static StatusOr<std::unique_ptr<GroupCommit>> Create(GroupOptions options);
+  ~GroupCommit();
+
+  const GroupOptions& options() const { return options_; }
+
+  // The sync key a request from `parent` to `version` meets under now: the first attempt
+  // whose decision is absent or COMMIT.
+  StatusOr<std::string> SyncKey(const std::string& version, const std::string& parent);
+  // Records this node PREPARED for `key` and waits for the group's decision (written by
+  // whichever node gets there first, this one included). IoError if etcd stayed unreachable
+  // past the deadline and in_doubt_timeout: the decision is unknown.
+  StatusOr<GroupDecision> PrepareAndAwait(const std::string& key, const std::string& version,
+                                          const std::string& parent, uint64_t sync_id);
+  // Writes ABORT for `key` unless a decision stands; returns the decision that stands.
+  StatusOr<GroupDecision> Abort(const std::string& key, const std::string& reason);
+  // The decision of `key`, if any.
+  StatusOr<std::optional<GroupDecision>> Decision(const std::string& key);
+  // Members whose membership key exists now (alive), in member order.
+  StatusOr<std::vector<std::string>> LiveMembers();
+
+ private:
+  GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd);
+  std::string Key(const std::string& rest) const;
+  void KeepAliveLoop();
+
+  GroupOptions options_;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::atomic<int64_t> lease_{0};
+  std::atomic<bool> stop_{false};
+  std::thread keepalive_;
+};
+
+// "a/b c" -> "a%2Fb%20c": keeps [A-Za-z0-9._-], percent-encodes the rest, so a version id can
+// be one path element of an etcd key.
+std::string EscapeKeyPart(const std::string& s);
+
+}  // namespace deltakv::sidecar

@@ -1,0 +1,172 @@
+"""End-to-end tests of multi-node sync: a real etcd, two real sidecars (one per "node", each
+with its own shared memory) and their real engine processes, one model group. Every node
+commits a sync or none does, and the decision is read from etcd before any byte is written.
+
+Run: python3 tests/sync/group_e2e_test.py --deltakv build/sidecar/deltakv \
+        --engine build/shim/deltakv-demo-engine
+Skips when /usr/bin/etcd (Debian's etcd-server) is missing.
+"""
+import argparse, os, shutil, signal, socket, subprocess, sys, tempfile, time, unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sync_e2e_test as base  # noqa: E402
+
+ETCD = "/usr/bin/etcd"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    def __init__(self, tmp):
+        self.url = f"http://127.0.0.1:{free_port()}"
+        peer = f"http://127.0.0.1:{free_port()}"
+        self.proc = subprocess.Popen(
+            [ETCD, "--data-dir", os.path.join(tmp, "etcd"), "--listen-client-urls", self.url,
+             "--advertise-client-urls", self.url, "--listen-peer-urls", peer,
+             "--initial-advertise-peer-urls", peer, "--initial-cluster", "default=" + peer],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "etcd.log"), "ab"))
+        deadline = time.time() + 20
+        while True:
+            try:
+                code, _ = base.http("GET", self.url + "/health")
+                if code == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise AssertionError("etcd did not start")
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+@unittest.skipUnless(os.path.exists(ETCD), "needs " + ETCD)
+class GroupE2ETest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="deltakv-group-")
+        t = lambda *p: os.path.join(cls.tmp, *p)
+        cls.t = staticmethod(t)
+        k = lambda *a: subprocess.run([base.DELTAKV, *a], check=True, capture_output=True)
+        k("checkpoint", "generate", "--out", t("v1"), "--size-mib", "8", "--files", "2")
+        k("checkpoint", "mutate", "--parent", t("v1"), "--out", t("v2"), "--density", "0.01", "--seed", "2")
+        k("checkpoint", "mutate", "--parent", t("v2"), "--out", t("v3"), "--density", "0.01", "--seed", "3")
+        k("publish", "--parent", t("v1"), "--new", t("v2"), "--out", t("d12"))
+        k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir=self.tmp)
+        self.etcd = Etcd(self.dir)
+        self.group = f"g{time.time_ns()}"
+        self.nodes = {}
+
+    def tearDown(self):
+        for c in self.nodes.values():
+            c.stop()
+        self.etcd.stop()
+
+    def node(self, name, tp, prepare_ms=3000):
+        d = os.path.join(self.dir, "node-" + name)
+        os.makedirs(d)
+        c = base.Cluster(d, self.t("v1"), tp=tp, sidecar_args=[
+            "--group", self.group, "--node", name, "--group-members", "a,b",
+            "--etcd-endpoints", self.etcd.url, "--group-prepare-timeout-ms", str(prepare_ms),
+            "--group-in-doubt-timeout-ms", "500"])
+        self.nodes[name] = c
+        return c
+
+    def sync_all(self, version, deltas):
+        ids = {n: self.nodes[n].sync(version, d) for n, d in deltas.items()}
+        return {n: self.nodes[n].wait(i) for n, i in ids.items()}
+
+    def test_every_node_commits_together(self):
+        a, b = self.node("a", tp=1), self.node("b", tp=2)
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "live", (n, rec))
+            self.assertIn("group", rec["phase_ms"])  # waited for the group's decision
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+        recs = self.sync_all("v3", {"a": self.t("d23"), "b": self.t("d23")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"])
+        a.assert_serves(self, self.t("v3"))
+        b.assert_serves(self, self.t("v3"))
+
+    def test_one_node_failing_aborts_every_node(self):
+        a, b = self.node("a", tp=1), self.node("b", tp=1)
+        before = a.answers() + b.answers()
+        # Node b's copy of the delta has a corrupt shard: b fails, so a must not commit.
+        bad = self.t("d12-bad-" + str(time.time_ns()))
+        shutil.copytree(self.t("d12"), bad)
+        shard = sorted(f for f in os.listdir(bad) if f != "manifest.json")[0]
+        data = bytearray(base.read(os.path.join(bad, shard)))
+        data[len(data) // 2] ^= 0x5A
+        base.write(os.path.join(bad, shard), data)
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": bad})
+        self.assertEqual(recs["b"]["state"], "aborted", recs["b"])
+        self.assertEqual(recs["a"]["state"], "aborted", recs["a"])
+        self.assertIn("decided ABORT", recs["a"]["error"])
+        self.assertIn("node 'b'", recs["a"]["error"])
+        self.assertEqual(a.answers() + b.answers(), before)  # nobody wrote a byte
+        for c in (a, b):
+            self.assertEqual(c.rank_state(0)["version"], "v1")
+            self.assertEqual(c.status()["live_version"], "v1")
+        # A retry with good data on both goes live (a new attempt of the same step).
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+
+    def test_a_node_that_never_prepares_times_the_sync_out(self):
+        a = self.node("a", tp=1, prepare_ms=1000)
+        self.node("b", tp=1, prepare_ms=1000)
+        before = a.answers()
+        t0 = time.time()
+        rec = a.wait(a.sync("v2", self.t("d12")))  # b is never asked
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("missing: b", rec["error"])
+        self.assertLess(time.time() - t0, 15)
+        self.assertEqual(a.answers(), before)
+
+    def test_etcd_down_aborts_every_node(self):
+        a, b = self.node("a", tp=1), self.node("b", tp=1)
+        before = a.answers() + b.answers()
+        self.etcd.stop()
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "aborted", (n, rec))
+            self.assertIn("etcd", rec["error"])
+        self.assertEqual(a.answers() + b.answers(), before)
+
+    def test_group_flags_are_checked_at_start(self):
+        r = subprocess.run([base.DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--token", "x",
+                            "--group", "g", "--node", "c", "--group-members", "a,b",
+                            "--etcd-endpoints", self.etcd.url],
+                           capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not among the group's members", r.stderr)
+        r = subprocess.run([base.DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--token", "x",
+                            "--group", "g", "--node", "a"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("go together", r.stderr)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deltakv", required=True)
+    ap.add_argument("--engine", required=True)
+    args, rest = ap.parse_known_args()
+    base.DELTAKV, base.ENGINE = os.path.abspath(args.deltakv), os.path.abspath(args.engine)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
