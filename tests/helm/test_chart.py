@@ -44,12 +44,19 @@ EVERYTHING = render.merge_values(REQUIRED, {
                "numaNode": 1},
     "deltaStore": {"caSecret": {"name": "store-ca"}},
     "verify": {"checkpoint": "/models/ckpt", "scrubIntervalSeconds": 0.5, "scrubRateGbps": 1.5},
-    "multiNode": {"etcdEndpoints": ["http://etcd-0.etcd:2379", "http://10.0.0.7:2379"]},
+    "multiNode": {"group": "llama-70b", "node": "node-b", "members": ["node-a", "node-b"],
+                  "etcdEndpoints": ["http://etcd-0.etcd:2379", "http://10.0.0.7:2379"],
+                  "prepareTimeoutMs": 120000, "inDoubtTimeoutMs": 0},
     "metrics": {"serviceMonitor": {"enabled": True, "namespace": "monitoring"}},
 })
+# One node of a three-node group (docs/MULTINODE.md), the sidecar's default timeouts.
+MULTI_NODE = render.merge_values(REQUIRED, {"multiNode": {
+    "group": "llama-70b", "node": "node-b", "members": ["node-a", "node-b", "node-c"],
+    "etcdEndpoints": ["http://etcd-0.etcd:2379", "http://etcd-1.etcd:2379"]}})
 CASES = {
     "defaults": REQUIRED,
     "everything": EVERYTHING,
+    "multinode": MULTI_NODE,
     "vllm": render.merge_values(render.load_values(render.EXAMPLES_DIR / "values-vllm.yaml"),
                                 {"token": {"value": "test-token"}}),
     "sglang": render.load_values(render.EXAMPLES_DIR / "values-sglang.yaml"),
@@ -481,6 +488,12 @@ def test_decode_threads_against_the_cpu_limit(threads, cpu, warning):
     (["--kv-block-bytes=4096"], "--kv-block-bytes is set by the chart"),
     (["--listen=127.0.0.1:1"], "--listen is set by the chart"),
     (["--port-file=/tmp/p", "--token=secret"], "--token is refused"),
+    (["--group=g"], "--group is refused: the group comes from multiNode.*"),
+    (["--node=a"], "--node is refused"),
+    (["--group-members=a,b"], "--group-members is refused"),
+    (["--etcd-endpoints=http://etcd:2379"], "--etcd-endpoints is refused"),
+    (["--group-prepare-timeout-ms=1000"], "--group-prepare-timeout-ms is refused"),
+    (["--group-in-doubt-timeout-ms=0"], "--group-in-doubt-timeout-ms is refused"),
 ])
 def test_extra_args_may_not_repeat_the_charts_flags(extra, message):
     values = with_required(kvPool={"enabled": True, "blockBytes": 4096, "capacitySlots": 8},
@@ -489,23 +502,115 @@ def test_extra_args_may_not_repeat_the_charts_flags(extra, message):
         render.render(values)
 
 
-def test_etcd_endpoints_only_in_a_configmap_and_env():
-    rendered = objects(EVERYTHING)
+GROUP_FLAGS = ("--group", "--node", "--group-members", "--etcd-endpoints",
+               "--group-prepare-timeout-ms", "--group-in-doubt-timeout-ms")
+
+
+def group_args(args):
+    return [a for a in args if a.split("=", 1)[0] in GROUP_FLAGS]
+
+
+def test_group_flags_are_the_sidecars():
+    assert all(SIDECAR_FLAGS.get(f) is True for f in GROUP_FLAGS), SIDECAR_FLAGS
+
+
+@pytest.mark.parametrize("case, want", [
+    ("multinode", ["--group=llama-70b", "--node=node-b", "--group-members=node-a,node-b,node-c"]),
+    ("everything", ["--group=llama-70b", "--node=node-b", "--group-members=node-a,node-b",
+                    "--group-prepare-timeout-ms=120000", "--group-in-doubt-timeout-ms=0"]),
+    ("defaults", []),
+    ("vllm", []),
+])
+def test_multi_node_group_args(case, want):
+    # The endpoints reach the sidecar as DELTAKV_ETCD_ENDPOINTS only, never as --etcd-endpoints.
+    assert group_args(container(pod_spec(CASES[case]), "sidecar")["args"]) == want
+
+
+@pytest.mark.parametrize("case", ["multinode", "everything"])
+def test_etcd_endpoints_in_a_configmap_and_env(case):
+    values = CASES[case]
+    rendered = objects(values)
     config_map = rendered[("ConfigMap", "test-deltakv-multinode")]
-    assert config_map["data"] == {"etcd-endpoints": "http://etcd-0.etcd:2379,http://10.0.0.7:2379"}
-    spec = pod_spec(EVERYTHING)
-    sidecar = container(spec, "sidecar")
+    assert config_map["data"] == {
+        "etcd-endpoints": ",".join(values["multiNode"]["etcdEndpoints"])}
+    sidecar = container(pod_spec(values), "sidecar")
     env = {e["name"]: e for e in sidecar["env"]}
     assert env["DELTAKV_ETCD_ENDPOINTS"]["valueFrom"]["configMapKeyRef"] == {
         "name": "test-deltakv-multinode", "key": "etcd-endpoints"}
-    # The sidecar reads the endpoints from DELTAKV_ETCD_ENDPOINTS (its --etcd-endpoints
-    # default): the chart passes no etcd flag.
     assert not [a for a in sidecar["args"] if "etcd" in a]
-    assert "--etcd-endpoints" in SIDECAR_FLAGS
-    assert "checksum/multinode" in one(EVERYTHING, "Deployment")["spec"]["template"][
+    assert "checksum/multinode" in one(values, "Deployment")["spec"]["template"][
         "metadata"]["annotations"]
-    assert "put it in a group (--group, --node, --group-members)" in render.notes(EVERYTHING)
+    text = render.notes(values)
+    assert 'node "node-b" of group "llama-70b"' in text and "docs/MULTINODE.md" in text
+    assert "WARNING" not in text
+
+
+def test_single_node_has_no_group():
     assert not [k for k in objects(REQUIRED) if k[0] == "ConfigMap"]
+    sidecar = container(pod_spec(REQUIRED), "sidecar")
+    assert "env" not in sidecar
+    assert "Multi-node" not in render.notes(REQUIRED)
+    # Endpoints without a group: carried, unused, and warned about.
+    values = with_required(multiNode={"etcdEndpoints": ["http://etcd:2379"]})
+    assert group_args(container(pod_spec(values), "sidecar")["args"]) == []
+    assert ("ConfigMap", "test-deltakv-multinode") in objects(values)
+    assert "WARNING: multiNode.etcdEndpoints is set but multiNode.group is not" in \
+        render.notes(values)
+
+
+def sidecar_run_here(values, tmp_path, etcd_env=True, **replace):
+    """Runs the rendered sidecar command line here, with the pod's DELTAKV_ETCD_ENDPOINTS (from
+    the rendered ConfigMap) and the pod-only paths and names swapped for local ones; REPLACE
+    sets further flags (flag name without dashes, '_' for '-')."""
+    rendered = objects(values)
+    args = container(pod_spec(values), "sidecar")["args"]
+    (tmp_path / "token").write_text("test-token\n")
+    local = {"--listen": "127.0.0.1:0", "--token-file": str(tmp_path / "token"),
+             "--shm-name": f"deltakv-helm-test-{os.getpid()}",
+             "--state-dir": str(tmp_path / "state")}
+    local.update({"--" + k.replace("_", "-"): v for k, v in replace.items()})
+    args = [f"{a.split('=', 1)[0]}={local[a.split('=', 1)[0]]}"
+            if a.split("=", 1)[0] in local else a for a in args]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DELTAKV_ETCD_ENDPOINTS", "DELTAKV_TOKEN")}
+    if etcd_env:
+        env["DELTAKV_ETCD_ENDPOINTS"] = rendered[("ConfigMap", "test-deltakv-multinode")][
+            "data"]["etcd-endpoints"]
+    return subprocess.run([sidecar_binary()] + args, capture_output=True, text=True,
+                          timeout=30, env=env)
+
+
+# Nothing listens on port 1: the sidecar's etcd client cannot connect.
+UNREACHABLE_ETCD = render.merge_values(MULTI_NODE, {"multiNode": {
+    "etcdEndpoints": ["http://127.0.0.1:1"], "prepareTimeoutMs": 100,
+    "inDoubtTimeoutMs": 3600000}})
+
+
+@pytest.mark.skipif(sidecar_binary() is None, reason="no deltakv build (set DELTAKV_BIN)")
+def test_sidecar_joins_the_group_of_the_rendered_args(tmp_path):
+    # With a token file the sidecar gets past every flag and the group's own checks (names,
+    # the node among the members, timeouts, endpoints from DELTAKV_ETCD_ENDPOINTS) and stops
+    # only where it registers in etcd, which does not answer: an I/O error, exit code 3. It
+    # creates nothing (no KV pool; the control segment comes after the group).
+    run = sidecar_run_here(UNREACHABLE_ETCD, tmp_path)
+    assert run.returncode == 3, run.stderr
+    assert "group: etcd http://127.0.0.1:1: no endpoint answered" in run.stderr, run.stderr
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.skipif(sidecar_binary() is None, reason="no deltakv build (set DELTAKV_BIN)")
+@pytest.mark.parametrize("etcd_env, replace, message", [
+    (False, {}, "a group needs --etcd-endpoints (or DELTAKV_ETCD_ENDPOINTS)"),
+    (True, {"node": "node-x"}, "node 'node-x' is not among the group's members"),
+    (True, {"group_members": "node-b,node-b"}, "member 'node-b' is listed twice"),
+    (True, {"group": "a/b"}, "group name 'a/b': 1-128 characters, no '/'"),
+], ids=["no-etcd-env", "node-not-member", "duplicate-member", "slash"])
+def test_sidecar_refuses_what_the_chart_refuses(tmp_path, etcd_env, replace, message):
+    # The chart's schema and render checks (below) stop these before the pod; the sidecar's own
+    # refusals at start (usage of a group: exit code 2) are the same.
+    run = sidecar_run_here(UNREACHABLE_ETCD, tmp_path, etcd_env=etcd_env, **replace)
+    assert run.returncode == 2, run.stderr
+    assert message in run.stderr, run.stderr
 
 
 def test_service_reaches_the_sync_api():
@@ -587,6 +692,8 @@ MISSPELLED = [
     {"deltaStore": {"caSecret": {"nmae": "ca"}}},
     {"sidecar": {"probes": {"startup": {"periodSecond": 5}}}},
     {"multiNode": {"etcd": ["http://etcd:2379"]}},
+    {"multiNode": {"groupMembers": ["a", "b"]}},
+    {"multiNode": {"prepareTimeout": 1000}},
 ]
 
 
@@ -619,7 +726,22 @@ def test_misspelled_value_is_refused(typo):
     {"multiNode": {"etcdEndpoints": ["etcd:2379"]}},
     {"multiNode": {"etcdEndpoints": ["http://etcd"]}},
     {"multiNode": {"etcdEndpoints": ["http://a:2379", "http://a:2379"]}},
-], ids=lambda t: json.dumps(t))
+    {"multiNode": {"group": "a/b"}},
+    {"multiNode": {"group": "g" * 129}},
+    {"multiNode": {"node": "a,b"}},
+    {"multiNode": {"node": "n" * 129}},
+    {"multiNode": {"members": ["a", "a"]}},
+    {"multiNode": {"members": [""]}},
+    {"multiNode": {"members": ["a/b"]}},
+    {"multiNode": {"members": ["a,b"]}},
+    {"multiNode": {"members": ["m" * 129]}},
+    {"multiNode": {"members": "a,b"}},
+    {"multiNode": {"prepareTimeoutMs": 99}},
+    {"multiNode": {"prepareTimeoutMs": 3600001}},
+    {"multiNode": {"prepareTimeoutMs": "60000"}},
+    {"multiNode": {"inDoubtTimeoutMs": -1}},
+    {"multiNode": {"inDoubtTimeoutMs": 3600001}},
+], ids=lambda t: json.dumps(t)[:80])
 def test_out_of_range_value_is_refused(bad):
     with pytest.raises(helm.HelmValuesError):
         render.render(render.merge_values(REQUIRED, bad))
@@ -651,6 +773,29 @@ def test_defaults_alone_do_not_render():
     ({"token": {"existingSecret": "s"}}, "token.value and token.existingSecret exclude each other"),
     ({"engine": {"env": [{"name": "DELTAKV_KV_POOL", "value": "x.kv"}]}},
      "engine.env: DELTAKV_KV_POOL is set by the chart"),
+    ({"multiNode": {"group": "g", "etcdEndpoints": ["http://etcd:2379"]}},
+     "multiNode: group, node and members go together (group set, node, members not)"),
+    ({"multiNode": {"group": "g", "node": "a", "etcdEndpoints": ["http://etcd:2379"]}},
+     "multiNode: group, node and members go together (group, node set, members not)"),
+    ({"multiNode": {"node": "a", "members": ["a", "b"]}},
+     "multiNode: group, node and members go together (node, members set, group not)"),
+    ({"multiNode": {"members": ["a", "b"]}},
+     "multiNode: group, node and members go together (members set, group, node not)"),
+    ({"multiNode": {"group": "g", "node": "c", "members": ["a", "b"],
+                    "etcdEndpoints": ["http://etcd:2379"]}},
+     'multiNode.node "c" is not among multiNode.members [a, b]'),
+    ({"multiNode": {"group": "g", "node": "a", "members": ["a", "b"]}},
+     "multiNode.etcdEndpoints is required with multiNode.group"),
+    ({"replicaCount": 2, "multiNode": {"group": "g", "node": "a", "members": ["a", "b"],
+                                       "etcdEndpoints": ["http://etcd:2379"]}},
+     "install one release per node, with replicaCount 1"),
+    ({"multiNode": {"prepareTimeoutMs": 1000}},
+     "multiNode.prepareTimeoutMs and multiNode.inDoubtTimeoutMs are used with multiNode.group"),
+    ({"multiNode": {"inDoubtTimeoutMs": 0}},
+     "multiNode.prepareTimeoutMs and multiNode.inDoubtTimeoutMs are used with multiNode.group"),
+    ({"multiNode": {"etcdEndpoints": ["http://etcd:2379"]},
+      "sidecar": {"env": [{"name": "DELTAKV_ETCD_ENDPOINTS", "value": "http://x:1"}]}},
+     "sidecar.env: DELTAKV_ETCD_ENDPOINTS is set by the chart"),
 ], ids=lambda t: json.dumps(t) if isinstance(t, dict) else t)
 def test_contradictory_values_fail_render(bad, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):

@@ -71,6 +71,8 @@ which may repeat a flag of the chart's or be --token (the token comes from the S
 {{- $flag := first (splitList "=" .) }}
 {{- if eq $flag "--token" }}
 {{- fail "sidecar.extraArgs: --token is refused: the sidecar reads the token from the Secret's file (token.*)" }}
+{{- else if has $flag (list "--group" "--node" "--group-members" "--etcd-endpoints" "--group-prepare-timeout-ms" "--group-in-doubt-timeout-ms") }}
+{{- fail (printf "sidecar.extraArgs: %s is refused: the group comes from multiNode.* (group, node, members, etcdEndpoints, prepareTimeoutMs, inDoubtTimeoutMs)" $flag) }}
 {{- else if has $flag $taken }}
 {{- fail (printf "sidecar.extraArgs: %s is set by the chart: use the chart's value for it" $flag) }}
 {{- end }}
@@ -148,6 +150,19 @@ which may repeat a flag of the chart's or be --token (the token comes from the S
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with .Values.multiNode }}
+{{- if .group }}
+- {{ printf "--group=%s" .group | quote }}
+- {{ printf "--node=%s" .node | quote }}
+- {{ printf "--group-members=%s" (join "," .members) | quote }}
+{{- if not (kindIs "invalid" .prepareTimeoutMs) }}
+- {{ printf "--group-prepare-timeout-ms=%v" (int64 .prepareTimeoutMs) | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .inDoubtTimeoutMs) }}
+- {{ printf "--group-in-doubt-timeout-ms=%v" (int64 .inDoubtTimeoutMs) | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 
@@ -199,6 +214,7 @@ when the pool is sized by hostFraction or disabled. */}}
 {{- fail (printf "engine.env: %s is set by the chart (from sidecar.shmName, sidecar.port or token.*)" .name) -}}
 {{- end -}}
 {{- end -}}
+{{- include "deltakv.validateMultiNode" . -}}
 {{- $pool := float64 (include "deltakv.poolBytes" .) -}}
 {{- if gt $pool 0.0 -}}
 {{- $shm := include "deltakv.quantity" .Values.shm.sizeLimit -}}
@@ -208,6 +224,44 @@ when the pool is sized by hostFraction or disabled. */}}
 {{- $mem := include "deltakv.quantity" (dig "limits" "memory" "" .Values.sidecar.resources) -}}
 {{- if and $mem (gt $pool (float64 $mem)) -}}
 {{- fail (printf "kvPool: the pool's pages (at least %s) are charged to the sidecar, more than its memory limit %v (sidecar.resources.limits.memory)" (include "deltakv.gib" $pool) .Values.sidecar.resources.limits.memory) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* multiNode: a group needs its node, its members (the node among them) and etcd; one
+release is one node, so one replica. The sidecar checks the same at start (docs/MULTINODE.md). */}}
+{{- define "deltakv.validateMultiNode" -}}
+{{- $m := .Values.multiNode -}}
+{{- $set := list -}}
+{{- $unset := list -}}
+{{- range $key := list "group" "node" "members" -}}
+{{- if get $m $key -}}
+{{- $set = append $set $key -}}
+{{- else -}}
+{{- $unset = append $unset $key -}}
+{{- end -}}
+{{- end -}}
+{{- if and $set $unset -}}
+{{- fail (printf "multiNode: group, node and members go together (%s set, %s not): set all three for a multi-node group, none for a single node" (join ", " $set) (join ", " $unset)) -}}
+{{- end -}}
+{{- if $m.group -}}
+{{- if not (has $m.node $m.members) -}}
+{{- fail (printf "multiNode.node %q is not among multiNode.members [%s]" $m.node (join ", " $m.members)) -}}
+{{- end -}}
+{{- if not $m.etcdEndpoints -}}
+{{- fail "multiNode.etcdEndpoints is required with multiNode.group: the group's decisions are kept in etcd" -}}
+{{- end -}}
+{{- if gt (int64 .Values.replicaCount) 1 -}}
+{{- fail (printf "multiNode.group: replicaCount %v, but a release is one node of the group (multiNode.node): install one release per node, with replicaCount 1" (int64 .Values.replicaCount)) -}}
+{{- end -}}
+{{- else if or (not (kindIs "invalid" $m.prepareTimeoutMs)) (not (kindIs "invalid" $m.inDoubtTimeoutMs)) -}}
+{{- fail "multiNode.prepareTimeoutMs and multiNode.inDoubtTimeoutMs are used with multiNode.group" -}}
+{{- end -}}
+{{- if $m.etcdEndpoints -}}
+{{- range .Values.sidecar.env -}}
+{{- if eq .name "DELTAKV_ETCD_ENDPOINTS" -}}
+{{- fail "sidecar.env: DELTAKV_ETCD_ENDPOINTS is set by the chart (from multiNode.etcdEndpoints)" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
