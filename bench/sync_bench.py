@@ -193,6 +193,7 @@ def main():
                     wall = (time.time() - t0) * 1000
                     if rec["state"] != "live":
                         sys.exit(f"sync_bench: sync failed: {rec.get('error')}")
+                    pause = figure(rec.get("phase_ms"), "pause", f"phase_ms of sync {sid}")
                     states = [http("GET", f"http://127.0.0.1:{p}/v1/state") for p in rank_ports]
                     extra = {}
                     if cuda:
@@ -222,7 +223,7 @@ def main():
                                        for r, p in zip(bounds, rank_ports))
                         extra = {"touch_bound_ms": touch_ms,
                                  "touched_lines_measured": sum(r["lines"] for r in bounds),
-                                 "pause_vs_touch_bound": None}
+                                 "pause_vs_touch_bound": pause / touch_ms}
                     reloads = post_ranks(rank_ports, "/v1/reload", {"checkpoint": t(new)},
                                          "full reload")
                     if check_bytes:
@@ -237,7 +238,6 @@ def main():
                                      for r, p in zip(reloads, rank_ports))
                     full_total = max(figure(r, "total_ms", f"full reload response (port {p})")
                                      for r, p in zip(reloads, rank_ports))
-                    pause = figure(rec.get("phase_ms"), "pause", f"phase_ms of sync {sid}")
                     weight_lines = figure(rec, "weight_lines", f"sync record {sid}")
                     if not isinstance(rec.get("touched_lines"), int):
                         sys.exit(f"sync_bench: sync record {sid} has no 'touched_lines'")
@@ -261,8 +261,6 @@ def main():
                         "touched_line_fraction": rec["touched_lines"] / weight_lines,
                         "plan_parts": rec.get("plan_parts"),
                         "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}
-                    if "touch_bound_ms" in result:
-                        result["pause_vs_touch_bound"] = pause / result["touch_bound_ms"]
                     results.append(result)
                     print(json.dumps(result), flush=True)
                 # The startup verify and a closing scrub (every rank checksums all its weights):
@@ -284,9 +282,9 @@ def main():
                 if cuda:
                     per_rank = max(figure(http("GET", f"http://127.0.0.1:{p}/v1/state"), "bytes",
                                           f"state of port {p}") for p in rank_ports)
-                    d2d = [http("POST", f"http://127.0.0.1:{p}/v1/copy-bound",
-                                {"bytes": per_rank, "kind": "d2d"}) for p in rank_ports[:1]]
-                    d2d_ms = figure(d2d[0], "ms", "d2d copy-bound response")
+                    d2d = http("POST", f"http://127.0.0.1:{rank_ports[0]}/v1/copy-bound",
+                               {"bytes": per_rank, "kind": "d2d"})
+                    d2d_ms = figure(d2d, "ms", "d2d copy-bound response")
                     # The ranks share one GPU: verify_gbps and scrub_gbps count every rank's
                     # bytes, so the pass is that GPU's rate over one rank's bytes.
                     line["d2d_pass_gbps"] = per_rank / (d2d_ms * 1e6)

@@ -52,9 +52,11 @@ void Engine::SetSyncStats(const deltakv_sync_stats& s) {
   stats_ = s;
 }
 
-void Engine::MarkSyncDropped() {
+void Engine::EndSyncStats(int32_t outcome, uint64_t pause_us) {
   std::lock_guard<std::mutex> lock(stats_mu_);
-  if (stats_.sync_id != 0 && stats_.outcome == 0) stats_.outcome = 2;
+  if (stats_.sync_id == 0 || stats_.outcome != 0) return;
+  stats_.outcome = outcome;
+  stats_.pause_us = pause_us;
 }
 
 deltakv_sync_stats Engine::sync_stats() const {
@@ -205,7 +207,7 @@ void Engine::WorkerLoop() {
         HandleVerify(*msg);
       } else if (msg->type == shm::MessageType::kAbort && incoming_ &&
                  incoming_->pc.sync_id == msg->sync_id) {
-        MarkSyncDropped();
+        EndSyncStats(2, 0);
         incoming_.reset();
         SetState(DELTAKV_ENGINE_ATTACHED);
       }
@@ -221,7 +223,7 @@ void Engine::WorkerLoop() {
       if (!cb.ok()) continue;
       handle_.reset();
       if (incoming_) {
-        MarkSyncDropped();
+        EndSyncStats(2, 0);
         SetState(DELTAKV_ENGINE_ATTACHED);
       }
       incoming_.reset();
@@ -320,7 +322,7 @@ void Engine::CheckIncoming() {
   if (!incoming_) return;
   shm::AwaitOutcome o = control_->AwaitDecision(incoming_->pc.sync_id, std::chrono::nanoseconds(0));
   if (o == shm::AwaitOutcome::kAbort || o == shm::AwaitOutcome::kSidecarDead) {
-    MarkSyncDropped();
+    EndSyncStats(2, 0);
     incoming_.reset();
     SetState(DELTAKV_ENGINE_ATTACHED);
   }
@@ -389,7 +391,7 @@ void Engine::HandlePlan(const shm::Message& msg) {
   auto ref = shm::ParsePlan(msg);
   Status s = ref.ok() ? StagePart(sync_id, *ref) : ref.status();
   if (!s.ok()) {
-    MarkSyncDropped();
+    EndSyncStats(2, 0);
     incoming_.reset();
     SetState(DELTAKV_ENGINE_ATTACHED);
     set_sync_error(s);
@@ -419,13 +421,6 @@ void Engine::FinishPlan(IncomingPlan plan) {
     }
     changed += staged[t].bytes_changed;
   }
-  deltakv_sync_stats stats{};
-  stats.struct_size = sizeof(stats);
-  stats.sync_id = sync_id;
-  stats.parts = plan.next_part;
-  stats.bytes = changed;
-  stats.stage_us = plan.stage_ns / 1000;
-  SetSyncStats(stats);
   SendReport(shm::MakeStaged, sync_id, entries, changed);
   // Wait for the decision; it lives in the control block, so it survives the sidecar. The wait
   // ends: decided (a newer decision counts as ABORT for this sync), the sidecar dead or replaced
@@ -451,9 +446,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
     } else {
       pause_us = ApplyCommit(pc);
     }
-    stats.outcome = pause_us.ok() ? 1 : 3;
-    stats.pause_us = pause_us.ok() ? *pause_us : 0;
-    SetSyncStats(stats);
+    EndSyncStats(pause_us.ok() ? 1 : 3, pause_us.ok() ? *pause_us : 0);
     if (pause_us.ok()) {
       (void)PublishTensorTable();  // the table names the version the rank now serves
       SetState(DELTAKV_ENGINE_ATTACHED);
@@ -472,8 +465,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
     }
   } else {
     if (state() != DELTAKV_ENGINE_STOPPED) SetState(DELTAKV_ENGINE_ATTACHED);
-    stats.outcome = 2;
-    SetSyncStats(stats);
+    EndSyncStats(2, 0);
     if (outcome == shm::AwaitOutcome::kAbort) {
       Send(shm::MakeText(shm::MessageType::kAborted, sync_id, "staged data dropped"));
     }

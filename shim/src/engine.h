@@ -105,8 +105,8 @@ class Engine {
   void HandleVerify(const shm::Message& msg);
   void SetState(deltakv_engine_state s) { state_.store(s, std::memory_order_release); }
   void SetSyncStats(const deltakv_sync_stats& s);
-  // The newest sync's stats say dropped (2), unless it already ended.
-  void MarkSyncDropped();
+  // Ends the newest sync's stats with `outcome` (deltakv_sync_stats), unless it already ended.
+  void EndSyncStats(int32_t outcome, uint64_t pause_us);
 
   // Parameters.
   std::string shm_name_;

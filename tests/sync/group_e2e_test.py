@@ -54,12 +54,7 @@ class GroupE2ETest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="deltakv-group-")
         t = lambda *p: os.path.join(cls.tmp, *p)
         cls.t = staticmethod(t)
-        k = lambda *a: subprocess.run([base.DELTAKV, *a], check=True, capture_output=True)
-        k("checkpoint", "generate", "--out", t("v1"), "--size-mib", "8", "--files", "2")
-        k("checkpoint", "mutate", "--parent", t("v1"), "--out", t("v2"), "--density", "0.01", "--seed", "2")
-        k("checkpoint", "mutate", "--parent", t("v2"), "--out", t("v3"), "--density", "0.01", "--seed", "3")
-        k("publish", "--parent", t("v1"), "--new", t("v2"), "--out", t("d12"))
-        k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23"))
+        base.make_chain(t)
 
     @classmethod
     def tearDownClass(cls):

@@ -193,19 +193,26 @@ class Cluster:
                 os.remove(os.path.join("/dev/shm", f))
 
 
+def make_chain(t):
+    """Checkpoints v1 -> v2 -> v3 (1 % of elements per step) and deltas d12, d23 under t(...);
+    returns the CLI runner."""
+    def k(*args):
+        subprocess.run([DELTAKV, *args], check=True, capture_output=True)
+    k("checkpoint", "generate", "--out", t("v1"), "--size-mib", "8", "--files", "2")
+    k("checkpoint", "mutate", "--parent", t("v1"), "--out", t("v2"), "--density", "0.01", "--seed", "2")
+    k("checkpoint", "mutate", "--parent", t("v2"), "--out", t("v3"), "--density", "0.01", "--seed", "3")
+    k("publish", "--parent", t("v1"), "--new", t("v2"), "--out", t("d12"), "--frame-mib", "1")
+    k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23"))
+    return k
+
+
 class SyncE2ETest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="deltakv-e2e-")
         t = lambda *p: os.path.join(cls.tmp, *p)
         cls.t = staticmethod(t)
-        def k(*args):
-            subprocess.run([DELTAKV, *args], check=True, capture_output=True)
-        k("checkpoint", "generate", "--out", t("v1"), "--size-mib", "8", "--files", "2")
-        k("checkpoint", "mutate", "--parent", t("v1"), "--out", t("v2"), "--density", "0.01", "--seed", "2")
-        k("checkpoint", "mutate", "--parent", t("v2"), "--out", t("v3"), "--density", "0.01", "--seed", "3")
-        k("publish", "--parent", t("v1"), "--new", t("v2"), "--out", t("d12"), "--frame-mib", "1")
-        k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23"))
+        k = make_chain(t)
         # Bytes from v2 -> v3, but labelled as a delta from v1: only the checksums can tell.
         k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23-as-v1"),
           "--parent-version", "v1", "--version", "v2")

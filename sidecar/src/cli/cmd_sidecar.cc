@@ -28,12 +28,20 @@ namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }
 
+// "a,,b" -> {"a", "b"}.
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
 // "0-3,8" -> {0,1,2,3,8}. InvalidArgument on garbage.
 StatusOr<std::vector<unsigned>> ParseCpuList(const std::string& text) {
   std::vector<unsigned> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (item.empty()) continue;
+  for (const std::string& item : SplitList(text)) {
     size_t dash = item.find('-');
     try {
       unsigned a = static_cast<unsigned>(std::stoul(item.substr(0, dash)));
@@ -171,15 +179,6 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(number("scrub_interval_s", o.scrub_interval_s, "--scrub-interval-s"));
   RETURN_IF_ERROR(number("scrub_rate_gbps", o.scrub_rate_gbps, "--scrub-rate-gbps"));
   return Status::Ok();
-}
-
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
 }
 
 // The group of a multi-node model: --group, --node and --group-members together, with etcd

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 namespace deltakv::sidecar {
@@ -72,14 +73,7 @@ StatusOr<std::unique_ptr<GroupCommit>> GroupCommit::Create(GroupOptions o) {
   if (o.lease_ttl_s < 2) return InvalidArgument("lease TTL must be at least 2 s");
   ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd, EtcdClient::Create(o.etcd));
   std::unique_ptr<GroupCommit> g(new GroupCommit(std::move(o), std::move(etcd)));
-  ASSIGN_OR_RETURN(int64_t lease, g->etcd_->GrantLease(g->options_.lease_ttl_s));
-  g->lease_.store(lease);
-  RETURN_IF_ERROR(g->etcd_->Put(g->Key("members/" + g->options_.node),
-                                json{{"node", g->options_.node},
-                                     {"pid", static_cast<int64_t>(getpid())},
-                                     {"started_unix", UnixNow()}}
-                                    .dump(),
-                                lease));
+  RETURN_IF_ERROR(g->Join());
   g->keepalive_ = std::thread([p = g.get()] { p->KeepAliveLoop(); });
   return g;
 }
@@ -92,6 +86,17 @@ GroupCommit::~GroupCommit() {
   if (keepalive_.joinable()) keepalive_.join();
   // Leaving: the membership key and any PREPARED of this node go with the lease.
   if (int64_t lease = lease_.load(); lease != 0) (void)etcd_->RevokeLease(lease);
+}
+
+Status GroupCommit::Join() {
+  ASSIGN_OR_RETURN(int64_t lease, etcd_->GrantLease(options_.lease_ttl_s));
+  lease_.store(lease);
+  return etcd_->Put(Key("members/" + options_.node),
+                    json{{"node", options_.node},
+                         {"pid", static_cast<int64_t>(getpid())},
+                         {"started_unix", UnixNow()}}
+                        .dump(),
+                    lease);
 }
 
 std::string GroupCommit::Key(const std::string& rest) const {
@@ -107,19 +112,8 @@ void GroupCommit::KeepAliveLoop() {
       continue;
     }
     next = Clock::now() + period;
-    Status s = etcd_->KeepAlive(lease_.load());
-    if (s.code() == StatusCode::kNotFound) {
-      // Expired (etcd was unreachable for longer than the TTL): join again on a new lease.
-      auto lease = etcd_->GrantLease(options_.lease_ttl_s);
-      if (!lease.ok()) continue;
-      lease_.store(*lease);
-      (void)etcd_->Put(Key("members/" + options_.node),
-                       json{{"node", options_.node},
-                            {"pid", static_cast<int64_t>(getpid())},
-                            {"started_unix", UnixNow()}}
-                           .dump(),
-                       *lease);
-    }
+    // Expired (etcd was unreachable for longer than the TTL): join again on a new lease.
+    if (etcd_->KeepAlive(lease_.load()).code() == StatusCode::kNotFound) (void)Join();
   }
 }
 
@@ -181,13 +175,11 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
                      std::to_string((options_.prepare_timeout + options_.in_doubt_timeout).count()) +
                      " ms (" + last.message() + "); the staged plan is dropped");
     }
-    Status s = [&]() -> Status {
-      if (!prepared) {
-        RETURN_IF_ERROR(etcd_->Put(prepared_prefix + options_.node, mine, lease_.load()));
-        prepared = true;
-      }
-      return Status::Ok();
-    }();
+    Status s;
+    if (!prepared) {
+      s = etcd_->Put(prepared_prefix + options_.node, mine, lease_.load());
+      prepared = s.ok();
+    }
     if (s.ok()) {
       auto d = Decision(key);
       if (d.ok() && d->has_value()) return **d;

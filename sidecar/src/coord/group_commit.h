@@ -79,6 +79,8 @@ class GroupCommit {
  private:
   GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd);
   std::string Key(const std::string& rest) const;
+  // Takes a new lease and writes this node's membership key on it.
+  Status Join();
   void KeepAliveLoop();
 
   GroupOptions options_;
