@@ -47,6 +47,9 @@ class Engine:
     def sync_error(self) -> str: ...
 
     @property
+    def sync_stats(self) -> dict: ...
+
+    @property
     def closed(self) -> bool: ...
 
 class KeyContext:

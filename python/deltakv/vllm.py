@@ -501,7 +501,7 @@ class DeltakvWeightTransferEngine(WeightTransferEngine[DeltakvInitInfo, DeltakvU
 
     @property
     def handle(self) -> Optional[Engine]:
-        """The deltakv engine handle (state, policy_version, version_id, sync_error)."""
+        """The deltakv engine handle (state, policy_version, version_id, sync_error, sync_stats)."""
         return self._engine
 
     def _live(self) -> Engine:

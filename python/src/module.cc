@@ -388,6 +388,25 @@ class Engine {
   uint64_t PolicyVersion() const { return deltakv_engine_policy_version(e_); }
   std::string VersionId() { return e_ == nullptr ? "" : deltakv_engine_version_id(e_); }
   std::string SyncError() const { return deltakv_engine_sync_error(e_); }
+  // deltakv_engine_get_sync_stats as a dict; the outcome by name ("none" before any sync).
+  nb::dict SyncStats() const {
+    Live();
+    deltakv_sync_stats s;
+    std::memset(&s, 0, sizeof(s));
+    s.struct_size = sizeof(s);
+    Check(deltakv_engine_get_sync_stats(e_, &s));
+    static constexpr const char* kOutcomes[] = {"staging", "committed", "dropped", "diverged"};
+    nb::dict d;
+    d["outcome"] = s.sync_id == 0                     ? "none"
+                   : s.outcome >= 0 && s.outcome <= 3 ? kOutcomes[s.outcome]
+                                                      : "unknown";
+    d["sync_id"] = s.sync_id;
+    d["parts"] = s.parts;
+    d["bytes"] = s.bytes;
+    d["stage_us"] = s.stage_us;
+    d["pause_us"] = s.pause_us;
+    return d;
+  }
   bool closed() const { return e_ == nullptr; }
 
  private:
@@ -830,6 +849,7 @@ NB_MODULE(_native, m) {
       .def_prop_ro("policy_version", &Engine::PolicyVersion)
       .def_prop_ro("version_id", &Engine::VersionId)
       .def_prop_ro("sync_error", &Engine::SyncError)
+      .def_prop_ro("sync_stats", &Engine::SyncStats)
       .def_prop_ro("closed", &Engine::closed);
 
   nb::class_<KeyContextArgs>(m, "KeyContext")

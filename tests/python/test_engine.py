@@ -46,6 +46,13 @@ def make_engine(sidecar, live: dict, **kw) -> deltakv.Engine:
     return e
 
 
+def test_sync_stats_before_any_sync(sidecar_factory):
+    e = deltakv.Engine(shm_name="deltakv-py-no-sync-yet", attach_timeout_ms=50)
+    assert e.sync_stats == {"outcome": "none", "sync_id": 0, "parts": 0, "bytes": 0,
+                            "stage_us": 0, "pause_us": 0}
+    e.close()
+
+
 def test_sync_goes_live_in_the_arrays(sidecar_factory, tmp_path):
     s = sidecar_factory()
     v1, client = weights(1), deltakv.SidecarClient(s.url, token=TOKEN)
@@ -72,7 +79,17 @@ def test_sync_goes_live_in_the_arrays(sidecar_factory, tmp_path):
         assert names == {"layer.0.w", "embed"}
         assert all(length > 0 for _, regions in calls["derived"] for _o, length in regions)
         assert e.sync_error == ""
+        stats = e.sync_stats
+        assert stats["outcome"] == "committed", stats
+        assert stats["sync_id"] > 0 and stats["parts"] >= 1, stats
+        # Every changed byte was staged, at least one per tensor that changed.
+        changed = sum(int(np.count_nonzero(v1[k].view(np.uint8) != v2[k].view(np.uint8)))
+                      for k in v2)
+        assert stats["bytes"] >= changed > 0, (stats, changed)
+        assert stats["pause_us"] > 0, stats
     assert e.closed and e.state == "stopped"
+    with pytest.raises(deltakv.FailedPreconditionError, match="closed"):
+        e.sync_stats
     with pytest.raises(deltakv.FailedPreconditionError, match="closed"):
         e.start()
 
@@ -123,6 +140,7 @@ def test_a_failing_pause_is_reported(sidecar_factory, tmp_path):
         assert info.value.record["state"] == "diverged", info.value.record
         assert e.state == "diverged"
         assert "pause" in e.sync_error
+        assert e.sync_stats["outcome"] == "diverged", e.sync_stats
         for k in v1:  # the pause failed before anything was written
             assert np.array_equal(live[k], v1[k]), k
 
