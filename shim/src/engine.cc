@@ -59,6 +59,12 @@ void Engine::EndSyncStats(int32_t outcome, uint64_t pause_us) {
   stats_.pause_us = pause_us;
 }
 
+void Engine::DropIncoming() {
+  EndSyncStats(kOutcomeDropped, 0);
+  incoming_.reset();
+  SetState(DELTAKV_ENGINE_ATTACHED);
+}
+
 deltakv_sync_stats Engine::sync_stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
@@ -207,9 +213,7 @@ void Engine::WorkerLoop() {
         HandleVerify(*msg);
       } else if (msg->type == shm::MessageType::kAbort && incoming_ &&
                  incoming_->pc.sync_id == msg->sync_id) {
-        EndSyncStats(2, 0);
-        incoming_.reset();
-        SetState(DELTAKV_ENGINE_ATTACHED);
+        DropIncoming();
       }
       continue;
     }
@@ -222,11 +226,7 @@ void Engine::WorkerLoop() {
       auto cb = shm::ControlBlock::Attach(shm_name_);
       if (!cb.ok()) continue;
       handle_.reset();
-      if (incoming_) {
-        EndSyncStats(2, 0);
-        SetState(DELTAKV_ENGINE_ATTACHED);
-      }
-      incoming_.reset();
+      if (incoming_) DropIncoming();
       control_ = std::move(cb).value();
       auto h = control_->RegisterRank(rank_, world_);
       if (!h.ok()) {
@@ -322,9 +322,7 @@ void Engine::CheckIncoming() {
   if (!incoming_) return;
   shm::AwaitOutcome o = control_->AwaitDecision(incoming_->pc.sync_id, std::chrono::nanoseconds(0));
   if (o == shm::AwaitOutcome::kAbort || o == shm::AwaitOutcome::kSidecarDead) {
-    EndSyncStats(2, 0);
-    incoming_.reset();
-    SetState(DELTAKV_ENGINE_ATTACHED);
+    DropIncoming();
   }
 }
 
@@ -391,9 +389,7 @@ void Engine::HandlePlan(const shm::Message& msg) {
   auto ref = shm::ParsePlan(msg);
   Status s = ref.ok() ? StagePart(sync_id, *ref) : ref.status();
   if (!s.ok()) {
-    EndSyncStats(2, 0);
-    incoming_.reset();
-    SetState(DELTAKV_ENGINE_ATTACHED);
+    DropIncoming();
     set_sync_error(s);
     Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) + ": " + s.message()));
     return;
@@ -446,7 +442,8 @@ void Engine::FinishPlan(IncomingPlan plan) {
     } else {
       pause_us = ApplyCommit(pc);
     }
-    EndSyncStats(pause_us.ok() ? 1 : 3, pause_us.ok() ? *pause_us : 0);
+    EndSyncStats(pause_us.ok() ? kOutcomeCommitted : kOutcomeDiverged,
+                 pause_us.ok() ? *pause_us : 0);
     if (pause_us.ok()) {
       (void)PublishTensorTable();  // the table names the version the rank now serves
       SetState(DELTAKV_ENGINE_ATTACHED);
@@ -465,7 +462,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
     }
   } else {
     if (state() != DELTAKV_ENGINE_STOPPED) SetState(DELTAKV_ENGINE_ATTACHED);
-    EndSyncStats(2, 0);
+    EndSyncStats(kOutcomeDropped, 0);
     if (outcome == shm::AwaitOutcome::kAbort) {
       Send(shm::MakeText(shm::MessageType::kAborted, sync_id, "staged data dropped"));
     }

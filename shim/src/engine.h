@@ -105,8 +105,15 @@ class Engine {
   void HandleVerify(const shm::Message& msg);
   void SetState(deltakv_engine_state s) { state_.store(s, std::memory_order_release); }
   void SetSyncStats(const deltakv_sync_stats& s);
+  // deltakv_sync_stats::outcome values.
+  static constexpr int32_t kOutcomeCommitted = 1;
+  static constexpr int32_t kOutcomeDropped = 2;
+  static constexpr int32_t kOutcomeDiverged = 3;
   // Ends the newest sync's stats with `outcome` (deltakv_sync_stats), unless it already ended.
   void EndSyncStats(int32_t outcome, uint64_t pause_us);
+  // Drops the sync being staged (aborted, the sidecar gone, or a part that failed): its stats
+  // end as dropped and the rank is attached again, serving the version it had.
+  void DropIncoming();
 
   // Parameters.
   std::string shm_name_;

@@ -48,17 +48,8 @@ class Etcd:
 
 
 @unittest.skipUnless(os.path.exists(ETCD), "needs " + ETCD)
-class GroupE2ETest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="deltakv-group-")
-        t = lambda *p: os.path.join(cls.tmp, *p)
-        cls.t = staticmethod(t)
-        base.make_chain(t)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
+class GroupE2ETest(base.ChainFixture, unittest.TestCase):
+    PREFIX = "deltakv-group-"
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(dir=self.tmp)

@@ -206,20 +206,31 @@ def make_chain(t):
     return k
 
 
-class SyncE2ETest(unittest.TestCase):
+class ChainFixture:
+    """Class fixture of the e2e suites: a scratch directory (t(...) names paths in it) holding
+    the checkpoint and delta chain of make_chain; cls.k runs the CLI."""
+    PREFIX = "deltakv-e2e-"
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="deltakv-e2e-")
+        cls.tmp = tempfile.mkdtemp(prefix=cls.PREFIX)
         t = lambda *p: os.path.join(cls.tmp, *p)
         cls.t = staticmethod(t)
-        k = make_chain(t)
-        # Bytes from v2 -> v3, but labelled as a delta from v1: only the checksums can tell.
-        k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23-as-v1"),
-          "--parent-version", "v1", "--version", "v2")
+        cls.k = staticmethod(make_chain(t))
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp)
+
+
+class SyncE2ETest(ChainFixture, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        t, k = cls.t, cls.k
+        # Bytes from v2 -> v3, but labelled as a delta from v1: only the checksums can tell.
+        k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23-as-v1"),
+          "--parent-version", "v1", "--version", "v2")
 
     def setUp(self):
         self.clusters = []

@@ -196,15 +196,15 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
   if (o.group_prepare_timeout_ms < 100 || o.group_prepare_timeout_ms > 3600000) {
     return InvalidArgument("--group-prepare-timeout-ms must be 100..3600000");
   }
+  if (o.group_in_doubt_timeout_ms > 3600000) {
+    return InvalidArgument("--group-in-doubt-timeout-ms must be 0..3600000");
+  }
   sidecar::GroupOptions g;
   g.group = o.group;
   g.node = o.node;
   g.members = SplitList(o.group_members);
   g.etcd.endpoints = SplitList(o.etcd_endpoints);
   g.prepare_timeout = std::chrono::milliseconds(o.group_prepare_timeout_ms);
-  if (o.group_in_doubt_timeout_ms > 3600000) {
-    return InvalidArgument("--group-in-doubt-timeout-ms must be 0..3600000");
-  }
   g.in_doubt_timeout = std::chrono::milliseconds(o.group_in_doubt_timeout_ms);
   ASSIGN_OR_RETURN(std::unique_ptr<sidecar::GroupCommit> group, sidecar::GroupCommit::Create(g));
   return std::shared_ptr<sidecar::GroupCommit>(std::move(group));
