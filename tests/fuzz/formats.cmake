@@ -7,3 +7,5 @@ deltakv_add_fuzzer(engine_tables_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/engine_tables_
 deltakv_add_fuzzer(messages_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/messages_fuzz.cc deltakv_shm)
 # The sidecar's checksum table (state dir JSON). Seeds: corpus/checksum_table/.
 deltakv_add_fuzzer(checksum_table_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/checksum_table_fuzz.cc deltakv_sidecar)
+# Sealed-volume manifests and references. Seeds: corpus/volume/.
+deltakv_add_fuzzer(volume_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/volume_fuzz.cc deltakv_deltasync)

@@ -1,0 +1,79 @@
+// Volumes::CopyFrom: copy one version from another store, chunk by chunk, then seal it here.
+#include <set>
+
+#include "deltasync/volume.h"
+#include "volume/chunk_object.h"
+#include "volume/names.h"
+#include "volume/records.h"
+
+namespace deltakv::deltasync {
+namespace {
+
+// Copies one chunk unless `dest` has it; returns the stored bytes written (0 if present).
+StatusOr<uint64_t> CopyChunk(VolumeStore& source, VolumeStore& dest, const ManifestChunk& c) {
+  const std::string key = keys::Chunk(c.digest);
+  ASSIGN_OR_RETURN(bool present, dest.Exists(key));
+  if (present) return uint64_t{0};
+  auto object = source.Get(key, MaxChunkObjectBytes(c.size));
+  if (!object.ok()) return object.status().WithPrefix("copy: source " + source.Describe());
+  RETURN_IF_ERROR(DecodeChunkObject(key, *object, c.size, c.digest)
+                      .status()
+                      .WithPrefix("copy: source " + source.Describe()));
+  RETURN_IF_ERROR(dest.Put(key, Bytes(*object)));
+  return uint64_t{object->size()};
+}
+
+}  // namespace
+
+StatusOr<PushResult> Volumes::CopyFrom(VolumeStore& source, const VolumeRef& ref,
+                                       std::string_view ns, std::string_view name,
+                                       const CopyOptions& options) {
+  RETURN_IF_ERROR(ValidateVolumeName("namespace", ns).WithPrefix("copy"));
+  RETURN_IF_ERROR(ValidateVolumeName("name", name).WithPrefix("copy"));
+  if (!options.tag.empty()) RETURN_IF_ERROR(ValidateVolumeTag(options.tag).WithPrefix("copy"));
+  Volumes from(source, options_);
+  auto version = from.Show(ref);
+  if (!version.ok()) return version.status().WithPrefix("copy: source " + source.Describe());
+  VolumeManifest manifest = std::move(version->manifest);
+  if (manifest.ns != ns || manifest.name != name) {
+    manifest.ns = std::string(ns);
+    manifest.name = std::string(name);
+    manifest.parent.clear();
+  }
+  ASSIGN_OR_RETURN(std::string text, SerializeVolumeManifest(manifest));
+  PushResult result;
+  result.ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
+  result.files = manifest.files.size();
+  std::set<std::string> seen;
+  std::vector<const ManifestChunk*> order;
+  std::vector<std::string> digests;
+  for (const ManifestFile& f : manifest.files) {
+    result.bytes += f.size;
+    for (const ManifestChunk& c : f.chunks) {
+      if (seen.insert(c.digest).second) {
+        order.push_back(&c);
+        digests.push_back(c.digest);
+      }
+    }
+  }
+  result.chunks_total = order.size();
+  ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
+                   Lease::Acquire(store_, manifest.ns, manifest.name,
+                                  {std::move(digests), Now() + options_.lease_ttl_s}, Now()));
+  for (size_t i = 0; i < order.size(); ++i) {
+    ASSIGN_OR_RETURN(uint64_t written, CopyChunk(source, store_, *order[i]));
+    result.chunks_uploaded += written > 0 ? 1 : 0;
+    result.bytes_uploaded += written;
+    if (options.progress) options.progress({i + 1, order.size(), result.bytes_uploaded});
+  }
+  if (Now() >= lease->expires()) {
+    return FailedPrecondition("copy: the copy outlasted its lease (" +
+                              std::to_string(options_.lease_ttl_s) +
+                              " s); gc may have removed chunks it relied on; copy again");
+  }
+  RETURN_IF_ERROR(SealManifest(manifest.ns, manifest.name, result.ref.digest, text));
+  if (!options.tag.empty()) RETURN_IF_ERROR(Tag(result.ref, options.tag).status());
+  return result;
+}
+
+}  // namespace deltakv::deltasync
