@@ -43,5 +43,6 @@ void AddSidecarCommand(CLI::App& app, int* rc);
 void AddTraceCommands(CLI::App& app, int* rc);
 void AddBenchCommands(CLI::App& app, int* rc);
 void AddPlanCommand(CLI::App& app, int* rc);
+void AddVolumeCommands(CLI::App& app, int* rc);
 
 }  // namespace deltakv::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   deltakv::cli::AddTraceCommands(app, &rc);
   deltakv::cli::AddBenchCommands(app, &rc);
   deltakv::cli::AddPlanCommand(app, &rc);
+  deltakv::cli::AddVolumeCommands(app, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,461 @@
+// deltakv volume push | sync | ls | show | tag | pull | rm | restore | gc
+// Sealed, digest-addressed volumes (deltasync/VOLUME.md) in a store named by --store.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cli/cli_common.h"
+#include "deltasync/volume.h"
+
+namespace deltakv::cli {
+namespace {
+
+using deltasync::VolumeRef;
+using nlohmann::json;
+
+struct Common {
+  std::string store;  // --store or $DELTAKV_VOLUME_STORE
+  bool json = false;
+  bool quiet = false;
+};
+
+// Prints a progress line to stderr at most twice a second, and always the last one.
+class Progress {
+ public:
+  Progress(const Common& c, std::string command) : quiet_(c.quiet), command_(std::move(command)) {}
+  void Update(bool last, const std::string& text) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!last && printed_ && now - last_ < std::chrono::milliseconds(500)) return;
+    last_ = now;
+    printed_ = true;
+    std::fprintf(stderr, "deltakv volume %s: %s\n", command_.c_str(), text.c_str());
+  }
+
+ private:
+  bool quiet_;
+  std::string command_;
+  bool printed_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string Digest(const std::string& hex) { return "sha256:" + hex; }
+
+StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenStore(const Common& c) {
+  if (c.store.empty()) {
+    return InvalidArgument("no volume store: pass --store URL or set DELTAKV_VOLUME_STORE");
+  }
+  return deltasync::OpenVolumeStore(c.store);
+}
+
+// Parses NS/NAME (no tag or digest).
+Status ParseVolumeName(const std::string& text, std::string& ns, std::string& name) {
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos) {
+    return InvalidArgument("'" + text + "' is not NS/NAME (no '/')");
+  }
+  ns = text.substr(0, slash);
+  name = text.substr(slash + 1);
+  RETURN_IF_ERROR(deltasync::ValidateVolumeName("namespace", ns).WithPrefix("'" + text + "'"));
+  return deltasync::ValidateVolumeName("name", name).WithPrefix("'" + text + "'");
+}
+
+json PushJson(const deltasync::PushResult& r, const std::string& tag) {
+  json j = {{"ok", true},
+            {"ref", r.ref.ToString()},
+            {"digest", Digest(r.ref.digest)},
+            {"files", r.files},
+            {"bytes", r.bytes},
+            {"chunks_total", r.chunks_total},
+            {"chunks_uploaded", r.chunks_uploaded},
+            {"bytes_uploaded", r.bytes_uploaded}};
+  if (!tag.empty()) j["tag"] = tag;
+  return j;
+}
+
+void PrintPushed(const char* verb, const deltasync::PushResult& r, const std::string& tag) {
+  std::printf("%s %s\n", verb, r.ref.ToString().c_str());
+  std::printf("  files     %llu, %s\n", static_cast<unsigned long long>(r.files),
+              HumanBytes(r.bytes).c_str());
+  std::printf("  uploaded  %llu of %llu chunks, %s\n",
+              static_cast<unsigned long long>(r.chunks_uploaded),
+              static_cast<unsigned long long>(r.chunks_total), HumanBytes(r.bytes_uploaded).c_str());
+  if (!tag.empty()) std::printf("  tag       %s\n", tag.c_str());
+}
+
+std::function<void(const deltasync::PushProgress&)> ChunkProgress(
+    std::shared_ptr<Progress> progress) {
+  return [progress](const deltasync::PushProgress& p) {
+    progress->Update(p.chunks_done == p.chunks_total,
+                     std::to_string(p.chunks_done) + "/" + std::to_string(p.chunks_total) +
+                         " chunks checked, " + HumanBytes(p.bytes_uploaded) + " uploaded");
+  };
+}
+
+// Registers a subcommand whose callback runs `body` with an open store and Volumes; errors
+// are reported under "volume <name>".
+template <typename Body>
+CLI::App* Add(CLI::App& group, const std::shared_ptr<Common>& common, int* rc, const char* name,
+              const char* help, Body body) {
+  CLI::App* cmd = group.add_subcommand(name, help);
+  cmd->add_flag("--json", common->json, "Print one JSON object on stdout");
+  cmd->add_flag("-q,--quiet", common->quiet, "No progress lines on stderr");
+  cmd->callback([common, rc, name, body] {
+    const std::string what = std::string("volume ") + name;
+    auto store = OpenStore(*common);
+    if (!store.ok()) {
+      *rc = ReportError(what, store.status(), common->json);
+      return;
+    }
+    deltasync::Volumes volumes(**store);
+    Status st = body(volumes, **store);
+    if (!st.ok()) *rc = ReportError(what, st, common->json);
+  });
+  return cmd;
+}
+
+json ListingJson(const deltasync::VolumeListing& l) {
+  json versions = json::array(), tags = json::array(), removed = json::array();
+  for (const std::string& v : l.versions) versions.push_back(Digest(v));
+  for (const auto& t : l.tags) tags.push_back({{"tag", t.tag}, {"digest", Digest(t.digest)}});
+  for (const auto& r : l.removed) {
+    removed.push_back({{"digest", Digest(r.digest)},
+                       {"removed_at", r.removed_at},
+                       {"restorable_until", r.restorable_until}});
+  }
+  return {{"ns", l.ns},     {"name", l.name},      {"versions", versions},
+          {"tags", tags},   {"removed", removed}};
+}
+
+}  // namespace
+
+void AddVolumeCommands(CLI::App& app, int* rc) {
+  CLI::App* group = app.add_subcommand(
+      "volume", "Sealed, digest-addressed volumes: push, sync, ls, show, tag, pull, rm, restore, gc");
+  group->require_subcommand(1);
+  group->fallthrough();
+  auto common = std::make_shared<Common>();
+  group->add_option("--store", common->store,
+                    "Volume store: dir:///path or a directory path (env DELTAKV_VOLUME_STORE)")
+      ->envname("DELTAKV_VOLUME_STORE");
+
+  // push DIR NS/NAME
+  {
+    struct Opts {
+      std::string dir, volume, tag, parent;
+      uint64_t piece_size = deltasync::kDefaultPieceSize;
+    };
+    auto o = std::make_shared<Opts>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "push", "Seal the regular files under DIR as a new version of NS/NAME",
+        [o, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          std::string ns, name;
+          RETURN_IF_ERROR(ParseVolumeName(o->volume, ns, name));
+          deltasync::PushOptions options;
+          options.tag = o->tag;
+          options.piece_size = o->piece_size;
+          if (!o->parent.empty()) {
+            ASSIGN_OR_RETURN(VolumeRef parent, deltasync::ParseVolumeRef(o->parent));
+            if (parent.ns != ns || parent.name != name) {
+              return InvalidArgument("--parent " + o->parent + " is not a version of " +
+                                     o->volume);
+            }
+            ASSIGN_OR_RETURN(options.parent, volumes.Resolve(parent));
+            RETURN_IF_ERROR(volumes.Show(VolumeRef{ns, name, options.parent, ""}).status());
+          }
+          auto progress = std::make_shared<Progress>(*common, "push");
+          options.progress = ChunkProgress(progress);
+          ASSIGN_OR_RETURN(deltasync::PushResult r, volumes.Push(o->dir, ns, name, options));
+          if (common->json) {
+            json j = PushJson(r, o->tag);
+            if (!options.parent.empty()) j["parent"] = Digest(options.parent);
+            PrintJson(j);
+          } else {
+            PrintPushed("pushed", r, o->tag);
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("DIR", o->dir, "Directory to push")->required();
+    cmd->add_option("VOLUME", o->volume, "NS/NAME")->required();
+    cmd->add_option("--tag", o->tag, "Move this tag to the new version");
+    cmd->add_option("--parent", o->parent,
+                    "Record this version of the same volume (REF) as the parent");
+    cmd->add_option("--piece-size", o->piece_size,
+                    "Bytes per piece of a large safetensors tensor")
+        ->capture_default_str();
+  }
+
+  // sync SOURCE NS/NAME --from STORE
+  {
+    struct Opts {
+      std::string source, volume, from, tag;
+    };
+    auto o = std::make_shared<Opts>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "sync",
+        "Copy version SOURCE from the store --from into NS/NAME of --store, chunk by chunk",
+        [o, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          std::string ns, name;
+          RETURN_IF_ERROR(ParseVolumeName(o->volume, ns, name));
+          ASSIGN_OR_RETURN(VolumeRef source, deltasync::ParseVolumeRef(o->source));
+          ASSIGN_OR_RETURN(auto from, deltasync::OpenVolumeStore(o->from));
+          auto progress = std::make_shared<Progress>(*common, "sync");
+          deltasync::CopyOptions options;
+          options.tag = o->tag;
+          options.progress = ChunkProgress(progress);
+          ASSIGN_OR_RETURN(deltasync::PushResult r,
+                           volumes.CopyFrom(*from, source, ns, name, options));
+          if (common->json) {
+            json j = PushJson(r, o->tag);
+            j["source"] = o->source;
+            PrintJson(j);
+          } else {
+            PrintPushed("synced", r, o->tag);
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("SOURCE", o->source, "Version to copy: NS/NAME@sha256:... or NS/NAME:TAG")
+        ->required();
+    cmd->add_option("VOLUME", o->volume, "NS/NAME to copy it into")->required();
+    cmd->add_option("--from", o->from, "The store SOURCE is in")->required();
+    cmd->add_option("--tag", o->tag, "Move this tag to the copied version");
+  }
+
+  // ls [NS]
+  {
+    auto ns = std::make_shared<std::string>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "ls", "List volumes, their versions, tags and removed versions",
+        [ns, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          ASSIGN_OR_RETURN(auto listings, volumes.List(*ns));
+          if (common->json) {
+            json all = json::array();
+            for (const auto& l : listings) all.push_back(ListingJson(l));
+            PrintJson({{"ok", true}, {"volumes", all}});
+            return Status::Ok();
+          }
+          for (const auto& l : listings) {
+            std::printf("%s/%s\n", l.ns.c_str(), l.name.c_str());
+            for (const std::string& v : l.versions) {
+              std::string tags;
+              for (const auto& t : l.tags) {
+                if (t.digest == v) tags += " " + t.tag;
+              }
+              std::printf("  @sha256:%s%s%s\n", v.c_str(), tags.empty() ? "" : "  tags:",
+                          tags.c_str());
+            }
+            for (const auto& r : l.removed) {
+              std::printf("  @sha256:%s  removed at %lld, restorable until %lld\n",
+                          r.digest.c_str(), static_cast<long long>(r.removed_at),
+                          static_cast<long long>(r.restorable_until));
+            }
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("NS", *ns, "Only this namespace");
+  }
+
+  // show REF
+  {
+    auto ref = std::make_shared<std::string>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "show", "Show a version: its digest, parent and files",
+        [ref, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          ASSIGN_OR_RETURN(VolumeRef r, deltasync::ParseVolumeRef(*ref));
+          ASSIGN_OR_RETURN(deltasync::VolumeVersion v, volumes.Show(r));
+          uint64_t bytes = 0, chunks = 0;
+          json files = json::array();
+          for (const auto& f : v.manifest.files) {
+            bytes += f.size;
+            chunks += f.chunks.size();
+            char mode[8];
+            std::snprintf(mode, sizeof(mode), "%04o", f.mode);
+            files.push_back({{"path", f.path},
+                             {"size", f.size},
+                             {"mode", mode},
+                             {"sha256", f.sha256},
+                             {"chunks", f.chunks.size()}});
+          }
+          if (common->json) {
+            json j = {{"ok", true},        {"ref", v.ref.ToString()}, {"digest", Digest(v.ref.digest)},
+                      {"files", files},    {"bytes", bytes},          {"chunks", chunks}};
+            if (!r.is_digest()) j["tag"] = r.tag;
+            if (!v.manifest.parent.empty()) j["parent"] = Digest(v.manifest.parent);
+            if (v.created) j["created"] = *v.created;
+            PrintJson(j);
+            return Status::Ok();
+          }
+          std::printf("%s\n", v.ref.ToString().c_str());
+          if (!v.manifest.parent.empty()) {
+            std::printf("  parent  sha256:%s\n", v.manifest.parent.c_str());
+          }
+          if (v.created) std::printf("  created %lld\n", static_cast<long long>(*v.created));
+          std::printf("  %zu files, %s, %llu chunks\n", v.manifest.files.size(),
+                      HumanBytes(bytes).c_str(), static_cast<unsigned long long>(chunks));
+          for (const auto& f : v.manifest.files) {
+            std::printf("  %04o %12llu  %s\n", f.mode, static_cast<unsigned long long>(f.size),
+                        f.path.c_str());
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("REF", *ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
+  }
+
+  // tag REF TAG
+  {
+    struct Opts {
+      std::string ref, tag, expect;
+      bool create = false;
+    };
+    auto o = std::make_shared<Opts>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "tag", "Point TAG of the volume at the version REF names",
+        [o, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          ASSIGN_OR_RETURN(VolumeRef r, deltasync::ParseVolumeRef(o->ref));
+          std::optional<std::string> expected;
+          if (o->create) expected = "";
+          if (!o->expect.empty()) expected = o->expect;
+          ASSIGN_OR_RETURN(deltasync::TagInfo t, volumes.Tag(r, o->tag, expected));
+          const VolumeRef tagged{r.ns, r.name, "", t.tag};
+          if (common->json) {
+            PrintJson({{"ok", true},
+                       {"ref", tagged.ToString()},
+                       {"digest", Digest(t.digest)},
+                       {"generation", t.generation}});
+          } else {
+            std::printf("%s -> sha256:%s\n", tagged.ToString().c_str(), t.digest.c_str());
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("REF", o->ref, "The version: NS/NAME@sha256:... or NS/NAME:TAG")->required();
+    cmd->add_option("TAG", o->tag, "The tag to move")->required();
+    auto* expect = cmd->add_option(
+        "--expect-generation", o->expect,
+        "Move only if the tag's generation is this (from `tag --json` or `ls`)");
+    cmd->add_flag("--create", o->create, "Move only if the tag does not exist yet")
+        ->excludes(expect);
+  }
+
+  // pull REF DIR
+  {
+    struct Opts {
+      std::string ref, dir;
+    };
+    auto o = std::make_shared<Opts>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "pull", "Write a version's files into DIR, every byte verified",
+        [o, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          ASSIGN_OR_RETURN(VolumeRef r, deltasync::ParseVolumeRef(o->ref));
+          ASSIGN_OR_RETURN(std::string digest, volumes.Resolve(r));
+          auto progress = std::make_shared<Progress>(*common, "pull");
+          deltasync::PullOptions options;
+          deltasync::PullProgress last;
+          options.progress = [progress, &last](const deltasync::PullProgress& p) {
+            last = p;
+            progress->Update(p.files_done == p.files_total,
+                             std::to_string(p.files_done) + "/" + std::to_string(p.files_total) +
+                                 " files, " + HumanBytes(p.bytes_done) + " of " +
+                                 HumanBytes(p.bytes_total));
+          };
+          const VolumeRef pinned{r.ns, r.name, digest, ""};
+          RETURN_IF_ERROR(volumes.Pull(pinned, o->dir, options));
+          if (common->json) {
+            PrintJson({{"ok", true},
+                       {"ref", pinned.ToString()},
+                       {"dir", o->dir},
+                       {"files", last.files_total},
+                       {"bytes", last.bytes_total}});
+          } else {
+            std::printf("pulled %s into %s (%llu files, %s)\n", pinned.ToString().c_str(),
+                        o->dir.c_str(), static_cast<unsigned long long>(last.files_total),
+                        HumanBytes(last.bytes_total).c_str());
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("REF", o->ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
+    cmd->add_option("DIR", o->dir, "Target directory (absent or empty)")->required();
+  }
+
+  // rm REF
+  {
+    auto ref = std::make_shared<std::string>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "rm", "Remove a version (restorable for 7 days)",
+        [ref, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          ASSIGN_OR_RETURN(VolumeRef r, deltasync::ParseVolumeRef(*ref));
+          ASSIGN_OR_RETURN(deltasync::RemoveResult res, volumes.Remove(r));
+          const VolumeRef removed{r.ns, r.name, res.removed.digest, ""};
+          if (common->json) {
+            PrintJson({{"ok", true},
+                       {"removed", removed.ToString()},
+                       {"removed_at", res.removed.removed_at},
+                       {"restorable_until", res.removed.restorable_until},
+                       {"tags", res.tags}});
+          } else {
+            std::printf("removed %s; restorable until %lld\n", removed.ToString().c_str(),
+                        static_cast<long long>(res.removed.restorable_until));
+            for (const std::string& t : res.tags) {
+              std::printf("  tag %s still points at it\n", t.c_str());
+            }
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("REF", *ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
+  }
+
+  // restore REF
+  {
+    auto ref = std::make_shared<std::string>();
+    CLI::App* cmd = Add(
+        *group, common, rc, "restore", "Bring back a removed version within its retention window",
+        [ref, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          ASSIGN_OR_RETURN(VolumeRef r, deltasync::ParseVolumeRef(*ref));
+          ASSIGN_OR_RETURN(std::string digest, volumes.Resolve(r));
+          const VolumeRef pinned{r.ns, r.name, digest, ""};
+          RETURN_IF_ERROR(volumes.Restore(pinned));
+          if (common->json) {
+            PrintJson({{"ok", true}, {"restored", pinned.ToString()}});
+          } else {
+            std::printf("restored %s\n", pinned.ToString().c_str());
+          }
+          return Status::Ok();
+        });
+    cmd->add_option("REF", *ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
+  }
+
+  // gc
+  {
+    auto dry_run = std::make_shared<bool>(false);
+    CLI::App* cmd = Add(
+        *group, common, rc, "gc",
+        "Delete chunks no live, restorable or in-flight version needs, and expired records",
+        [dry_run, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
+          if (!common->quiet) {
+            std::fprintf(stderr, "deltakv volume gc: %s\n",
+                         *dry_run ? "counting (dry run)" : "marking and sweeping");
+          }
+          ASSIGN_OR_RETURN(deltasync::GcResult g, volumes.Gc({.dry_run = *dry_run}));
+          if (common->json) {
+            PrintJson({{"ok", true},
+                       {"dry_run", *dry_run},
+                       {"chunks_kept", g.chunks_kept},
+                       {"chunks_deleted", g.chunks_deleted},
+                       {"bytes_freed", g.bytes_freed},
+                       {"versions_purged", g.versions_purged},
+                       {"leases_expired", g.leases_expired}});
+          } else {
+            std::printf("%s %llu chunks (%s), kept %llu; purged %llu versions, %llu leases\n",
+                        *dry_run ? "would delete" : "deleted",
+                        static_cast<unsigned long long>(g.chunks_deleted),
+                        HumanBytes(g.bytes_freed).c_str(),
+                        static_cast<unsigned long long>(g.chunks_kept),
+                        static_cast<unsigned long long>(g.versions_purged),
+                        static_cast<unsigned long long>(g.leases_expired));
+          }
+          return Status::Ok();
+        });
+    cmd->add_flag("--dry-run", *dry_run, "Count what would be deleted; delete nothing");
+  }
+}
+
+}  // namespace deltakv::cli
