@@ -646,6 +646,31 @@ TEST(VolumePushPull, CorruptChunkFailsPullAndLeavesDirUntouched) {
   EXPECT_TRUE(fs::is_empty(f.tmp / "empty-out"));
 }
 
+TEST(VolumeReadChunk, ReturnsVerifiedBytesOrRefuses) {
+  Fixture f;
+  WriteModelDir(f.tmp / "src", 0);
+  const PushResult r = f.Push(f.tmp / "src", "model");
+  const VolumeManifest m = f.volumes->Show(r.ref).value().manifest;
+  const ManifestFile& file = m.files.back();
+  const ManifestChunk& c = file.chunks.back();
+  const std::string original = ReadAll(f.tmp / ("src/" + file.path));
+  EXPECT_EQ(f.volumes->ReadChunk(c).value(), original.substr(c.offset, c.size));
+  // A manifest entry whose size or digest does not match the stored chunk is refused.
+  ManifestChunk wrong_size = c;
+  ++wrong_size.size;
+  EXPECT_EQ(f.volumes->ReadChunk(wrong_size).status().code(), StatusCode::kDataLoss);
+  ManifestChunk other = c;
+  other.digest = std::string(64, 'a');
+  EXPECT_EQ(f.volumes->ReadChunk(other).status().code(), StatusCode::kNotFound);
+  const std::string key = "chunks/sha256/" + c.digest.substr(0, 2) + "/" + c.digest;
+  std::string object = f.store->Get(key, 1 << 30).value();
+  object.back() ^= 1;
+  ASSERT_TRUE(f.store->Put(key, AsSpan(object)).ok());
+  const auto bad = f.volumes->ReadChunk(c);
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find(c.digest), std::string::npos) << bad.status().ToString();
+}
+
 TEST(VolumePushPull, PullRefusesNonEmptyDirAndCorruptManifest) {
   Fixture f;
   WriteTinyDir(f.tmp / "src");

@@ -314,6 +314,12 @@ class Volumes {
   // when it is restorable; DataLoss if the stored manifest does not match its digest.
   StatusOr<VolumeVersion> Show(const VolumeRef& ref);
 
+  // Returns the bytes of one chunk of a version's manifest, fetched from the store and
+  // verified: exactly `chunk.size` bytes whose sha256 is `chunk.digest`. NotFound if the
+  // store lacks the chunk object; DataLoss naming the object if it is corrupt (bad header,
+  // wrong size, undecodable payload, digest mismatch). Never returns unverified bytes.
+  StatusOr<std::string> ReadChunk(const ManifestChunk& chunk);
+
   // Returns every volume (of `ns` when non-empty), sorted by NS then NAME; `removed` lists
   // retention records of versions that are not live again, past their window or not.
   // InvalidArgument for a bad `ns` or a malformed tag or retention record.

@@ -78,16 +78,12 @@ Status WriteChunk(int fd, const std::string& bytes, const std::string& path) {
 }
 
 // Streams every chunk of `f` into `fd`, verifying each chunk and the whole file.
-Status FillFile(VolumeStore& store, const ManifestFile& f, int fd, const std::string& path,
+Status FillFile(Volumes& volumes, const ManifestFile& f, int fd, const std::string& path,
                 const PullOptions& options, PullProgress& progress) {
   Sha256 whole;
   for (size_t i = 0; i < f.chunks.size(); ++i) {
-    const ManifestChunk& c = f.chunks[i];
-    const std::string key = keys::Chunk(c.digest);
     const std::string where = "file '" + f.path + "' chunk " + std::to_string(i);
-    auto object = store.Get(key, MaxChunkObjectBytes(c.size));
-    if (!object.ok()) return object.status().WithPrefix(where);
-    auto bytes = DecodeChunkObject(key, *object, c.size, c.digest);
+    auto bytes = volumes.ReadChunk(f.chunks[i]);
     if (!bytes.ok()) return bytes.status().WithPrefix(where);
     whole.Update(Bytes(*bytes));
     RETURN_IF_ERROR(WriteChunk(fd, *bytes, path));
@@ -101,7 +97,7 @@ Status FillFile(VolumeStore& store, const ManifestFile& f, int fd, const std::st
   return Status::Ok();
 }
 
-Status PullFile(VolumeStore& store, const ManifestFile& f, const std::string& root,
+Status PullFile(Volumes& volumes, const ManifestFile& f, const std::string& root,
                 const PullOptions& options, PullProgress& progress) {
   const fs::path path = fs::path(root) / f.path;
   std::error_code ec;
@@ -109,7 +105,7 @@ Status PullFile(VolumeStore& store, const ManifestFile& f, const std::string& ro
   if (ec) return IoError("pull: create '" + path.parent_path().string() + "': " + ec.message());
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return IoError(ErrnoMessage("create", path.string(), errno));
-  Status st = FillFile(store, f, fd, path.string(), options, progress);
+  Status st = FillFile(volumes, f, fd, path.string(), options, progress);
   if (st.ok() && fchmod(fd, f.mode) != 0) st = IoError(ErrnoMessage("chmod", path.string(), errno));
   if (st.ok() && fsync(fd) != 0) st = IoError(ErrnoMessage("fsync", path.string(), errno));
   close(fd);
@@ -126,6 +122,12 @@ Status SyncPath(const std::string& path) {
 
 }  // namespace
 
+StatusOr<std::string> Volumes::ReadChunk(const ManifestChunk& chunk) {
+  const std::string key = keys::Chunk(chunk.digest);
+  ASSIGN_OR_RETURN(std::string object, store_.Get(key, MaxChunkObjectBytes(chunk.size)));
+  return DecodeChunkObject(key, object, chunk.size, chunk.digest);
+}
+
 Status Volumes::Pull(const VolumeRef& ref, const std::string& dir, const PullOptions& options) {
   ASSIGN_OR_RETURN(VolumeVersion version, Show(ref));
   const std::string where = "pull " + version.ref.ToString();
@@ -137,7 +139,7 @@ Status Volumes::Pull(const VolumeRef& ref, const std::string& dir, const PullOpt
   progress.files_total = version.manifest.files.size();
   for (const ManifestFile& f : version.manifest.files) progress.bytes_total += f.size;
   for (const ManifestFile& f : version.manifest.files) {
-    RETURN_IF_ERROR(PullFile(store_, f, temp.path(), options, progress).WithPrefix(where));
+    RETURN_IF_ERROR(PullFile(*this, f, temp.path(), options, progress).WithPrefix(where));
     ++progress.files_done;
     if (options.progress) options.progress(progress);
   }
