@@ -149,10 +149,22 @@ std::vector<ChunkSpan> ChunkFile(std::span<const uint8_t> data, uint64_t piece_s
 // ---------------------------------------------------------------------------------------------
 // Manifests.
 
+// One step of a parent-XOR chain: the chunk is `base` XOR the bytes the delta object decodes to.
+struct XorLink {
+  std::string base;   // content digest of the chunk XORed against (64 hex)
+  std::string delta;  // sha256 of the delta object's bytes (64 hex), its key in xchunks/
+};
+
+inline constexpr size_t kMaxXorChain = 16;
+
 struct ManifestChunk {
   std::string digest;  // sha256 of the chunk's bytes, 64 lowercase hex digits
   uint64_t offset = 0;
   uint64_t size = 0;
+  // Empty: the chunk is stored whole under chunks/. Otherwise (VOLUME.md, "Parent-XOR chunks")
+  // xor_chain[0].base XOR delta 0 gives the chunk, xor_chain[1] gives xor_chain[0].base the same
+  // way, and so on; the last base is stored whole. At most kMaxXorChain links.
+  std::vector<XorLink> xor_chain;
 };
 
 struct ManifestFile {
@@ -203,8 +215,18 @@ struct PushProgress {
 
 struct PushOptions {
   std::string tag;                          // moved to the new version when non-empty
-  std::string parent;                       // recorded in the manifest when non-empty (64 hex)
+  // A live version of the same volume (64 hex), recorded in the manifest when non-empty.
+  std::string parent;
   uint64_t piece_size = kDefaultPieceSize;  // safetensors tensor pieces, 1..2^30 bytes
+  // With a parent: a new chunk the store lacks, whose file has a chunk of the same size at the
+  // same index in the parent, is stored as zstd(parent chunk XOR new chunk) when that delta
+  // object is at most half the chunk's size and the parent chunk's own chain is shorter than
+  // max_xor_chain (VOLUME.md, "Parent-XOR chunks"); otherwise whole.
+  bool xor_with_parent = true;
+  uint32_t max_xor_chain = 8;  // 1..kMaxXorChain
+  // Optional local copy of the parent's files: a parent chunk is read from here when its
+  // bytes there hash to the parent manifest's digest, else from the store.
+  std::string parent_dir;
   // Called after each distinct chunk is checked or uploaded; from the pushing thread.
   std::function<void(const PushProgress&)> progress;
 };
@@ -233,7 +255,9 @@ struct PushResult {
   uint64_t bytes = 0;         // sum of file sizes
   uint64_t chunks_total = 0;  // distinct chunks in the version
   uint64_t chunks_uploaded = 0;
-  uint64_t bytes_uploaded = 0;  // stored bytes of the uploaded chunk objects
+  uint64_t bytes_uploaded = 0;  // stored bytes of the uploaded chunk and delta objects
+  uint64_t chunks_xor = 0;      // chunks recorded as a delta against the parent
+  uint64_t bytes_xor = 0;       // stored bytes of the uploaded delta objects (in bytes_uploaded)
 };
 
 struct VolumeVersion {
@@ -298,7 +322,8 @@ class Volumes {
   // Uploads the chunks the store lacks, then the manifest (create-if-absent: pushing identical
   // content again yields the same digest and uploads nothing), then moves the tag. Empty
   // directories are not recorded. InvalidArgument for a bad NS/NAME/tag/parent, a symlink,
-  // device, FIFO or socket under `dir`, or a file name that is not a valid path;
+  // device, FIFO or socket under `dir`, or a file name that is not a valid path; NotFound if
+  // options.parent is not a live version of ns/name;
   // FailedPrecondition while a gc sweep holds the marker (retry later), if a file changes
   // while it is pushed, or if the upload outlasts the push's lease; IoError reading `dir`.
   // A failed push leaves at most unreferenced chunks (gc reclaims them) and no version.

@@ -26,4 +26,15 @@ uint64_t MaxChunkObjectBytes(uint64_t chunk_size);
 StatusOr<std::string> DecodeChunkObject(const std::string& key, std::string_view object,
                                         uint64_t expected_size, std::string_view expected_digest);
 
+// Returns a delta object (codec 2): the header for `chunk.size()` bytes, then one zstd frame
+// (level 3, with a content checksum) of `base` XOR `chunk`, exactly the frames of a delta shard
+// (FORMAT.md, section 2.1). REQUIRES: base.size() == chunk.size().
+std::string EncodeXorChunkObject(std::span<const uint8_t> chunk, std::span<const uint8_t> base);
+
+// Returns `base` XOR the bytes a delta object decodes to. DataLoss naming `key` for a bad
+// header, a codec other than 2, a size other than base.size(), or a payload that does not
+// decode to exactly that many bytes. The caller verifies the result's digest.
+StatusOr<std::string> ApplyXorChunkObject(const std::string& key, std::string_view object,
+                                          std::string_view base);
+
 }  // namespace deltakv::deltasync

@@ -9,18 +9,45 @@
 namespace deltakv::deltasync {
 namespace {
 
-// Copies one chunk unless `dest` has it; returns the stored bytes written (0 if present).
-StatusOr<uint64_t> CopyChunk(VolumeStore& source, VolumeStore& dest, const ManifestChunk& c) {
-  const std::string key = keys::Chunk(c.digest);
+// Copies one whole chunk unless `dest` has it; returns the stored bytes written (0 if present).
+StatusOr<uint64_t> CopyChunk(VolumeStore& source, VolumeStore& dest, const std::string& digest,
+                             uint64_t size) {
+  const std::string key = keys::Chunk(digest);
   ASSIGN_OR_RETURN(bool present, dest.Exists(key));
   if (present) return uint64_t{0};
-  auto object = source.Get(key, MaxChunkObjectBytes(c.size));
+  auto object = source.Get(key, MaxChunkObjectBytes(size));
   if (!object.ok()) return object.status().WithPrefix("copy: source " + source.Describe());
-  RETURN_IF_ERROR(DecodeChunkObject(key, *object, c.size, c.digest)
+  RETURN_IF_ERROR(DecodeChunkObject(key, *object, size, digest)
                       .status()
                       .WithPrefix("copy: source " + source.Describe()));
   RETURN_IF_ERROR(dest.Put(key, Bytes(*object)));
   return uint64_t{object->size()};
+}
+
+// Copies one delta object unless `dest` has it (verified by its own digest).
+StatusOr<uint64_t> CopyDelta(VolumeStore& source, VolumeStore& dest, const std::string& hex,
+                             uint64_t size) {
+  const std::string key = keys::XorChunk(hex);
+  ASSIGN_OR_RETURN(bool present, dest.Exists(key));
+  if (present) return uint64_t{0};
+  auto object = ReadDeltaObject(source, hex, size);
+  if (!object.ok()) return object.status().WithPrefix("copy: source " + source.Describe());
+  RETURN_IF_ERROR(dest.Put(key, Bytes(*object)));
+  return uint64_t{object->size()};
+}
+
+// Copies the objects a chunk is stored as: itself whole, or its delta objects and the whole
+// chunk its chain ends at.
+StatusOr<uint64_t> CopyChunkObjects(VolumeStore& source, VolumeStore& dest,
+                                    const ManifestChunk& c) {
+  if (c.xor_chain.empty()) return CopyChunk(source, dest, c.digest, c.size);
+  uint64_t written = 0;
+  for (const XorLink& link : c.xor_chain) {
+    ASSIGN_OR_RETURN(uint64_t n, CopyDelta(source, dest, link.delta, c.size));
+    written += n;
+  }
+  ASSIGN_OR_RETURN(uint64_t n, CopyChunk(source, dest, c.xor_chain.back().base, c.size));
+  return written + n;
 }
 
 }  // namespace
@@ -53,6 +80,10 @@ StatusOr<PushResult> Volumes::CopyFrom(VolumeStore& source, const VolumeRef& ref
       if (seen.insert(c.digest).second) {
         order.push_back(&c);
         digests.push_back(c.digest);
+        for (const XorLink& link : c.xor_chain) {
+          digests.push_back(link.base);
+          digests.push_back(link.delta);
+        }
       }
     }
   }
@@ -61,8 +92,9 @@ StatusOr<PushResult> Volumes::CopyFrom(VolumeStore& source, const VolumeRef& ref
                    Lease::Acquire(store_, manifest.ns, manifest.name,
                                   {std::move(digests), Now() + options_.lease_ttl_s}, Now()));
   for (size_t i = 0; i < order.size(); ++i) {
-    ASSIGN_OR_RETURN(uint64_t written, CopyChunk(source, store_, *order[i]));
+    ASSIGN_OR_RETURN(uint64_t written, CopyChunkObjects(source, store_, *order[i]));
     result.chunks_uploaded += written > 0 ? 1 : 0;
+    result.chunks_xor += order[i]->xor_chain.empty() ? 0 : 1;
     result.bytes_uploaded += written;
     if (options.progress) options.progress({i + 1, order.size(), result.bytes_uploaded});
   }

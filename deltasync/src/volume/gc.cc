@@ -75,7 +75,13 @@ StatusOr<std::vector<keys::RecordKey>> ListKind(VolumeStore& store, std::string_
 
 void MarkManifest(const VolumeManifest& m, Plan& plan) {
   for (const ManifestFile& f : m.files) {
-    for (const ManifestChunk& c : f.chunks) plan.marked.insert(c.digest);
+    for (const ManifestChunk& c : f.chunks) {
+      plan.marked.insert(c.digest);
+      for (const XorLink& link : c.xor_chain) {
+        plan.marked.insert(link.base);
+        plan.marked.insert(link.delta);
+      }
+    }
   }
 }
 
@@ -179,6 +185,8 @@ StatusOr<GcResult> Volumes::Gc(const GcOptions& options) {
   const int64_t now = Now();
   // Chunks first, then leases, versions and retention records: VOLUME.md says why.
   ASSIGN_OR_RETURN(std::vector<std::string> chunks, store_.List(std::string(keys::kChunks)));
+  ASSIGN_OR_RETURN(std::vector<std::string> deltas, store_.List(std::string(keys::kXorChunks)));
+  chunks.insert(chunks.end(), deltas.begin(), deltas.end());
   Plan plan;
   RETURN_IF_ERROR(MarkLeases(store_, now, plan));
   RETURN_IF_ERROR(MarkVersions(store_, options_.max_manifest_bytes, plan));

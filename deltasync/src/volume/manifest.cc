@@ -54,9 +54,22 @@ StatusOr<uint32_t> ParseMode(const Json& file, const std::string& where) {
   return InvalidArgument(where + ": mode must be the string \"0644\" or \"0755\"");
 }
 
+std::string DigestJson(const std::string& hex) {
+  return JsonString(std::string(kDigestPrefix) + hex);
+}
+
 std::string ChunkJson(const ManifestChunk& c) {
-  return "{\"digest\":" + JsonString(std::string(kDigestPrefix) + c.digest) +
-         ",\"offset\":" + std::to_string(c.offset) + ",\"size\":" + std::to_string(c.size) + "}";
+  std::string out = "{\"digest\":" + DigestJson(c.digest) + ",\"offset\":" +
+                    std::to_string(c.offset) + ",\"size\":" + std::to_string(c.size);
+  if (!c.xor_chain.empty()) {
+    out += ",\"xor\":[";
+    for (size_t i = 0; i < c.xor_chain.size(); ++i) {
+      out += std::string(i ? "," : "") + "{\"base\":" + DigestJson(c.xor_chain[i].base) +
+             ",\"delta\":" + DigestJson(c.xor_chain[i].delta) + "}";
+    }
+    out += "]";
+  }
+  return out + "}";
 }
 
 std::string FileJson(const ManifestFile& f) {
@@ -81,8 +94,31 @@ StatusOr<std::string> DigestField(const Json& obj, const char* key, const std::s
   return text.substr(kDigestPrefix.size());
 }
 
+// The chain must be 1..kMaxXorChain links whose bases differ from the chunk and each other
+// (a chain that loops could never be resolved).
+Status ParseXorChain(const Json& list, const std::string& where, ManifestChunk& c) {
+  if (!list.is_array() || list.empty() || list.size() > kMaxXorChain) {
+    return InvalidArgument(where + ": xor must be an array of 1.." +
+                           std::to_string(kMaxXorChain) + " links");
+  }
+  std::set<std::string> seen = {c.digest};
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string lw = where + ": xor link " + std::to_string(i);
+    RETURN_IF_ERROR(CheckFields(list[i], {"base", "delta"}, {}, lw));
+    XorLink link;
+    ASSIGN_OR_RETURN(link.base, DigestField(list[i], "base", lw));
+    ASSIGN_OR_RETURN(link.delta, DigestField(list[i], "delta", lw));
+    if (!seen.insert(link.base).second) {
+      return InvalidArgument(lw + ": base " + link.base +
+                             " is the chunk itself or an earlier base (the chain loops)");
+    }
+    c.xor_chain.push_back(std::move(link));
+  }
+  return Status::Ok();
+}
+
 StatusOr<ManifestChunk> ParseChunk(const Json& j, const std::string& where) {
-  RETURN_IF_ERROR(CheckFields(j, {"digest", "offset", "size"}, {}, where));
+  RETURN_IF_ERROR(CheckFields(j, {"digest", "offset", "size"}, {"xor"}, where));
   ManifestChunk c;
   ASSIGN_OR_RETURN(c.digest, DigestField(j, "digest", where));
   ASSIGN_OR_RETURN(c.offset, json_fields::Uint(j, "offset", where));
@@ -90,6 +126,9 @@ StatusOr<ManifestChunk> ParseChunk(const Json& j, const std::string& where) {
   if (c.size == 0 || c.size > kMaxChunkBytes) {
     return InvalidArgument(where + ": size " + std::to_string(c.size) + " is not in 1.." +
                            std::to_string(kMaxChunkBytes));
+  }
+  if (const auto it = j.find("xor"); it != j.end()) {
+    RETURN_IF_ERROR(ParseXorChain(*it, where, c));
   }
   return c;
 }

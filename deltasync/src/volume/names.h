@@ -24,7 +24,12 @@ inline std::string Volume(std::string_view ns, std::string_view name) {
 inline std::string Chunk(std::string_view hex) {
   return "chunks/sha256/" + std::string(hex.substr(0, 2)) + "/" + std::string(hex);
 }
+// A delta object (codec 2), named by the sha256 of its own bytes.
+inline std::string XorChunk(std::string_view hex) {
+  return "xchunks/sha256/" + std::string(hex.substr(0, 2)) + "/" + std::string(hex);
+}
 inline constexpr std::string_view kChunks = "chunks/sha256/";
+inline constexpr std::string_view kXorChunks = "xchunks/sha256/";
 inline constexpr std::string_view kVolumes = "volumes/";
 inline constexpr std::string_view kGcMarker = "gc/sweep.json";
 

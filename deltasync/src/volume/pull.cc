@@ -122,12 +122,6 @@ Status SyncPath(const std::string& path) {
 
 }  // namespace
 
-StatusOr<std::string> Volumes::ReadChunk(const ManifestChunk& chunk) {
-  const std::string key = keys::Chunk(chunk.digest);
-  ASSIGN_OR_RETURN(std::string object, store_.Get(key, MaxChunkObjectBytes(chunk.size)));
-  return DecodeChunkObject(key, object, chunk.size, chunk.digest);
-}
-
 Status Volumes::Pull(const VolumeRef& ref, const std::string& dir, const PullOptions& options) {
   ASSIGN_OR_RETURN(VolumeVersion version, Show(ref));
   const std::string where = "pull " + version.ref.ToString();

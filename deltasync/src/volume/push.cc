@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 
 #include "base/file_util.h"
 #include "base/mapped_file.h"
@@ -27,10 +29,12 @@ struct SourceFile {
   MappedFile map;
 };
 
-// Where the bytes of one distinct chunk can be read.
+// Where the bytes of one distinct chunk can be read, and where it first occurs.
 struct ChunkSource {
   const SourceFile* file = nullptr;
   ChunkSpan span;
+  size_t index = 0;                            // of the chunk in its file
+  const ManifestChunk* parent_chunk = nullptr;  // the parent's chunk there, when it differs
 };
 
 std::string Describe(fs::file_type type) {
@@ -90,7 +94,9 @@ ManifestFile DescribeFile(const SourceFile& f, uint64_t piece_size,
   out.sha256 = Sha256Hex(f.map.bytes());
   for (const ChunkSpan& span : ChunkFile(f.map.bytes(), piece_size)) {
     std::string digest = Sha256Hex(f.map.bytes().subspan(span.offset, span.size));
-    if (distinct.emplace(digest, ChunkSource{&f, span}).second) order.push_back(digest);
+    if (distinct.emplace(digest, ChunkSource{&f, span, out.chunks.size()}).second) {
+      order.push_back(digest);
+    }
     out.chunks.push_back({std::move(digest), span.offset, span.size});
   }
   return out;
@@ -103,6 +109,10 @@ Status CheckPushArgs(std::string_view ns, std::string_view name, const PushOptio
   if (!options.parent.empty() && !IsHexDigest(options.parent)) {
     return InvalidArgument("push: parent '" + options.parent + "' is not 64 lowercase hex digits");
   }
+  if (options.max_xor_chain == 0 || options.max_xor_chain > kMaxXorChain) {
+    return InvalidArgument("push: max XOR chain " + std::to_string(options.max_xor_chain) +
+                           " is not in 1.." + std::to_string(kMaxXorChain));
+  }
   if (options.piece_size == 0 || options.piece_size > kMaxPieceSize) {
     return InvalidArgument("push: piece size " + std::to_string(options.piece_size) +
                            " is not in 1.." + std::to_string(kMaxPieceSize));
@@ -110,40 +120,157 @@ Status CheckPushArgs(std::string_view ns, std::string_view name, const PushOptio
   return Status::Ok();
 }
 
-// Uploads the chunk unless the store has it; returns the stored bytes written (0 if present).
-StatusOr<uint64_t> UploadChunk(VolumeStore& store, const std::string& digest,
-                               const ChunkSource& src) {
-  const std::string key = keys::Chunk(digest);
-  ASSIGN_OR_RETURN(bool present, store.Exists(key));
-  if (present) return uint64_t{0};
-  const std::span<const uint8_t> bytes =
-      src.file->map.bytes().subspan(src.span.offset, src.span.size);
+Status CheckUnchanged(std::span<const uint8_t> bytes, const std::string& digest,
+                      const ChunkSource& src) {
   if (Sha256Hex(bytes) != digest) {
     return FailedPrecondition("push: file '" + src.file->path + "' changed while it was pushed");
   }
-  const std::string object = EncodeChunkObject(bytes);
-  RETURN_IF_ERROR(store.Put(key, Bytes(object)));
-  return uint64_t{object.size()};
-}
-
-// Uploads the distinct chunks in `order`, counting them into `result`.
-Status UploadAll(VolumeStore& store, const std::vector<std::string>& order,
-                 const std::map<std::string, ChunkSource>& distinct, const PushOptions& options,
-                 PushResult& result) {
-  for (size_t i = 0; i < order.size(); ++i) {
-    ASSIGN_OR_RETURN(uint64_t written, UploadChunk(store, order[i], distinct.at(order[i])));
-    result.chunks_uploaded += written > 0 ? 1 : 0;
-    result.bytes_uploaded += written;
-    if (options.progress) options.progress({i + 1, order.size(), result.bytes_uploaded});
-  }
   return Status::Ok();
 }
+
+// Pairs each distinct chunk with the parent's chunk of the same size at the same index of the
+// same file, where that chunk differs; returns the objects those parent chunks rely on.
+std::vector<std::string> MatchParent(const VolumeManifest& parent,
+                                     std::map<std::string, ChunkSource>& distinct) {
+  std::map<std::string_view, const ManifestFile*> files;
+  for (const ManifestFile& f : parent.files) files[f.path] = &f;
+  std::vector<std::string> relied_on;
+  for (auto& [digest, src] : distinct) {
+    const auto it = files.find(src.file->path);
+    if (it == files.end() || src.index >= it->second->chunks.size()) continue;
+    const ManifestChunk& pc = it->second->chunks[src.index];
+    if (pc.size != src.span.size || pc.digest == digest) continue;
+    src.parent_chunk = &pc;
+    relied_on.push_back(pc.digest);
+    for (const XorLink& link : pc.xor_chain) {
+      relied_on.push_back(link.base);
+      relied_on.push_back(link.delta);
+    }
+  }
+  return relied_on;
+}
+
+// The upload of one push: distinct chunks in order, whole or as deltas against the parent.
+class PushUpload {
+ public:
+  PushUpload(Volumes& volumes, VolumeStore& store, std::function<int64_t()> now,
+             int64_t lease_ttl_s, const std::string& ns, const std::string& name,
+             const PushOptions& options, PushResult& result)
+      : volumes_(volumes),
+        store_(store),
+        now_(std::move(now)),
+        lease_ttl_s_(lease_ttl_s),
+        ns_(ns),
+        name_(name),
+        options_(options),
+        result_(result) {}
+
+  // Uploads what the store lacks; records the chain of every chunk stored as a delta.
+  Status Run(const std::vector<std::string>& order,
+             const std::map<std::string, ChunkSource>& distinct) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      RETURN_IF_ERROR(UploadOne(order[i], distinct.at(order[i])));
+      if (options_.progress) options_.progress({i + 1, order.size(), result_.bytes_uploaded});
+    }
+    return Status::Ok();
+  }
+  const std::map<std::string, std::vector<XorLink>>& chains() const { return chains_; }
+
+ private:
+  Status UploadOne(const std::string& digest, const ChunkSource& src) {
+    VolumeStore& store = store_;
+    ASSIGN_OR_RETURN(bool present, store.Exists(keys::Chunk(digest)));
+    if (present) return Status::Ok();
+    const std::span<const uint8_t> bytes =
+        src.file->map.bytes().subspan(src.span.offset, src.span.size);
+    const ManifestChunk* pc = src.parent_chunk;
+    if (pc != nullptr && options_.xor_with_parent &&
+        pc->xor_chain.size() < options_.max_xor_chain) {
+      ASSIGN_OR_RETURN(std::string base, ParentBytes(*pc, src.file->path));
+      RETURN_IF_ERROR(CheckUnchanged(bytes, digest, src));
+      std::string object = EncodeXorChunkObject(bytes, Bytes(base));
+      if (object.size() * 2 <= bytes.size()) return UploadDelta(digest, *pc, object);
+    } else {
+      RETURN_IF_ERROR(CheckUnchanged(bytes, digest, src));
+    }
+    const std::string object = EncodeChunkObject(bytes);
+    RETURN_IF_ERROR(store.Put(keys::Chunk(digest), Bytes(object)));
+    ++result_.chunks_uploaded;
+    result_.bytes_uploaded += object.size();
+    return Status::Ok();
+  }
+
+  // A delta object is leased before it is stored, like every object a push relies on.
+  Status UploadDelta(const std::string& digest, const ManifestChunk& pc,
+                     const std::string& object) {
+    VolumeStore& store = store_;
+    const std::string hex = Sha256Hex(Bytes(object));
+    const int64_t now = now_();
+    ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
+                     Lease::Acquire(store, ns_, name_, {{hex}, now + lease_ttl_s_}, now));
+    leases_.push_back(std::move(lease));
+    ASSIGN_OR_RETURN(bool present, store.Exists(keys::XorChunk(hex)));
+    if (!present) {
+      RETURN_IF_ERROR(store.Put(keys::XorChunk(hex), Bytes(object)));
+      ++result_.chunks_uploaded;
+      result_.bytes_uploaded += object.size();
+      result_.bytes_xor += object.size();
+    }
+    std::vector<XorLink> chain = {{pc.digest, hex}};
+    chain.insert(chain.end(), pc.xor_chain.begin(), pc.xor_chain.end());
+    chains_[digest] = std::move(chain);
+    ++result_.chunks_xor;
+    return Status::Ok();
+  }
+
+  // The parent chunk's bytes: from options.parent_dir when they verify there, else the store.
+  StatusOr<std::string> ParentBytes(const ManifestChunk& pc, const std::string& path) {
+    if (!options_.parent_dir.empty()) {
+      auto it = parent_files_.find(path);
+      if (it == parent_files_.end()) {
+        auto map = MappedFile::OpenReadOnly((fs::path(options_.parent_dir) / path).string());
+        it = parent_files_.emplace(path, map.ok() ? std::make_optional(std::move(*map))
+                                                   : std::nullopt).first;
+      }
+      if (it->second && it->second->size() >= pc.offset + pc.size) {
+        const auto bytes = it->second->bytes().subspan(pc.offset, pc.size);
+        if (Sha256Hex(bytes) == pc.digest) {
+          return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        }
+      }
+    }
+    return volumes_.ReadChunk(pc);
+  }
+
+  Volumes& volumes_;
+  VolumeStore& store_;
+  std::function<int64_t()> now_;
+  int64_t lease_ttl_s_;
+  const std::string& ns_;
+  const std::string& name_;
+  const PushOptions& options_;
+  PushResult& result_;
+  std::map<std::string, std::vector<XorLink>> chains_;
+  std::map<std::string, std::optional<MappedFile>> parent_files_;
+  std::vector<std::unique_ptr<Lease>> leases_;
+};
 
 }  // namespace
 
 StatusOr<PushResult> Volumes::Push(const std::string& dir, std::string_view ns,
                                    std::string_view name, const PushOptions& options) {
   RETURN_IF_ERROR(CheckPushArgs(ns, name, options));
+  VolumeManifest parent;
+  if (!options.parent.empty()) {
+    auto m = ReadManifest(store_, std::string(ns), std::string(name), options.parent,
+                          options_.max_manifest_bytes);
+    if (m.status().code() == StatusCode::kNotFound) {
+      return NotFound("push: parent sha256:" + options.parent + " is not a live version of " +
+                      std::string(ns) + "/" + std::string(name));
+    }
+    if (!m.ok()) return m.status().WithPrefix("push: parent");
+    parent = std::move(*m);
+  }
   ASSIGN_OR_RETURN(std::vector<SourceFile> sources, ScanDir(dir));
   VolumeManifest manifest{std::string(ns), std::string(name), options.parent, {}};
   std::map<std::string, ChunkSource> distinct;
@@ -153,20 +280,34 @@ StatusOr<PushResult> Volumes::Push(const std::string& dir, std::string_view ns,
     manifest.files.push_back(DescribeFile(f, options.piece_size, distinct, order));
     result.bytes += f.map.size();
   }
-  ASSIGN_OR_RETURN(std::string text, SerializeVolumeManifest(manifest));
-  result.ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
   result.files = sources.size();
   result.chunks_total = order.size();
 
+  // The lease covers the new chunks and whatever the parent's chunks they may be stored
+  // against rely on; each delta object gets its own lease before it is stored.
+  std::vector<std::string> relied_on = order;
+  if (!options.parent.empty() && options.xor_with_parent) {
+    for (std::string& d : MatchParent(parent, distinct)) relied_on.push_back(std::move(d));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
                    Lease::Acquire(store_, manifest.ns, manifest.name,
-                                  {order, Now() + options_.lease_ttl_s}, Now()));
-  RETURN_IF_ERROR(UploadAll(store_, order, distinct, options, result));
+                                  {std::move(relied_on), Now() + options_.lease_ttl_s}, Now()));
+  PushUpload upload(*this, store_, options_.clock, options_.lease_ttl_s, manifest.ns,
+                    manifest.name, options, result);
+  RETURN_IF_ERROR(upload.Run(order, distinct));
   if (Now() >= lease->expires()) {
     return FailedPrecondition("push: the upload outlasted its lease (" +
                               std::to_string(options_.lease_ttl_s) +
                               " s); gc may have removed chunks it relied on; push again");
   }
+  for (ManifestFile& f : manifest.files) {
+    for (ManifestChunk& c : f.chunks) {
+      const auto it = upload.chains().find(c.digest);
+      if (it != upload.chains().end()) c.xor_chain = it->second;
+    }
+  }
+  ASSIGN_OR_RETURN(std::string text, SerializeVolumeManifest(manifest));
+  result.ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
   RETURN_IF_ERROR(SealManifest(manifest.ns, manifest.name, result.ref.digest, text));
   if (!options.tag.empty()) RETURN_IF_ERROR(Tag(result.ref, options.tag).status());
   return result;

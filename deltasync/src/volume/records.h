@@ -49,6 +49,12 @@ StatusOr<int64_t> ParseTimeRecord(const std::string& text, const char* field,
 
 std::span<const uint8_t> Bytes(const std::string& s);
 
+// Reads the delta object xchunks/sha256/<hex> (VOLUME.md, "Parent-XOR chunks") and checks that
+// its bytes hash to `hex`. NotFound if absent; DataLoss naming the key on a mismatch;
+// ResourceExhausted if it is larger than a chunk of `chunk_size` bytes can encode to.
+StatusOr<std::string> ReadDeltaObject(VolumeStore& store, const std::string& hex,
+                                      uint64_t chunk_size);
+
 // Reads versions/<digest>.json of ns/name and returns the parsed manifest. NotFound if absent;
 // DataLoss if its sha256 is not `digest`; InvalidArgument (naming the key) if it does not
 // parse or names another volume.

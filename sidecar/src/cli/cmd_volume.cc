@@ -68,7 +68,9 @@ json PushJson(const deltasync::PushResult& r, const std::string& tag) {
             {"bytes", r.bytes},
             {"chunks_total", r.chunks_total},
             {"chunks_uploaded", r.chunks_uploaded},
-            {"bytes_uploaded", r.bytes_uploaded}};
+            {"bytes_uploaded", r.bytes_uploaded},
+            {"chunks_xor", r.chunks_xor},
+            {"bytes_xor", r.bytes_xor}};
   if (!tag.empty()) j["tag"] = tag;
   return j;
 }
@@ -80,6 +82,10 @@ void PrintPushed(const char* verb, const deltasync::PushResult& r, const std::st
   std::printf("  uploaded  %llu of %llu chunks, %s\n",
               static_cast<unsigned long long>(r.chunks_uploaded),
               static_cast<unsigned long long>(r.chunks_total), HumanBytes(r.bytes_uploaded).c_str());
+  if (r.chunks_xor > 0) {
+    std::printf("  as XOR    %llu chunks against the parent, %s\n",
+                static_cast<unsigned long long>(r.chunks_xor), HumanBytes(r.bytes_xor).c_str());
+  }
   if (!tag.empty()) std::printf("  tag       %s\n", tag.c_str());
 }
 
@@ -142,8 +148,10 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
   // push DIR NS/NAME
   {
     struct Opts {
-      std::string dir, volume, tag, parent;
+      std::string dir, volume, tag, parent, parent_dir;
       uint64_t piece_size = deltasync::kDefaultPieceSize;
+      bool no_xor = false;
+      uint32_t max_xor_chain = 8;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = Add(
@@ -154,6 +162,12 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           deltasync::PushOptions options;
           options.tag = o->tag;
           options.piece_size = o->piece_size;
+          options.xor_with_parent = !o->no_xor;
+          options.max_xor_chain = o->max_xor_chain;
+          options.parent_dir = o->parent_dir;
+          if (!o->parent_dir.empty() && o->parent.empty()) {
+            return InvalidArgument("--parent-dir needs --parent");
+          }
           if (!o->parent.empty()) {
             ASSIGN_OR_RETURN(VolumeRef parent, deltasync::ParseVolumeRef(o->parent));
             if (parent.ns != ns || parent.name != name) {
@@ -179,7 +193,15 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
     cmd->add_option("VOLUME", o->volume, "NS/NAME")->required();
     cmd->add_option("--tag", o->tag, "Move this tag to the new version");
     cmd->add_option("--parent", o->parent,
-                    "Record this version of the same volume (REF) as the parent");
+                    "Record this version of the same volume (REF) as the parent, and store "
+                    "changed chunks as zstd(parent XOR new) where that is at most half their size");
+    cmd->add_flag("--no-xor", o->no_xor, "With --parent: store every new chunk whole");
+    cmd->add_option("--max-xor-chain", o->max_xor_chain,
+                    "Longest chain of XOR deltas a chunk may need; longer ones are stored whole")
+        ->capture_default_str()
+        ->check(CLI::Range(1, static_cast<int>(deltasync::kMaxXorChain)));
+    cmd->add_option("--parent-dir", o->parent_dir,
+                    "Local copy of the parent's files, read instead of the store where it verifies");
     cmd->add_option("--piece-size", o->piece_size,
                     "Bytes per piece of a large safetensors tensor")
         ->capture_default_str();
