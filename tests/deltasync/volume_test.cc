@@ -653,15 +653,15 @@ TEST(VolumeReadChunk, ReturnsVerifiedBytesOrRefuses) {
   WriteModelDir(f.tmp / "src", 0);
   const PushResult r = f.Push(f.tmp / "src", "model");
   const VolumeManifest m = f.volumes->Show(r.ref).value().manifest;
-  const ManifestFile& file = m.files.back();
-  const ManifestChunk& c = file.chunks.back();
+  const VolumeFile& file = m.files.back();
+  const VolumeChunk& c = file.chunks.back();
   const std::string original = ReadAll(f.tmp / ("src/" + file.path));
   EXPECT_EQ(f.volumes->ReadChunk(c).value(), original.substr(c.offset, c.size));
   // A manifest entry whose size or digest does not match the stored chunk is refused.
-  ManifestChunk wrong_size = c;
+  VolumeChunk wrong_size = c;
   ++wrong_size.size;
   EXPECT_EQ(f.volumes->ReadChunk(wrong_size).status().code(), StatusCode::kDataLoss);
-  ManifestChunk other = c;
+  VolumeChunk other = c;
   other.digest = std::string(64, 'a');
   EXPECT_EQ(f.volumes->ReadChunk(other).status().code(), StatusCode::kNotFound);
   const std::string key = "chunks/sha256/" + c.digest.substr(0, 2) + "/" + c.digest;
@@ -857,8 +857,8 @@ TEST(VolumeRetention, RemoveThenRestoreWithinWindowOnly) {
 // The chunk keys of one version.
 std::set<std::string> ChunkKeys(const VolumeManifest& m) {
   std::set<std::string> out;
-  for (const ManifestFile& file : m.files) {
-    for (const ManifestChunk& c : file.chunks) {
+  for (const VolumeFile& file : m.files) {
+    for (const VolumeChunk& c : file.chunks) {
       out.insert("chunks/sha256/" + c.digest.substr(0, 2) + "/" + c.digest);
     }
   }
@@ -1131,8 +1131,8 @@ TEST(VolumeXor, ChangedPiecesAreStoredAsDeltasAndPullExactly) {
   const VolumeManifest m = f.volumes->Show(v1.ref).value().manifest;
   EXPECT_EQ(m.parent, v0.ref.digest);
   size_t chained = 0;
-  for (const ManifestFile& file : m.files) {
-    for (const ManifestChunk& c : file.chunks) chained += c.xor_chain.empty() ? 0 : 1;
+  for (const VolumeFile& file : m.files) {
+    for (const VolumeChunk& c : file.chunks) chained += c.xor_chain.empty() ? 0 : 1;
   }
   EXPECT_EQ(chained, 4u);
   ASSERT_TRUE(f.volumes->Pull(v1.ref, f.tmp / "out1").ok());
@@ -1161,8 +1161,8 @@ TEST(VolumeXor, ChainsGrowUpToTheLimitAndSurviveGcOfTheirParents) {
   auto chain_length = [&](const PushResult& r) {
     size_t longest = 0;
     const VolumeManifest m = f.volumes->Show(r.ref).value().manifest;
-    for (const ManifestFile& file : m.files) {
-      for (const ManifestChunk& c : file.chunks) longest = std::max(longest, c.xor_chain.size());
+    for (const VolumeFile& file : m.files) {
+      for (const VolumeChunk& c : file.chunks) longest = std::max(longest, c.xor_chain.size());
     }
     return longest;
   };
@@ -1212,9 +1212,9 @@ TEST(VolumeXor, ParentDirGivesTheSameVersionAndBadDeltasAreRefused) {
             StatusCode::kNotFound);
   // A corrupt delta object is never served.
   const VolumeManifest m = f.volumes->Show(a.ref).value().manifest;
-  const ManifestChunk* chained = nullptr;
-  for (const ManifestFile& file : m.files) {
-    for (const ManifestChunk& c : file.chunks) {
+  const VolumeChunk* chained = nullptr;
+  for (const VolumeFile& file : m.files) {
+    for (const VolumeChunk& c : file.chunks) {
       if (!c.xor_chain.empty()) chained = &c;
     }
   }

@@ -157,7 +157,7 @@ struct XorLink {
 
 inline constexpr size_t kMaxXorChain = 16;
 
-struct ManifestChunk {
+struct VolumeChunk {
   std::string digest;  // sha256 of the chunk's bytes, 64 lowercase hex digits
   uint64_t offset = 0;
   uint64_t size = 0;
@@ -167,12 +167,12 @@ struct ManifestChunk {
   std::vector<XorLink> xor_chain;
 };
 
-struct ManifestFile {
+struct VolumeFile {
   std::string path;  // relative, '/'-separated, see ValidateVolumePath
   uint64_t size = 0;
   uint32_t mode = 0644;  // 0644 or 0755
   std::string sha256;    // of the whole file, 64 lowercase hex digits
-  std::vector<ManifestChunk> chunks;
+  std::vector<VolumeChunk> chunks;
 };
 
 inline constexpr std::string_view kVolumeFormat = "deltakv.volume.v1";
@@ -181,7 +181,7 @@ struct VolumeManifest {
   std::string ns;
   std::string name;
   std::string parent;  // digest (64 hex) of the version this one derives from, or empty
-  std::vector<ManifestFile> files;  // sorted by path bytes
+  std::vector<VolumeFile> files;  // sorted by path bytes
 };
 
 // OK if `path` is a valid file path: non-empty, at most 4096 bytes, valid UTF-8 without
@@ -343,7 +343,7 @@ class Volumes {
   // verified: exactly `chunk.size` bytes whose sha256 is `chunk.digest`. NotFound if the
   // store lacks the chunk object; DataLoss naming the object if it is corrupt (bad header,
   // wrong size, undecodable payload, digest mismatch). Never returns unverified bytes.
-  StatusOr<std::string> ReadChunk(const ManifestChunk& chunk);
+  StatusOr<std::string> ReadChunk(const VolumeChunk& chunk);
 
   // Returns every volume (of `ns` when non-empty), sorted by NS then NAME; `removed` lists
   // retention records of versions that are not live again, past their window or not.

@@ -39,7 +39,7 @@ StatusOr<uint64_t> CopyDelta(VolumeStore& source, VolumeStore& dest, const std::
 // Copies the objects a chunk is stored as: itself whole, or its delta objects and the whole
 // chunk its chain ends at.
 StatusOr<uint64_t> CopyChunkObjects(VolumeStore& source, VolumeStore& dest,
-                                    const ManifestChunk& c) {
+                                    const VolumeChunk& c) {
   if (c.xor_chain.empty()) return CopyChunk(source, dest, c.digest, c.size);
   uint64_t written = 0;
   for (const XorLink& link : c.xor_chain) {
@@ -72,11 +72,11 @@ StatusOr<PushResult> Volumes::CopyFrom(VolumeStore& source, const VolumeRef& ref
   result.ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
   result.files = manifest.files.size();
   std::set<std::string> seen;
-  std::vector<const ManifestChunk*> order;
+  std::vector<const VolumeChunk*> order;
   std::vector<std::string> digests;
-  for (const ManifestFile& f : manifest.files) {
+  for (const VolumeFile& f : manifest.files) {
     result.bytes += f.size;
-    for (const ManifestChunk& c : f.chunks) {
+    for (const VolumeChunk& c : f.chunks) {
       if (seen.insert(c.digest).second) {
         order.push_back(&c);
         digests.push_back(c.digest);

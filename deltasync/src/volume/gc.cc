@@ -74,8 +74,8 @@ StatusOr<std::vector<keys::RecordKey>> ListKind(VolumeStore& store, std::string_
 }
 
 void MarkManifest(const VolumeManifest& m, Plan& plan) {
-  for (const ManifestFile& f : m.files) {
-    for (const ManifestChunk& c : f.chunks) {
+  for (const VolumeFile& f : m.files) {
+    for (const VolumeChunk& c : f.chunks) {
       plan.marked.insert(c.digest);
       for (const XorLink& link : c.xor_chain) {
         plan.marked.insert(link.base);

@@ -58,7 +58,7 @@ std::string DigestJson(const std::string& hex) {
   return JsonString(std::string(kDigestPrefix) + hex);
 }
 
-std::string ChunkJson(const ManifestChunk& c) {
+std::string ChunkJson(const VolumeChunk& c) {
   std::string out = "{\"digest\":" + DigestJson(c.digest) + ",\"offset\":" +
                     std::to_string(c.offset) + ",\"size\":" + std::to_string(c.size);
   if (!c.xor_chain.empty()) {
@@ -72,7 +72,7 @@ std::string ChunkJson(const ManifestChunk& c) {
   return out + "}";
 }
 
-std::string FileJson(const ManifestFile& f) {
+std::string FileJson(const VolumeFile& f) {
   std::string out = "{\"chunks\":[";
   for (size_t i = 0; i < f.chunks.size(); ++i) out += (i ? "," : "") + ChunkJson(f.chunks[i]);
   return out + "],\"mode\":" + JsonString(ModeText(f.mode)) + ",\"path\":" + JsonString(f.path) +
@@ -96,7 +96,7 @@ StatusOr<std::string> DigestField(const Json& obj, const char* key, const std::s
 
 // The chain must be 1..kMaxXorChain links whose bases differ from the chunk and each other
 // (a chain that loops could never be resolved).
-Status ParseXorChain(const Json& list, const std::string& where, ManifestChunk& c) {
+Status ParseXorChain(const Json& list, const std::string& where, VolumeChunk& c) {
   if (!list.is_array() || list.empty() || list.size() > kMaxXorChain) {
     return InvalidArgument(where + ": xor must be an array of 1.." +
                            std::to_string(kMaxXorChain) + " links");
@@ -117,9 +117,9 @@ Status ParseXorChain(const Json& list, const std::string& where, ManifestChunk& 
   return Status::Ok();
 }
 
-StatusOr<ManifestChunk> ParseChunk(const Json& j, const std::string& where) {
+StatusOr<VolumeChunk> ParseChunk(const Json& j, const std::string& where) {
   RETURN_IF_ERROR(CheckFields(j, {"digest", "offset", "size"}, {"xor"}, where));
-  ManifestChunk c;
+  VolumeChunk c;
   ASSIGN_OR_RETURN(c.digest, DigestField(j, "digest", where));
   ASSIGN_OR_RETURN(c.offset, json_fields::Uint(j, "offset", where));
   ASSIGN_OR_RETURN(c.size, json_fields::Uint(j, "size", where));
@@ -134,11 +134,11 @@ StatusOr<ManifestChunk> ParseChunk(const Json& j, const std::string& where) {
 }
 
 // Chunks must cover [0, size) back to back, in order.
-Status ParseChunks(const Json& list, const std::string& where, ManifestFile& f) {
+Status ParseChunks(const Json& list, const std::string& where, VolumeFile& f) {
   uint64_t next = 0;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string cw = where + ": chunk " + std::to_string(i);
-    ASSIGN_OR_RETURN(ManifestChunk c, ParseChunk(list[i], cw));
+    ASSIGN_OR_RETURN(VolumeChunk c, ParseChunk(list[i], cw));
     if (c.offset != next) {
       return InvalidArgument(cw + ": offset " + std::to_string(c.offset) + ", expected " +
                              std::to_string(next) + (c.offset < next ? " (overlap)" : " (gap)"));
@@ -157,9 +157,9 @@ Status ParseChunks(const Json& list, const std::string& where, ManifestFile& f) 
   return Status::Ok();
 }
 
-StatusOr<ManifestFile> ParseFile(const Json& j, const std::string& where) {
+StatusOr<VolumeFile> ParseFile(const Json& j, const std::string& where) {
   RETURN_IF_ERROR(CheckFields(j, {"chunks", "mode", "path", "sha256", "size"}, {}, where));
-  ManifestFile f;
+  VolumeFile f;
   ASSIGN_OR_RETURN(f.path, json_fields::String(j, "path", where));
   RETURN_IF_ERROR(ValidateVolumePath(f.path).WithPrefix(where));
   const std::string fw = where + " '" + f.path + "'";
@@ -173,7 +173,7 @@ StatusOr<ManifestFile> ParseFile(const Json& j, const std::string& where) {
 }
 
 // Paths strictly ascending by bytes, and no file is also a directory of another.
-Status CheckFileSet(const std::vector<ManifestFile>& files) {
+Status CheckFileSet(const std::vector<VolumeFile>& files) {
   std::set<std::string_view> paths;
   for (size_t i = 0; i < files.size(); ++i) {
     if (i > 0 && !(files[i - 1].path < files[i].path)) {
@@ -182,7 +182,7 @@ Status CheckFileSet(const std::vector<ManifestFile>& files) {
     }
     paths.insert(files[i].path);
   }
-  for (const ManifestFile& f : files) {
+  for (const VolumeFile& f : files) {
     for (size_t slash = f.path.find('/'); slash != std::string::npos;
          slash = f.path.find('/', slash + 1)) {
       if (paths.count(std::string_view(f.path).substr(0, slash))) {
@@ -211,7 +211,7 @@ StatusOr<VolumeManifest> ParseFields(const Json& j) {
   }
   ASSIGN_OR_RETURN(const Json* files, json_fields::Array(j, "files", "manifest"));
   for (size_t i = 0; i < files->size(); ++i) {
-    ASSIGN_OR_RETURN(ManifestFile f, ParseFile((*files)[i], "manifest: file " + std::to_string(i)));
+    ASSIGN_OR_RETURN(VolumeFile f, ParseFile((*files)[i], "manifest: file " + std::to_string(i)));
     m.files.push_back(std::move(f));
   }
   RETURN_IF_ERROR(CheckFileSet(m.files));

@@ -78,7 +78,7 @@ Status WriteChunk(int fd, const std::string& bytes, const std::string& path) {
 }
 
 // Streams every chunk of `f` into `fd`, verifying each chunk and the whole file.
-Status FillFile(Volumes& volumes, const ManifestFile& f, int fd, const std::string& path,
+Status FillFile(Volumes& volumes, const VolumeFile& f, int fd, const std::string& path,
                 const PullOptions& options, PullProgress& progress) {
   Sha256 whole;
   for (size_t i = 0; i < f.chunks.size(); ++i) {
@@ -97,7 +97,7 @@ Status FillFile(Volumes& volumes, const ManifestFile& f, int fd, const std::stri
   return Status::Ok();
 }
 
-Status PullFile(Volumes& volumes, const ManifestFile& f, const std::string& root,
+Status PullFile(Volumes& volumes, const VolumeFile& f, const std::string& root,
                 const PullOptions& options, PullProgress& progress) {
   const fs::path path = fs::path(root) / f.path;
   std::error_code ec;
@@ -131,8 +131,8 @@ Status Volumes::Pull(const VolumeRef& ref, const std::string& dir, const PullOpt
   TempTree temp(temp_path);
   PullProgress progress;
   progress.files_total = version.manifest.files.size();
-  for (const ManifestFile& f : version.manifest.files) progress.bytes_total += f.size;
-  for (const ManifestFile& f : version.manifest.files) {
+  for (const VolumeFile& f : version.manifest.files) progress.bytes_total += f.size;
+  for (const VolumeFile& f : version.manifest.files) {
     RETURN_IF_ERROR(PullFile(*this, f, temp.path(), options, progress).WithPrefix(where));
     ++progress.files_done;
     if (options.progress) options.progress(progress);

@@ -34,7 +34,7 @@ struct ChunkSource {
   const SourceFile* file = nullptr;
   ChunkSpan span;
   size_t index = 0;                            // of the chunk in its file
-  const ManifestChunk* parent_chunk = nullptr;  // the parent's chunk there, when it differs
+  const VolumeChunk* parent_chunk = nullptr;  // the parent's chunk there, when it differs
 };
 
 std::string Describe(fs::file_type type) {
@@ -84,10 +84,10 @@ StatusOr<std::vector<SourceFile>> ScanDir(const std::string& dir) {
   return files;
 }
 
-ManifestFile DescribeFile(const SourceFile& f, uint64_t piece_size,
+VolumeFile DescribeFile(const SourceFile& f, uint64_t piece_size,
                           std::map<std::string, ChunkSource>& distinct,
                           std::vector<std::string>& order) {
-  ManifestFile out;
+  VolumeFile out;
   out.path = f.path;
   out.mode = f.mode;
   out.size = f.map.size();
@@ -132,13 +132,13 @@ Status CheckUnchanged(std::span<const uint8_t> bytes, const std::string& digest,
 // same file, where that chunk differs; returns the objects those parent chunks rely on.
 std::vector<std::string> MatchParent(const VolumeManifest& parent,
                                      std::map<std::string, ChunkSource>& distinct) {
-  std::map<std::string_view, const ManifestFile*> files;
-  for (const ManifestFile& f : parent.files) files[f.path] = &f;
+  std::map<std::string_view, const VolumeFile*> files;
+  for (const VolumeFile& f : parent.files) files[f.path] = &f;
   std::vector<std::string> relied_on;
   for (auto& [digest, src] : distinct) {
     const auto it = files.find(src.file->path);
     if (it == files.end() || src.index >= it->second->chunks.size()) continue;
-    const ManifestChunk& pc = it->second->chunks[src.index];
+    const VolumeChunk& pc = it->second->chunks[src.index];
     if (pc.size != src.span.size || pc.digest == digest) continue;
     src.parent_chunk = &pc;
     relied_on.push_back(pc.digest);
@@ -183,7 +183,7 @@ class PushUpload {
     if (present) return Status::Ok();
     const std::span<const uint8_t> bytes =
         src.file->map.bytes().subspan(src.span.offset, src.span.size);
-    const ManifestChunk* pc = src.parent_chunk;
+    const VolumeChunk* pc = src.parent_chunk;
     if (pc != nullptr && options_.xor_with_parent &&
         pc->xor_chain.size() < options_.max_xor_chain) {
       ASSIGN_OR_RETURN(std::string base, ParentBytes(*pc, src.file->path));
@@ -201,7 +201,7 @@ class PushUpload {
   }
 
   // A delta object is leased before it is stored, like every object a push relies on.
-  Status UploadDelta(const std::string& digest, const ManifestChunk& pc,
+  Status UploadDelta(const std::string& digest, const VolumeChunk& pc,
                      const std::string& object) {
     VolumeStore& store = store_;
     const std::string hex = Sha256Hex(Bytes(object));
@@ -224,7 +224,7 @@ class PushUpload {
   }
 
   // The parent chunk's bytes: from options.parent_dir when they verify there, else the store.
-  StatusOr<std::string> ParentBytes(const ManifestChunk& pc, const std::string& path) {
+  StatusOr<std::string> ParentBytes(const VolumeChunk& pc, const std::string& path) {
     if (!options_.parent_dir.empty()) {
       auto it = parent_files_.find(path);
       if (it == parent_files_.end()) {
@@ -300,8 +300,8 @@ StatusOr<PushResult> Volumes::Push(const std::string& dir, std::string_view ns,
                               std::to_string(options_.lease_ttl_s) +
                               " s); gc may have removed chunks it relied on; push again");
   }
-  for (ManifestFile& f : manifest.files) {
-    for (ManifestChunk& c : f.chunks) {
+  for (VolumeFile& f : manifest.files) {
+    for (VolumeChunk& c : f.chunks) {
       const auto it = upload.chains().find(c.digest);
       if (it != upload.chains().end()) c.xor_chain = it->second;
     }

@@ -18,7 +18,7 @@ StatusOr<std::string> ReadDeltaObject(VolumeStore& store, const std::string& hex
   return object;
 }
 
-StatusOr<std::string> Volumes::ReadChunk(const ManifestChunk& chunk) {
+StatusOr<std::string> Volumes::ReadChunk(const VolumeChunk& chunk) {
   if (chunk.xor_chain.empty()) {
     const std::string key = keys::Chunk(chunk.digest);
     ASSIGN_OR_RETURN(std::string object, store_.Get(key, MaxChunkObjectBytes(chunk.size)));

@@ -188,8 +188,8 @@ Status Volumes::Restore(const VolumeRef& ref) {
   ASSIGN_OR_RETURN(VolumeManifest m,
                    VerifyManifest(key, record.manifest, ref.ns, ref.name, digest));
   LeaseRecord lease_record{{}, Now() + options_.lease_ttl_s};
-  for (const ManifestFile& f : m.files) {
-    for (const ManifestChunk& c : f.chunks) lease_record.chunks.push_back(c.digest);
+  for (const VolumeFile& f : m.files) {
+    for (const VolumeChunk& c : f.chunks) lease_record.chunks.push_back(c.digest);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
                    Lease::Acquire(store_, ref.ns, ref.name, std::move(lease_record), Now()));
