@@ -305,6 +305,54 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
             server.terminate()
             server.wait()
 
+    def push_volume(self, store, ns_name, version, *args):
+        """Pushes a copy of checkpoint `version` (with its manifest.json) to the volume store."""
+        src = self.t("vol-src", version)  # named like the checkpoint: its version id
+        if not os.path.exists(src):
+            shutil.copytree(self.t(version), src)
+            self.k("checkpoint", "manifest", src)
+        out = subprocess.run([DELTAKV, "volume", "--store", store, "push", src, ns_name, "--json",
+                              "-q", *args], check=True, capture_output=True, text=True)
+        return json.loads(out.stdout)
+
+    def test_sync_from_a_volume(self):
+        store = self.t("volumes-" + str(time.time_ns()))
+        v1 = self.push_volume(store, "team/model", "v1")
+        v2 = self.push_volume(store, "team/model", "v2", "--parent", v1["ref"])
+        self.assertGreater(v2["chunks_xor"], 0, v2)
+        v3 = self.push_volume(store, "team/model", "v3", "--parent", v2["ref"], "--tag", "next")
+        c = self.cluster(tp=2, sidecar_args=["--volume-store", store])
+        rec = c.wait(c.sync("v2", "vol://" + v2["ref"]))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v2"))
+        rec = c.wait(c.sync("v3", "vol://team/model:next"))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v3"))
+        self.assertEqual(c.status()["live_version"], "v3")
+
+    def test_volume_syncs_refuse_whole_chunks_and_corrupt_deltas(self):
+        store = self.t("volumes-" + str(time.time_ns()))
+        # The XOR volume first: a chunk the store already holds whole is never stored again.
+        v1b = self.push_volume(store, "team/xor", "v1")
+        xor = self.push_volume(store, "team/xor", "v2", "--parent", v1b["ref"])
+        v1 = self.push_volume(store, "team/whole", "v1")
+        whole = self.push_volume(store, "team/whole", "v2", "--parent", v1["ref"], "--no-xor")
+        c = self.cluster(tp=2, sidecar_args=["--volume-store", store])
+        self.expect_aborted(c, "v2", "vol://" + whole["ref"], "stored whole")
+        self.expect_aborted(c, "v2", "vol://" + v1["ref"], "has no parent")
+        self.expect_aborted(c, "v2", "vol://team/xor:missing", "does not exist")
+        deltas = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(store, "xchunks"))
+                  for f in fs if not f.startswith(".")]
+        self.assertTrue(deltas)
+        for path in deltas:
+            data = bytearray(read(path))
+            data[-1] ^= 0x01
+            write(path, bytes(data))
+        self.expect_aborted(c, "v2", "vol://" + xor["ref"], "sha256")
+        # Without a volume store a vol:// location is refused before anything is read.
+        c2 = self.cluster(tp=1)
+        self.expect_aborted(c2, "v2", "vol://" + xor["ref"], "--volume-store")
+
     def test_sync_over_https(self):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "store"))
         import object_server  # local HTTP(S) object server; certificates from the openssl CLI

@@ -90,6 +90,7 @@ struct SidecarOpts {
   uint64_t plan_buffer_bytes = 128ull << 20;
   uint64_t decode_threads = 0;
   std::string http_ca_file;    // HTTP(S) delta stores (store/open_store.h)
+  std::string volume_store;    // vol:// deltas; env DELTAKV_VOLUME_STORE
   uint64_t http_timeout = 30;  // seconds: connect, and the longest stall
   uint64_t http_total_timeout = 1800;
   uint64_t http_attempts = 4;
@@ -134,6 +135,7 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(str("decoder", o.decoder, "--decoder"));
   RETURN_IF_ERROR(str("state_dir", o.state_dir, "--state-dir"));
   RETURN_IF_ERROR(str("http_ca_file", o.http_ca_file, "--http-ca-file"));
+  RETURN_IF_ERROR(str("volume_store", o.volume_store, "--volume-store"));
   auto uint = [&](const char* key, uint64_t& dst, const char* flag) -> Status {
     if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
     if (!j[key].is_number_unsigned()) {
@@ -309,6 +311,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   eo.plan_buffer_bytes = o.plan_buffer_bytes;
   eo.decode_threads = static_cast<unsigned>(o.decode_threads);
   eo.http = *http_store;
+  eo.volume_store = o.volume_store;
   if (o.scrub_interval_s < 0 || o.scrub_rate_gbps < 0) {
     return ReportError("sidecar",
                        InvalidArgument("--scrub-interval-s and --scrub-rate-gbps must be >= 0"),
@@ -376,6 +379,10 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
                   "walks on N - 1 threads while planning on one (0: one per CPU the sync worker "
                   "may use, if 4 or more)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{256}));
+  cmd->add_option("--volume-store", o->volume_store,
+                  "Sealed-volume store that vol://NS/NAME@sha256:... and vol://NS/NAME:TAG delta "
+                  "locations are read from (deltasync/VOLUME.md)")
+      ->envname("DELTAKV_VOLUME_STORE");
   cmd->add_option("--http-ca-file", o->http_ca_file,
                   "PEM CA certificates that verify https:// delta stores (default: the system's)");
   cmd->add_option("--http-timeout", o->http_timeout,

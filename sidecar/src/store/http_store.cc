@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "deltasync/delta_manifest.h"
+#include "deltasync/volume_delta.h"
 #include "store/open_store.h"
 
 namespace deltakv::sidecar {
@@ -503,14 +504,25 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::strin
 }  // namespace
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
-                                                            const HttpStoreOptions& http) {
+                                                            const HttpStoreOptions& http,
+                                                            const std::string& volume_store) {
+  if (location.rfind("vol://", 0) == 0) {
+    if (volume_store.empty()) {
+      return FailedPrecondition("delta location '" + location +
+                                "' names a volume but the sidecar has no --volume-store");
+    }
+    ASSIGN_OR_RETURN(deltasync::VolumeRef ref, deltasync::ParseVolumeRef(location.substr(6)));
+    ASSIGN_OR_RETURN(auto store, deltasync::OpenVolumeStore(volume_store));
+    return deltasync::OpenVolumeDelta(std::move(store), ref);
+  }
   if (location.rfind("file://", 0) == 0) return deltasync::MakeFileStore(location.substr(7));
   if (!location.empty() && location[0] == '/') return deltasync::MakeFileStore(location);
   if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
     return OpenHttpStore(location, http);
   }
   return InvalidArgument("delta location '" + Redact(location) +
-                         "' must be an absolute path, file://..., http://... or https://...");
+                         "' must be an absolute path, file://..., http://..., https://... or "
+                         "vol://...");
 }
 
 }  // namespace deltakv::sidecar

@@ -13,6 +13,10 @@
 // before the asked range (or a body cut short on every try) is DataLoss; one above the cap is
 // ResourceExhausted, and its transfer is stopped as soon as the cap is passed.
 // InvalidArgument for other schemes, a malformed location or an unreadable ca_file.
+//
+//   "vol://NS/NAME@sha256:<hex>" or "vol://NS/NAME:TAG" -> a sealed version pushed with a parent,
+//        read from the volume store `volume_store` as the delta parent -> version
+//        (deltasync/volume_delta.h); FailedPrecondition when no volume store is configured.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +42,7 @@ struct HttpStoreOptions {
 };
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
-                                                            const HttpStoreOptions& http = {});
+                                                            const HttpStoreOptions& http = {},
+                                                            const std::string& volume_store = "");
 
 }  // namespace deltakv::sidecar

@@ -317,7 +317,7 @@ StatusOr<std::string> ShmSyncExecutor::Job::RanksVersion() const {
 Status ShmSyncExecutor::Job::Admit() {
   SetState(SyncState::kFetching);
   const auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(store_, OpenStore(request_.delta, ex_.options_.http));
+  ASSIGN_OR_RETURN(store_, OpenStore(request_.delta, ex_.options_.http, ex_.options_.volume_store));
   ASSIGN_OR_RETURN(std::string manifest_text,
                    store_->ReadObject(deltasync::kManifestFileName, 1ull << 30));
   ASSIGN_OR_RETURN(m_, deltasync::ParseDeltaManifest(manifest_text));
@@ -636,7 +636,7 @@ StatusOr<deltasync::CheckpointManifest> ReadCheckpointManifest(deltasync::Object
 Status ShmSyncExecutor::Job::RunVerify() {
   SetState(SyncState::kVerifying);
   const auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto store, OpenStore(request_.checkpoint, ex_.options_.http));
+  ASSIGN_OR_RETURN(auto store, OpenStore(request_.checkpoint, ex_.options_.http, ex_.options_.volume_store));
   ASSIGN_OR_RETURN(deltasync::CheckpointManifest cm,
                    ReadCheckpointManifest(*store, request_.checkpoint));
   Phase("manifest", MsSince(t0));

@@ -57,6 +57,7 @@ struct ShmExecutorOptions {
   // Frames decoded at once; 0 = as many as the CPUs the sync worker may run on.
   unsigned decode_threads = 0;
   HttpStoreOptions http;
+  std::string volume_store;  // where vol:// delta locations are read from; "" = refused
   // Multi-node: every sync is decided with the group (coord/group_commit.h); null = one node.
   std::shared_ptr<GroupCommit> group;
 };
