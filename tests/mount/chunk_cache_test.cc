@@ -104,6 +104,52 @@ TEST(ChunkCache, DiskStaysUnderItsBoundEvictingLeastRecentlyUsed) {
   EXPECT_LE(DiskUsage(tmp.path()), 3000u);
 }
 
+// Regression: an eviction used to drop the reservation of a chunk whose temporary file was
+// still being written; the file then sat on disk uncounted and the directory went over its
+// bound (three 256 KiB chunks under a 600,000-byte bound).
+TEST(ChunkCache, ConcurrentWritersNeverTakeTheDirectoryOverItsBound) {
+  deltakv::testing::TempDir tmp;
+  FakeSource src;
+  std::vector<std::string> chunks;
+  for (int i = 0; i < 24; ++i) {
+    chunks.emplace_back(256 << 10, static_cast<char>('A' + i));
+    src.Add(chunks.back());
+  }
+  const uint64_t limit = 600000;
+  auto cache = OpenCache(tmp.path(), src, limit, 0);
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> worst{0};
+  std::thread monitor([&] {
+    while (!done) {
+      std::error_code ec;
+      uint64_t bytes = 0;
+      for (fs::recursive_directory_iterator it(tmp.path() + "/sha256", ec), end; !ec && it != end;
+           it.increment(ec)) {
+        std::error_code e2;
+        if (it->is_regular_file(e2)) bytes += it->file_size(e2);
+      }
+      worst = std::max(worst.load(), bytes);
+    }
+  });
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        for (size_t i = t; i < chunks.size(); i += 2) {
+          auto got = cache->Get(ChunkOf(chunks[i]));
+          EXPECT_TRUE(got.ok() && **got == chunks[i]);
+        }
+      }
+    });
+  }
+  for (auto& r : readers) r.join();
+  done = true;
+  monitor.join();
+  EXPECT_LE(worst.load(), limit);
+  EXPECT_LE(DiskUsage(tmp.path()), limit);
+  EXPECT_EQ(cache->stats().disk_bytes, DiskUsage(tmp.path()));
+}
+
 TEST(ChunkCache, ReopeningWithASmallerBoundEvictsDownToIt) {
   deltakv::testing::TempDir tmp;
   FakeSource src;

@@ -150,7 +150,7 @@ Status ChunkCache::LoadIndex() {
     stats_.disk_bytes += f.size;
     ++stats_.disk_files;
   }
-  EvictDiskLocked(0);
+  (void)EvictDiskLocked(0);  // nothing is being written yet, so this always fits
   return Status::Ok();
 }
 
@@ -167,13 +167,20 @@ void ChunkCache::ForgetDiskLocked(const std::string& digest) {
   disk_.erase(it);
 }
 
-void ChunkCache::EvictDiskLocked(uint64_t incoming) {
-  while (!disk_lru_.empty() && stats_.disk_bytes + incoming > options_.disk_bytes) {
-    const std::string victim = disk_lru_.back();
+bool ChunkCache::EvictDiskLocked(uint64_t incoming) {
+  // Files being written are skipped: their temporary files occupy the space they reserved,
+  // and would outlive an eviction until their writers noticed it.
+  auto it = disk_lru_.end();
+  while (stats_.disk_bytes + incoming > options_.disk_bytes && it != disk_lru_.begin()) {
+    --it;
+    if (disk_.at(*it).writing) continue;
+    const std::string victim = *it;
+    it = std::next(it);  // ForgetDiskLocked erases the victim's list node
     unlink(PathOf(victim).c_str());
     ForgetDiskLocked(victim);
     ++stats_.evictions;
   }
+  return stats_.disk_bytes + incoming <= options_.disk_bytes;
 }
 
 ChunkHandle ChunkCache::ReadDisk(const deltasync::ManifestChunk& chunk) {
@@ -205,10 +212,9 @@ void ChunkCache::WriteDisk(const std::string& digest, const std::string& bytes) 
     // Reserve the space first: the index counts the file before it exists, so concurrent
     // writers never take the directory past the bound between their evictions and renames.
     std::lock_guard<std::mutex> lock(mu_);
-    if (disk_.count(digest) != 0) return;
-    EvictDiskLocked(size);
+    if (disk_.count(digest) != 0 || !EvictDiskLocked(size)) return;
     disk_lru_.push_front(digest);
-    disk_[digest] = DiskEntry{size, disk_lru_.begin()};
+    disk_[digest] = DiskEntry{size, disk_lru_.begin(), /*writing=*/true};
     stats_.disk_bytes += size;
     ++stats_.disk_files;
     temp = dir + "/." + digest + ".tmp." + std::to_string(getpid()) + "." +
@@ -222,9 +228,10 @@ void ChunkCache::WriteDisk(const std::string& digest, const std::string& bytes) 
     ok = close(fd) == 0 && ok;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = disk_.find(digest);
-  // The reservation may have been evicted while the file was written; then it is dropped.
-  if (ok && it != disk_.end() && rename(temp.c_str(), PathOf(digest).c_str()) == 0) return;
+  if (ok && rename(temp.c_str(), PathOf(digest).c_str()) == 0) {
+    disk_.at(digest).writing = false;
+    return;
+  }
   unlink(temp.c_str());
   ForgetDiskLocked(digest);
 }

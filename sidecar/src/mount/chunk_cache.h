@@ -89,6 +89,7 @@ class ChunkCache {
   struct DiskEntry {
     uint64_t size = 0;
     std::list<std::string>::iterator lru;
+    bool writing = false;  // reserved, its temporary file not yet renamed: never evicted
   };
   struct MemoryEntry {
     ChunkHandle bytes;
@@ -103,8 +104,9 @@ class ChunkCache {
   void WriteDisk(const std::string& digest, const std::string& bytes);
   StatusOr<ChunkHandle> Load(const deltasync::ManifestChunk& chunk);
   void RememberInMemory(const std::string& digest, const ChunkHandle& bytes);
-  // REQUIRES: mu_ held. Deletes LRU files until `incoming` more bytes fit.
-  void EvictDiskLocked(uint64_t incoming);
+  // REQUIRES: mu_ held. Deletes LRU files (not ones being written) until `incoming` more
+  // bytes fit; false if they cannot be made to fit.
+  bool EvictDiskLocked(uint64_t incoming);
   void ForgetDiskLocked(const std::string& digest);
 
   const ChunkCacheOptions options_;
