@@ -13,6 +13,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libcpp-httplib-dev libhwloc-dev libjemalloc-dev libxxhash-dev curl
   libcurl4-openssl-dev openssl ca-certificates etcd-server
+  libfuse3-dev fuse3
   python3 python3-pip python3-venv python3-dev
 )
 

@@ -1,10 +1,11 @@
-// deltakv volume push | sync | ls | show | tag | pull | rm | restore | gc
+// deltakv volume push | sync | ls | show | tag | pull | mount | rm | restore | gc
 // Sealed, digest-addressed volumes (deltasync/VOLUME.md) in a store named by --store.
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "cli/cli_common.h"
+#include "cli/cmd_volume_mount.h"
 #include "deltasync/volume.h"
 
 namespace deltakv::cli {
@@ -137,7 +138,7 @@ json ListingJson(const deltasync::VolumeListing& l) {
 
 void AddVolumeCommands(CLI::App& app, int* rc) {
   CLI::App* group = app.add_subcommand(
-      "volume", "Sealed, digest-addressed volumes: push, sync, ls, show, tag, pull, rm, restore, gc");
+      "volume", "Sealed, digest-addressed volumes: push, sync, ls, show, tag, pull, mount, rm, restore, gc");
   group->require_subcommand(1);
   group->fallthrough();
   auto common = std::make_shared<Common>();
@@ -396,6 +397,17 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
         });
     cmd->add_option("REF", o->ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
     cmd->add_option("DIR", o->dir, "Target directory (absent or empty)")->required();
+  }
+
+  // mount REF DIR
+  {
+    auto o = std::make_shared<VolumeMountArgs>();
+    CLI::App* cmd = Add(*group, common, rc, "mount",
+                        "Serve a version read-only at DIR (FUSE) until unmounted or interrupted",
+                        [o, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) {
+                          return RunVolumeMount(volumes, *o, common->json);
+                        });
+    AddVolumeMountOptions(*cmd, *o);
   }
 
   // rm REF
