@@ -27,7 +27,7 @@ inline std::string Sha256Hex(const std::string& bytes) {
   return out;
 }
 
-inline deltasync::ManifestChunk ChunkOf(const std::string& bytes, uint64_t offset = 0) {
+inline deltasync::VolumeChunk ChunkOf(const std::string& bytes, uint64_t offset = 0) {
   return {Sha256Hex(bytes), offset, bytes.size()};
 }
 
@@ -51,7 +51,7 @@ class FakeSource {
   int waiting() const { return waiting_.load(); }
 
   ChunkSource source() {
-    return [this](const deltasync::ManifestChunk& c) -> StatusOr<std::string> {
+    return [this](const deltasync::VolumeChunk& c) -> StatusOr<std::string> {
       ++fetches_;
       {
         std::unique_lock<std::mutex> lock(mu_);

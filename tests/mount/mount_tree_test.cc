@@ -5,8 +5,8 @@
 namespace deltakv::mount {
 namespace {
 
-deltasync::ManifestFile File(std::string path, uint64_t size, uint32_t mode = 0644) {
-  deltasync::ManifestFile f;
+deltasync::VolumeFile File(std::string path, uint64_t size, uint32_t mode = 0644) {
+  deltasync::VolumeFile f;
   f.path = std::move(path);
   f.size = size;
   f.mode = mode;

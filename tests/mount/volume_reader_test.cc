@@ -20,7 +20,7 @@ struct Fixture {
 
   // One file of `n` chunks of 100 bytes each, chunk i filled with 'a' + i.
   explicit Fixture(int n) {
-    deltasync::ManifestFile f;
+    deltasync::VolumeFile f;
     f.path = "dir/f.bin";
     for (int i = 0; i < n; ++i) {
       std::string bytes(100, static_cast<char>('a' + i));

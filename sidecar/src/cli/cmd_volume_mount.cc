@@ -119,7 +119,7 @@ Status RunVolumeMount(deltasync::Volumes& volumes, const VolumeMountArgs& a, boo
   ASSIGN_OR_RETURN(mount::MountTree tree, mount::MountTree::Build(version.manifest));
   ASSIGN_OR_RETURN(
       auto cache,
-      mount::ChunkCache::Open(cache_options, [&volumes](const deltasync::ManifestChunk& c) {
+      mount::ChunkCache::Open(cache_options, [&volumes](const deltasync::VolumeChunk& c) {
         return volumes.ReadChunk(c);
       }));
   std::unique_ptr<mount::Prefetcher> prefetcher;

@@ -183,7 +183,7 @@ bool ChunkCache::EvictDiskLocked(uint64_t incoming) {
   return stats_.disk_bytes + incoming <= options_.disk_bytes;
 }
 
-ChunkHandle ChunkCache::ReadDisk(const deltasync::ManifestChunk& chunk) {
+ChunkHandle ChunkCache::ReadDisk(const deltasync::VolumeChunk& chunk) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = disk_.find(chunk.digest);
@@ -249,7 +249,7 @@ void ChunkCache::RememberInMemory(const std::string& digest, const ChunkHandle& 
   stats_.memory_bytes += bytes->size();
 }
 
-StatusOr<ChunkHandle> ChunkCache::Load(const deltasync::ManifestChunk& chunk) {
+StatusOr<ChunkHandle> ChunkCache::Load(const deltasync::VolumeChunk& chunk) {
   if (ChunkHandle cached = ReadDisk(chunk)) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.disk_hits;
@@ -275,7 +275,7 @@ StatusOr<ChunkHandle> ChunkCache::Load(const deltasync::ManifestChunk& chunk) {
   return ChunkHandle(bytes);
 }
 
-StatusOr<ChunkHandle> ChunkCache::Get(const deltasync::ManifestChunk& chunk) {
+StatusOr<ChunkHandle> ChunkCache::Get(const deltasync::VolumeChunk& chunk) {
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = memory_.find(chunk.digest); it != memory_.end()) {
     memory_lru_.splice(memory_lru_.begin(), memory_lru_, it->second.lru);

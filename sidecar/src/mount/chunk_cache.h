@@ -38,7 +38,7 @@ namespace deltakv::mount {
 // Returns a chunk's verified bytes (exactly chunk.size bytes hashing to chunk.digest), or
 // NotFound / DataLoss / IoError. Must be safe to call from several threads at once.
 using ChunkSource =
-    std::function<StatusOr<std::string>(const deltasync::ManifestChunk& chunk)>;
+    std::function<StatusOr<std::string>(const deltasync::VolumeChunk& chunk)>;
 
 // A pinned chunk: its bytes stay valid while the handle is held.
 using ChunkHandle = std::shared_ptr<const std::string>;
@@ -77,7 +77,7 @@ class ChunkCache {
   // source. The source's error (NotFound, DataLoss, IoError) is returned as is and nothing is
   // cached; a later Get tries the source again. A failure to write the cache file is not an
   // error (the bytes are served, the chunk is just not kept on disk).
-  StatusOr<ChunkHandle> Get(const deltasync::ManifestChunk& chunk);
+  StatusOr<ChunkHandle> Get(const deltasync::VolumeChunk& chunk);
 
   // True if the chunk is in memory, on disk or being fetched (a prefetch can skip it).
   bool Has(const std::string& digest);
@@ -100,9 +100,9 @@ class ChunkCache {
   Status LoadIndex();
   std::string PathOf(const std::string& digest) const;
   // Reads and verifies the cache file; nullptr if absent or corrupt (then deleted).
-  ChunkHandle ReadDisk(const deltasync::ManifestChunk& chunk);
+  ChunkHandle ReadDisk(const deltasync::VolumeChunk& chunk);
   void WriteDisk(const std::string& digest, const std::string& bytes);
-  StatusOr<ChunkHandle> Load(const deltasync::ManifestChunk& chunk);
+  StatusOr<ChunkHandle> Load(const deltasync::VolumeChunk& chunk);
   void RememberInMemory(const std::string& digest, const ChunkHandle& bytes);
   // REQUIRES: mu_ held. Deletes LRU files (not ones being written) until `incoming` more
   // bytes fit; false if they cannot be made to fit.

@@ -17,7 +17,7 @@ StatusOr<MountTree> MountTree::Build(const deltasync::VolumeManifest& manifest) 
   std::unordered_map<std::string, uint64_t> by_path = {{"", kRootNode}};
 
   for (size_t i = 0; i < manifest.files.size(); ++i) {
-    const deltasync::ManifestFile& f = manifest.files[i];
+    const deltasync::VolumeFile& f = manifest.files[i];
     RETURN_IF_ERROR(deltasync::ValidateVolumePath(f.path));
     uint64_t dir = kRootNode;
     size_t start = 0;

@@ -21,7 +21,7 @@ Prefetcher::~Prefetcher() {
   for (std::thread& t : workers_) t.join();
 }
 
-bool Prefetcher::Schedule(const deltasync::ManifestChunk& chunk) {
+bool Prefetcher::Schedule(const deltasync::VolumeChunk& chunk) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ || pending_.count(chunk.digest) != 0) return false;
@@ -41,7 +41,7 @@ void Prefetcher::Work() {
   while (true) {
     wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping
-    deltasync::ManifestChunk chunk = std::move(queue_.front());
+    deltasync::VolumeChunk chunk = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     (void)cache_.Get(chunk);  // a failure is reported by the read that needs the chunk

@@ -39,7 +39,7 @@ class Prefetcher {
   Prefetcher& operator=(const Prefetcher&) = delete;
 
   // Returns true if the chunk was queued; false if skipped (cached, queued, or over budget).
-  bool Schedule(const deltasync::ManifestChunk& chunk);
+  bool Schedule(const deltasync::VolumeChunk& chunk);
 
   // Blocks until nothing is queued or being fetched (for tests and orderly shutdown).
   void WaitIdle();
@@ -55,7 +55,7 @@ class Prefetcher {
   std::mutex mu_;
   std::condition_variable wake_;   // workers wait for work or stop
   std::condition_variable idle_;   // WaitIdle waits for inflight_bytes_ == 0
-  std::deque<deltasync::ManifestChunk> queue_;  // GUARDED_BY(mu_)
+  std::deque<deltasync::VolumeChunk> queue_;  // GUARDED_BY(mu_)
   std::unordered_set<std::string> pending_;      // queued or fetching; GUARDED_BY(mu_)
   uint64_t inflight_bytes_ = 0;                  // GUARDED_BY(mu_)
   uint64_t peak_inflight_bytes_ = 0;             // GUARDED_BY(mu_)

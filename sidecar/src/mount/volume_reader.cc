@@ -14,18 +14,18 @@ VolumeReader::VolumeReader(const deltasync::VolumeManifest& manifest, ChunkCache
 
 StatusOr<std::vector<ReadSlice>> VolumeReader::Read(size_t file_index, uint64_t offset,
                                                     uint64_t size, ReadStream* stream) {
-  const deltasync::ManifestFile& file = manifest_.files[file_index];
+  const deltasync::VolumeFile& file = manifest_.files[file_index];
   std::vector<ReadSlice> slices;
   if (offset >= file.size || size == 0) return slices;
   const uint64_t end = std::min(file.size, offset + std::min(size, file.size - offset));
   // The first chunk whose end is past `offset` (chunks cover the file back to back).
   auto first = std::upper_bound(
       file.chunks.begin(), file.chunks.end(), offset,
-      [](uint64_t off, const deltasync::ManifestChunk& c) { return off < c.offset + c.size; });
+      [](uint64_t off, const deltasync::VolumeChunk& c) { return off < c.offset + c.size; });
   const size_t first_index = static_cast<size_t>(first - file.chunks.begin());
   size_t last_index = first_index;
   for (size_t i = first_index; i < file.chunks.size() && file.chunks[i].offset < end; ++i) {
-    const deltasync::ManifestChunk& c = file.chunks[i];
+    const deltasync::VolumeChunk& c = file.chunks[i];
     StatusOr<ChunkHandle> bytes = cache_.Get(c);
     if (!bytes.ok()) {
       Status st = bytes.status().WithPrefix(
@@ -54,7 +54,7 @@ StatusOr<std::vector<ReadSlice>> VolumeReader::Read(size_t file_index, uint64_t 
   return slices;
 }
 
-void VolumeReader::ReadAhead(const deltasync::ManifestFile& file, size_t after_chunk) {
+void VolumeReader::ReadAhead(const deltasync::VolumeFile& file, size_t after_chunk) {
   uint64_t chunks = 0, bytes = 0;
   for (size_t i = after_chunk + 1; i < file.chunks.size(); ++i) {
     if (readahead_.bytes > 0 ? bytes >= readahead_.bytes : chunks >= readahead_.chunks) break;

@@ -66,7 +66,7 @@ class VolumeReader {
                                         ReadStream* stream);
 
  private:
-  void ReadAhead(const deltasync::ManifestFile& file, size_t after_chunk);
+  void ReadAhead(const deltasync::VolumeFile& file, size_t after_chunk);
 
   const deltasync::VolumeManifest& manifest_;
   ChunkCache& cache_;
