@@ -297,7 +297,8 @@ class VolumeCli(unittest.TestCase):
         vol(self.store, "pull", r["ref"], self.path("out"), "-q")
         self.assertEqual(tree(self.path("out")), tree(src))
         leftovers = [n for d, _, files in os.walk(self.store) for n in files if ".tmp." in n]
-        self.assertLessEqual(len(leftovers), 1)  # at most the file being written when killed
+        # At most the files being written when it was killed: 8 uploads run at once by default.
+        self.assertLessEqual(len(leftovers), 8)
 
 
 if __name__ == "__main__":

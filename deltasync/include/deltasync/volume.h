@@ -227,7 +227,11 @@ struct PushOptions {
   // Optional local copy of the parent's files: a parent chunk is read from here when its
   // bytes there hash to the parent manifest's digest, else from the store.
   std::string parent_dir;
-  // Called after each distinct chunk is checked or uploaded; from the pushing thread.
+  // Threads that hash files and upload chunks; 0 = one per CPU for hashing and 8 uploads at
+  // once (uploads mostly wait on the store). At most 256.
+  unsigned threads = 0;
+  // Called after each distinct chunk is checked or uploaded, from the worker that did it, one
+  // call at a time.
   std::function<void(const PushProgress&)> progress;
 };
 
@@ -245,7 +249,9 @@ struct PullOptions {
 
 struct CopyOptions {
   std::string tag;  // moved to the copied version in the destination when non-empty
-  // Called after each distinct chunk is checked or copied; from the copying thread.
+  unsigned threads = 0;  // chunks copied at once; 0 = 8
+  // Called after each distinct chunk is checked or copied, from the worker that did it, one
+  // call at a time.
   std::function<void(const PushProgress&)> progress;
 };
 

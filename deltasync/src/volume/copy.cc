@@ -1,5 +1,8 @@
 // Volumes::CopyFrom: copy one version from another store, chunk by chunk, then seal it here.
+#include <mutex>
 #include <set>
+
+#include "base/parallel.h"
 
 #include "deltasync/volume.h"
 #include "volume/chunk_object.h"
@@ -91,13 +94,19 @@ StatusOr<PushResult> Volumes::CopyFrom(VolumeStore& source, const VolumeRef& ref
   ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
                    Lease::Acquire(store_, manifest.ns, manifest.name,
                                   {std::move(digests), Now() + options_.lease_ttl_s}, Now()));
-  for (size_t i = 0; i < order.size(); ++i) {
+  std::mutex mu;
+  size_t done = 0;
+  RETURN_IF_ERROR(ParallelFor(order.size(), options.threads == 0 ? 8 : options.threads,
+                              [&](size_t i) -> Status {
     ASSIGN_OR_RETURN(uint64_t written, CopyChunkObjects(source, store_, *order[i]));
+    std::lock_guard<std::mutex> lock(mu);
     result.chunks_uploaded += written > 0 ? 1 : 0;
     result.chunks_xor += order[i]->xor_chain.empty() ? 0 : 1;
     result.bytes_uploaded += written;
-    if (options.progress) options.progress({i + 1, order.size(), result.bytes_uploaded});
-  }
+    ++done;
+    if (options.progress) options.progress({done, order.size(), result.bytes_uploaded});
+    return Status::Ok();
+  }));
   if (Now() >= lease->expires()) {
     return FailedPrecondition("copy: the copy outlasted its lease (" +
                               std::to_string(options_.lease_ttl_s) +

@@ -6,10 +6,13 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include "base/file_util.h"
 #include "base/mapped_file.h"
+#include "base/parallel.h"
 #include "deltasync/volume.h"
 #include "sha256.h"
 #include "volume/chunk_object.h"
@@ -22,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint64_t kMaxPieceSize = 1ull << 30;
+constexpr unsigned kMaxPushThreads = 256;
 
 struct SourceFile {
   std::string path;  // relative, '/'-separated
@@ -84,22 +88,54 @@ StatusOr<std::vector<SourceFile>> ScanDir(const std::string& dir) {
   return files;
 }
 
-VolumeFile DescribeFile(const SourceFile& f, uint64_t piece_size,
-                          std::map<std::string, ChunkSource>& distinct,
-                          std::vector<std::string>& order) {
-  VolumeFile out;
-  out.path = f.path;
-  out.mode = f.mode;
-  out.size = f.map.size();
-  out.sha256 = Sha256Hex(f.map.bytes());
-  for (const ChunkSpan& span : ChunkFile(f.map.bytes(), piece_size)) {
-    std::string digest = Sha256Hex(f.map.bytes().subspan(span.offset, span.size));
-    if (distinct.emplace(digest, ChunkSource{&f, span, out.chunks.size()}).second) {
-      order.push_back(digest);
+// Chunks and hashes every file on `threads` threads: one task per whole-file sha256 and one
+// per chunk, so one large file is hashed by many threads. Returns the files' manifest entries
+// (in the order of `sources`) and fills the distinct chunks in first-occurrence order.
+StatusOr<std::vector<VolumeFile>> DescribeFiles(const std::vector<SourceFile>& sources,
+                                                uint64_t piece_size, unsigned threads,
+                                                std::map<std::string, ChunkSource>& distinct,
+                                                std::vector<std::string>& order) {
+  std::vector<VolumeFile> files(sources.size());
+  struct Task {
+    size_t file;
+    int64_t chunk;  // -1: the whole file
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    VolumeFile& out = files[i];
+    out.path = sources[i].path;
+    out.mode = sources[i].mode;
+    out.size = sources[i].map.size();
+    tasks.push_back({i, -1});
+    for (const ChunkSpan& span : ChunkFile(sources[i].map.bytes(), piece_size)) {
+      tasks.push_back({i, static_cast<int64_t>(out.chunks.size())});
+      out.chunks.push_back({"", span.offset, span.size, {}});
     }
-    out.chunks.push_back({std::move(digest), span.offset, span.size});
   }
-  return out;
+  // Large files first: their whole-file hash is the longest task.
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& a, const Task& b) {
+    return (a.chunk < 0 ? files[a.file].size : 0) > (b.chunk < 0 ? files[b.file].size : 0);
+  });
+  RETURN_IF_ERROR(ParallelFor(tasks.size(), threads, [&](size_t t) -> Status {
+    const Task& task = tasks[t];
+    const auto bytes = sources[task.file].map.bytes();
+    if (task.chunk < 0) {
+      files[task.file].sha256 = Sha256Hex(bytes);
+    } else {
+      VolumeChunk& c = files[task.file].chunks[task.chunk];
+      c.digest = Sha256Hex(bytes.subspan(c.offset, c.size));
+    }
+    return Status::Ok();
+  }));
+  for (size_t i = 0; i < sources.size(); ++i) {
+    for (size_t k = 0; k < files[i].chunks.size(); ++k) {
+      const VolumeChunk& c = files[i].chunks[k];
+      if (distinct.emplace(c.digest, ChunkSource{&sources[i], {c.offset, c.size}, k}).second) {
+        order.push_back(c.digest);
+      }
+    }
+  }
+  return files;
 }
 
 Status CheckPushArgs(std::string_view ns, std::string_view name, const PushOptions& options) {
@@ -108,6 +144,10 @@ Status CheckPushArgs(std::string_view ns, std::string_view name, const PushOptio
   if (!options.tag.empty()) RETURN_IF_ERROR(ValidateVolumeTag(options.tag).WithPrefix("push"));
   if (!options.parent.empty() && !IsHexDigest(options.parent)) {
     return InvalidArgument("push: parent '" + options.parent + "' is not 64 lowercase hex digits");
+  }
+  if (options.threads > kMaxPushThreads) {
+    return InvalidArgument("push: " + std::to_string(options.threads) + " threads is above " +
+                           std::to_string(kMaxPushThreads));
   }
   if (options.max_xor_chain == 0 || options.max_xor_chain > kMaxXorChain) {
     return InvalidArgument("push: max XOR chain " + std::to_string(options.max_xor_chain) +
@@ -165,14 +205,18 @@ class PushUpload {
         options_(options),
         result_(result) {}
 
-  // Uploads what the store lacks; records the chain of every chunk stored as a delta.
+  // Uploads what the store lacks on `threads` threads; records the chain of every chunk
+  // stored as a delta.
   Status Run(const std::vector<std::string>& order,
-             const std::map<std::string, ChunkSource>& distinct) {
-    for (size_t i = 0; i < order.size(); ++i) {
+             const std::map<std::string, ChunkSource>& distinct, unsigned threads) {
+    size_t done = 0;
+    return ParallelFor(order.size(), threads, [&](size_t i) -> Status {
       RETURN_IF_ERROR(UploadOne(order[i], distinct.at(order[i])));
-      if (options_.progress) options_.progress({i + 1, order.size(), result_.bytes_uploaded});
-    }
-    return Status::Ok();
+      std::lock_guard<std::mutex> lock(mu_);
+      ++done;
+      if (options_.progress) options_.progress({done, order.size(), result_.bytes_uploaded});
+      return Status::Ok();
+    });
   }
   const std::map<std::string, std::vector<XorLink>>& chains() const { return chains_; }
 
@@ -195,6 +239,7 @@ class PushUpload {
     }
     const std::string object = EncodeChunkObject(bytes);
     RETURN_IF_ERROR(store.Put(keys::Chunk(digest), Bytes(object)));
+    std::lock_guard<std::mutex> lock(mu_);
     ++result_.chunks_uploaded;
     result_.bytes_uploaded += object.size();
     return Status::Ok();
@@ -208,16 +253,20 @@ class PushUpload {
     const int64_t now = now_();
     ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
                      Lease::Acquire(store, ns_, name_, {{hex}, now + lease_ttl_s_}, now));
-    leases_.push_back(std::move(lease));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      leases_.push_back(std::move(lease));
+    }
     ASSIGN_OR_RETURN(bool present, store.Exists(keys::XorChunk(hex)));
+    if (!present) RETURN_IF_ERROR(store.Put(keys::XorChunk(hex), Bytes(object)));
+    std::vector<XorLink> chain = {{pc.digest, hex}};
+    chain.insert(chain.end(), pc.xor_chain.begin(), pc.xor_chain.end());
+    std::lock_guard<std::mutex> lock(mu_);
     if (!present) {
-      RETURN_IF_ERROR(store.Put(keys::XorChunk(hex), Bytes(object)));
       ++result_.chunks_uploaded;
       result_.bytes_uploaded += object.size();
       result_.bytes_xor += object.size();
     }
-    std::vector<XorLink> chain = {{pc.digest, hex}};
-    chain.insert(chain.end(), pc.xor_chain.begin(), pc.xor_chain.end());
     chains_[digest] = std::move(chain);
     ++result_.chunks_xor;
     return Status::Ok();
@@ -226,20 +275,28 @@ class PushUpload {
   // The parent chunk's bytes: from options.parent_dir when they verify there, else the store.
   StatusOr<std::string> ParentBytes(const VolumeChunk& pc, const std::string& path) {
     if (!options_.parent_dir.empty()) {
-      auto it = parent_files_.find(path);
-      if (it == parent_files_.end()) {
-        auto map = MappedFile::OpenReadOnly((fs::path(options_.parent_dir) / path).string());
-        it = parent_files_.emplace(path, map.ok() ? std::make_optional(std::move(*map))
-                                                   : std::nullopt).first;
-      }
-      if (it->second && it->second->size() >= pc.offset + pc.size) {
-        const auto bytes = it->second->bytes().subspan(pc.offset, pc.size);
+      const MappedFile* file = ParentFile(path);
+      if (file != nullptr && file->size() >= pc.offset + pc.size) {
+        const auto bytes = file->bytes().subspan(pc.offset, pc.size);
         if (Sha256Hex(bytes) == pc.digest) {
           return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
         }
       }
     }
     return volumes_.ReadChunk(pc);
+  }
+
+  // The parent's file at `path` under options.parent_dir, mapped once; nullptr if absent.
+  const MappedFile* ParentFile(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = parent_files_.find(path);
+    if (it == parent_files_.end()) {
+      auto map = MappedFile::OpenReadOnly((fs::path(options_.parent_dir) / path).string());
+      it = parent_files_
+               .emplace(path, map.ok() ? std::make_unique<MappedFile>(std::move(*map)) : nullptr)
+               .first;
+    }
+    return it->second.get();
   }
 
   Volumes& volumes_;
@@ -251,7 +308,8 @@ class PushUpload {
   const PushOptions& options_;
   PushResult& result_;
   std::map<std::string, std::vector<XorLink>> chains_;
-  std::map<std::string, std::optional<MappedFile>> parent_files_;
+  std::mutex mu_;  // guards everything below and the counters of result_
+  std::map<std::string, std::unique_ptr<MappedFile>> parent_files_;
   std::vector<std::unique_ptr<Lease>> leases_;
 };
 
@@ -276,10 +334,10 @@ StatusOr<PushResult> Volumes::Push(const std::string& dir, std::string_view ns,
   std::map<std::string, ChunkSource> distinct;
   std::vector<std::string> order;
   PushResult result;
-  for (const SourceFile& f : sources) {
-    manifest.files.push_back(DescribeFile(f, options.piece_size, distinct, order));
-    result.bytes += f.map.size();
-  }
+  const unsigned threads = options.threads == 0 ? DefaultThreads() : options.threads;
+  ASSIGN_OR_RETURN(manifest.files,
+                   DescribeFiles(sources, options.piece_size, threads, distinct, order));
+  for (const SourceFile& f : sources) result.bytes += f.map.size();
   result.files = sources.size();
   result.chunks_total = order.size();
 
@@ -294,7 +352,8 @@ StatusOr<PushResult> Volumes::Push(const std::string& dir, std::string_view ns,
                                   {std::move(relied_on), Now() + options_.lease_ttl_s}, Now()));
   PushUpload upload(*this, store_, options_.clock, options_.lease_ttl_s, manifest.ns,
                     manifest.name, options, result);
-  RETURN_IF_ERROR(upload.Run(order, distinct));
+  // Uploads are mostly waiting on the store: more of them than CPUs pay off.
+  RETURN_IF_ERROR(upload.Run(order, distinct, options.threads == 0 ? 8 : options.threads));
   if (Now() >= lease->expires()) {
     return FailedPrecondition("push: the upload outlasted its lease (" +
                               std::to_string(options_.lease_ttl_s) +

@@ -153,6 +153,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
       uint64_t piece_size = deltasync::kDefaultPieceSize;
       bool no_xor = false;
       uint32_t max_xor_chain = 8;
+      unsigned threads = 0;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = Add(
@@ -164,6 +165,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           options.tag = o->tag;
           options.piece_size = o->piece_size;
           options.xor_with_parent = !o->no_xor;
+          options.threads = o->threads;
           options.max_xor_chain = o->max_xor_chain;
           options.parent_dir = o->parent_dir;
           if (!o->parent_dir.empty() && o->parent.empty()) {
@@ -203,6 +205,10 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
         ->check(CLI::Range(1, static_cast<int>(deltasync::kMaxXorChain)));
     cmd->add_option("--parent-dir", o->parent_dir,
                     "Local copy of the parent's files, read instead of the store where it verifies");
+    cmd->add_option("--threads", o->threads,
+                    "Threads that hash and upload (0: one per CPU to hash, 8 uploads at once)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 256));
     cmd->add_option("--piece-size", o->piece_size,
                     "Bytes per piece of a large safetensors tensor")
         ->capture_default_str();
@@ -212,6 +218,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
   {
     struct Opts {
       std::string source, volume, from, tag;
+      unsigned threads = 0;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = Add(
@@ -225,6 +232,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           auto progress = std::make_shared<Progress>(*common, "sync");
           deltasync::CopyOptions options;
           options.tag = o->tag;
+          options.threads = o->threads;
           options.progress = ChunkProgress(progress);
           ASSIGN_OR_RETURN(deltasync::PushResult r,
                            volumes.CopyFrom(*from, source, ns, name, options));
@@ -242,6 +250,9 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
     cmd->add_option("VOLUME", o->volume, "NS/NAME to copy it into")->required();
     cmd->add_option("--from", o->from, "The store SOURCE is in")->required();
     cmd->add_option("--tag", o->tag, "Move this tag to the copied version");
+    cmd->add_option("--threads", o->threads, "Chunks copied at once (0: 8)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 256));
   }
 
   // ls [NS]
