@@ -243,7 +243,9 @@ struct PullProgress {
 };
 
 struct PullOptions {
-  // Called after each chunk is written; from the pulling thread.
+  unsigned threads = 0;  // chunks fetched at once; 0 = 8
+  // Called after each chunk is written and each file is verified, from the worker that did it,
+  // one call at a time.
   std::function<void(const PullProgress&)> progress;
 };
 

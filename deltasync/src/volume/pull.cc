@@ -6,8 +6,11 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <mutex>
 
 #include "base/file_util.h"
+#include "base/mapped_file.h"
+#include "base/parallel.h"
 #include "deltasync/volume.h"
 #include "sha256.h"
 #include "volume/chunk_object.h"
@@ -66,10 +69,11 @@ StatusOr<std::string> MakeTempSibling(const std::string& target) {
   return tmpl;
 }
 
-Status WriteChunk(int fd, const std::string& bytes, const std::string& path) {
+Status WriteAt(int fd, const std::string& bytes, uint64_t offset, const std::string& path) {
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    const ssize_t n = pwrite(fd, bytes.data() + done, bytes.size() - done,
+                             static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError(ErrnoMessage("write", path, errno));
     done += static_cast<size_t>(n);
@@ -77,39 +81,56 @@ Status WriteChunk(int fd, const std::string& bytes, const std::string& path) {
   return Status::Ok();
 }
 
-// Streams every chunk of `f` into `fd`, verifying each chunk and the whole file.
-Status FillFile(Volumes& volumes, const VolumeFile& f, int fd, const std::string& path,
-                const PullOptions& options, PullProgress& progress) {
-  Sha256 whole;
-  for (size_t i = 0; i < f.chunks.size(); ++i) {
-    const std::string where = "file '" + f.path + "' chunk " + std::to_string(i);
-    auto bytes = volumes.ReadChunk(f.chunks[i]);
-    if (!bytes.ok()) return bytes.status().WithPrefix(where);
-    whole.Update(Bytes(*bytes));
-    RETURN_IF_ERROR(WriteChunk(fd, *bytes, path));
-    progress.bytes_done += bytes->size();
-    if (options.progress) options.progress(progress);
+// One file being pulled: created at its final size, filled by chunk, then checked whole.
+struct PullTarget {
+  const VolumeFile* file = nullptr;
+  std::string path;
+  int fd = -1;
+};
+
+class PullTargets {
+ public:
+  PullTargets() = default;
+  PullTargets(const PullTargets&) = delete;
+  PullTargets& operator=(const PullTargets&) = delete;
+  ~PullTargets() {
+    for (const PullTarget& t : targets_) {
+      if (t.fd >= 0) close(t.fd);
+    }
   }
-  const std::string actual = whole.HexDigest();
+  Status Create(const VolumeFile& f, const std::string& root) {
+    const fs::path path = fs::path(root) / f.path;
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) return IoError("pull: create '" + path.parent_path().string() + "': " + ec.message());
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return IoError(ErrnoMessage("create", path.string(), errno));
+    targets_.push_back({&f, path.string(), fd});
+    if (ftruncate(fd, static_cast<off_t>(f.size)) != 0) {
+      return IoError(ErrnoMessage("size", path.string(), errno));
+    }
+    return Status::Ok();
+  }
+  std::vector<PullTarget>& all() { return targets_; }
+
+ private:
+  std::vector<PullTarget> targets_;
+};
+
+// Checks a written file against the manifest's whole-file sha256, then sets its mode and syncs.
+Status FinishFile(const PullTarget& t) {
+  const VolumeFile& f = *t.file;
+  std::string actual = Sha256Hex({});
+  if (f.size > 0) {
+    ASSIGN_OR_RETURN(MappedFile map, MappedFile::OpenReadOnly(t.path));
+    actual = Sha256Hex(map.bytes());
+  }
   if (actual != f.sha256) {
     return DataLoss("file '" + f.path + "': sha256 " + actual + ", manifest says " + f.sha256);
   }
+  if (fchmod(t.fd, f.mode) != 0) return IoError(ErrnoMessage("chmod", t.path, errno));
+  if (fsync(t.fd) != 0) return IoError(ErrnoMessage("fsync", t.path, errno));
   return Status::Ok();
-}
-
-Status PullFile(Volumes& volumes, const VolumeFile& f, const std::string& root,
-                const PullOptions& options, PullProgress& progress) {
-  const fs::path path = fs::path(root) / f.path;
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) return IoError("pull: create '" + path.parent_path().string() + "': " + ec.message());
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return IoError(ErrnoMessage("create", path.string(), errno));
-  Status st = FillFile(volumes, f, fd, path.string(), options, progress);
-  if (st.ok() && fchmod(fd, f.mode) != 0) st = IoError(ErrnoMessage("chmod", path.string(), errno));
-  if (st.ok() && fsync(fd) != 0) st = IoError(ErrnoMessage("fsync", path.string(), errno));
-  close(fd);
-  return st;
 }
 
 Status SyncPath(const std::string& path) {
@@ -132,11 +153,38 @@ Status Volumes::Pull(const VolumeRef& ref, const std::string& dir, const PullOpt
   PullProgress progress;
   progress.files_total = version.manifest.files.size();
   for (const VolumeFile& f : version.manifest.files) progress.bytes_total += f.size;
+  PullTargets targets;
+  struct Task {
+    size_t target;
+    size_t chunk;
+  };
+  std::vector<Task> tasks;
   for (const VolumeFile& f : version.manifest.files) {
-    RETURN_IF_ERROR(PullFile(*this, f, temp.path(), options, progress).WithPrefix(where));
+    RETURN_IF_ERROR(targets.Create(f, temp.path()).WithPrefix(where));
+    for (size_t k = 0; k < f.chunks.size(); ++k) tasks.push_back({targets.all().size() - 1, k});
+  }
+  // Chunks are fetched, verified and written at their offsets by several workers at once.
+  std::mutex mu;
+  RETURN_IF_ERROR(ParallelFor(tasks.size(), options.threads == 0 ? 8 : options.threads,
+                              [&](size_t i) -> Status {
+    const PullTarget& t = targets.all()[tasks[i].target];
+    const VolumeChunk& c = t.file->chunks[tasks[i].chunk];
+    const std::string what = "file '" + t.file->path + "' chunk " + std::to_string(tasks[i].chunk);
+    auto bytes = ReadChunk(c);
+    if (!bytes.ok()) return bytes.status().WithPrefix(where + ": " + what);
+    RETURN_IF_ERROR(WriteAt(t.fd, *bytes, c.offset, t.path).WithPrefix(where));
+    std::lock_guard<std::mutex> lock(mu);
+    progress.bytes_done += bytes->size();
+    if (options.progress) options.progress(progress);
+    return Status::Ok();
+  }));
+  RETURN_IF_ERROR(ParallelFor(targets.all().size(), DefaultThreads(), [&](size_t i) -> Status {
+    RETURN_IF_ERROR(FinishFile(targets.all()[i]).WithPrefix(where));
+    std::lock_guard<std::mutex> lock(mu);
     ++progress.files_done;
     if (options.progress) options.progress(progress);
-  }
+    return Status::Ok();
+  }));
   RETURN_IF_ERROR(SyncPath(temp.path()));
   RETURN_IF_ERROR(CheckTarget(target));
   if (rename(temp.path().c_str(), target.c_str()) != 0) {
