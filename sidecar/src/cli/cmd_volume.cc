@@ -374,6 +374,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
   {
     struct Opts {
       std::string ref, dir;
+      unsigned threads = 0;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = Add(
@@ -383,6 +384,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           ASSIGN_OR_RETURN(std::string digest, volumes.Resolve(r));
           auto progress = std::make_shared<Progress>(*common, "pull");
           deltasync::PullOptions options;
+          options.threads = o->threads;
           deltasync::PullProgress last;
           options.progress = [progress, &last](const deltasync::PullProgress& p) {
             last = p;
@@ -408,6 +410,9 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
         });
     cmd->add_option("REF", o->ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
     cmd->add_option("DIR", o->dir, "Target directory (absent or empty)")->required();
+    cmd->add_option("--threads", o->threads, "Chunks fetched at once (0: 8)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 256));
   }
 
   // mount REF DIR
