@@ -52,9 +52,9 @@ fi
 MOTO_VENV=${DELTAKV_MOTO_VENV:-$HOME/.cache/deltakv-venvs/moto}
 if [ "${DELTAKV_SKIP_MOTO:-0}" != 1 ] &&
    ! "$MOTO_VENV/bin/python" -c 'import moto.server, boto3, awscli' 2>/dev/null; then
-  echo "setup-deps: installing moto[server] 5.2.1 and awscli into $MOTO_VENV" >&2
+  echo "setup-deps: installing moto[server] 5.2.1 and awscli 1.46.3 into $MOTO_VENV" >&2
   "$PY" -m venv "$MOTO_VENV"
-  "$MOTO_VENV/bin/pip" install --quiet "moto[server]==5.2.1" "awscli==1.45.11"
+  "$MOTO_VENV/bin/pip" install --quiet "moto[server]==5.2.1" "awscli==1.46.3"
 fi
 [ "${DELTAKV_SKIP_HELM:-0}" = 1 ] || PYTHON="$PY" "$(dirname "$0")/test-helm.sh" --setup-only || echo "setup-deps: warning: no venv for the Helm chart tests (none on linux aarch64: helm-python-sdk has no wheel there); helm_chart_test is skipped" >&2
 echo "setup-deps: ok" >&2
