@@ -2,6 +2,8 @@
 // that scripts/setup-deps.sh makes; the tests skip with a message without it), moto with
 // signature checking on, and a stub that recomputes every signature with botocore
 // (s3_helper.py).
+#include "store/s3_volume_store.h"
+
 #include <curl/curl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -19,7 +21,6 @@
 
 #include "store/open_volume_store.h"
 #include "store/s3_config.h"
-#include "store/s3_volume_store.h"
 #include "test_util.h"
 
 namespace deltakv::sidecar {
@@ -32,8 +33,9 @@ using Clock = std::chrono::steady_clock;
 
 std::string MotoPython() {
   const char* venv = std::getenv("DELTAKV_MOTO_VENV");
-  std::string dir = venv != nullptr ? venv : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") +
-                                                 "/.cache/deltakv-venvs/moto";
+  std::string dir = venv != nullptr ? venv
+                                    : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") +
+                                          "/.cache/deltakv-venvs/moto";
   return dir + "/bin/python";
 }
 
@@ -116,7 +118,8 @@ void CreateBucket(const std::string& endpoint, const std::string& bucket) {
   const std::string url = endpoint + "/" + bucket;
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char*, size_t s, size_t n, void*) { return s * n; });
+  curl_easy_setopt(
+      c, CURLOPT_WRITEFUNCTION, +[](char*, size_t s, size_t n, void*) { return s * n; });
   ASSERT_EQ(curl_easy_perform(c), CURLE_OK);
   long code = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -190,7 +193,8 @@ TEST(S3UrlTest, ParsesBucketAndPrefix) {
   EXPECT_EQ(b->prefix, "");
   EXPECT_TRUE(Fails(ParseS3Url("s3://Bk").status(), StatusCode::kInvalidArgument, "bucket"));
   EXPECT_TRUE(Fails(ParseS3Url("s3://bkt/a//b").status(), StatusCode::kInvalidArgument, "empty"));
-  EXPECT_TRUE(Fails(ParseS3Url("s3://bkt/a b").status(), StatusCode::kInvalidArgument, "character"));
+  EXPECT_TRUE(
+      Fails(ParseS3Url("s3://bkt/a b").status(), StatusCode::kInvalidArgument, "character"));
   EXPECT_TRUE(Fails(ParseS3Url("s3://bkt/../x").status(), StatusCode::kInvalidArgument, "'..'"));
   EXPECT_TRUE(Fails(ParseS3Url("gs://bkt").status(), StatusCode::kInvalidArgument, "s3://"));
 }
@@ -259,8 +263,8 @@ TEST(S3ConfigTest, EnvironmentFilesAndDefaults) {
   EXPECT_TRUE(Fails(ResolveS3Config(lookup).status(), StatusCode::kInvalidArgument, "together"));
   env.erase("AWS_ACCESS_KEY_ID");
   env["AWS_PROFILE"] = "nobody";
-  EXPECT_TRUE(Fails(ResolveS3Config(lookup).status(), StatusCode::kInvalidArgument,
-                    "no S3 credentials"));
+  EXPECT_TRUE(
+      Fails(ResolveS3Config(lookup).status(), StatusCode::kInvalidArgument, "no S3 credentials"));
   env["AWS_SHARED_CREDENTIALS_FILE"] = dir / "missing";
   EXPECT_TRUE(Fails(ResolveS3Config(lookup).status(), StatusCode::kInvalidArgument, "missing"));
 }
@@ -286,8 +290,8 @@ TEST_F(S3StoreTest, PlainObjects) {
   EXPECT_TRUE(Fails(store->Put("a b", Bytes("x")), StatusCode::kInvalidArgument, "character"));
 
   ASSERT_TRUE(store->PutIfAbsent("once", Bytes("first")).ok());
-  EXPECT_TRUE(Fails(store->PutIfAbsent("once", Bytes("second")), StatusCode::kFailedPrecondition,
-                    "once"));
+  EXPECT_TRUE(
+      Fails(store->PutIfAbsent("once", Bytes("second")), StatusCode::kFailedPrecondition, "once"));
   EXPECT_EQ(*store->Get("once", 100), "first");
 }
 
@@ -409,8 +413,8 @@ TEST_F(S3StoreTest, MultipartUpload) {
   // If-None-Match on CompleteMultipartUpload.
   ASSERT_TRUE(store->PutIfAbsent("big2", Bytes(big)).ok());
   const std::string other = Random(7 << 20, 8);
-  EXPECT_TRUE(Fails(store->PutIfAbsent("big2", Bytes(other)), StatusCode::kFailedPrecondition,
-                    "big2"));
+  EXPECT_TRUE(
+      Fails(store->PutIfAbsent("big2", Bytes(other)), StatusCode::kFailedPrecondition, "big2"));
   EXPECT_EQ(*store->Get("big2", big.size()), big);
   // Below the threshold: one PUT.
   const std::string small = Random(5 << 20, 9);
@@ -468,8 +472,8 @@ TEST(S3StoreAuthTest, MotoChecksTheSignatures) {
   EXPECT_EQ(s.message().find("not-the-secret"), std::string::npos);
   EXPECT_TRUE(Fails(wrong_secret->Get("chunks/b", 10).status(), StatusCode::kIoError, "403"));
   auto unknown = MustMake("s3://authed", Config(moto.endpoint(), "AKIAUNKNOWN", "x"), fast);
-  EXPECT_TRUE(Fails(unknown->Put("chunks/b", Bytes("x")), StatusCode::kIoError,
-                    "InvalidAccessKeyId"));
+  EXPECT_TRUE(
+      Fails(unknown->Put("chunks/b", Bytes("x")), StatusCode::kIoError, "InvalidAccessKeyId"));
   // HEAD answers carry no error document: the message says what to check.
   EXPECT_TRUE(Fails(unknown->Exists("chunks/b").status(), StatusCode::kIoError, "credentials"));
 }
@@ -488,9 +492,9 @@ TEST(S3StoreSigV4Test, BotocoreComputesTheSameSignatures) {
       opt.max_keys = 2;
       opt.sign_payload = sign_payload;
       opt.attempts = 1;
-      auto store = MustMake("s3://bkt/pre-fix/a.b_c~d/" + std::to_string(with_token) +
-                                std::to_string(sign_payload),
-                            c, opt);
+      auto store = MustMake(
+          "s3://bkt/pre-fix/a.b_c~d/" + std::to_string(with_token) + std::to_string(sign_payload),
+          c, opt);
       const std::string body = Random(100000, 3);
       ASSERT_TRUE(store->Put("volumes/ns/v/versions/x.json", Bytes(body)).ok());
       EXPECT_EQ(*store->Get("volumes/ns/v/versions/x.json", body.size()), body);

@@ -15,7 +15,7 @@ namespace deltakv::sidecar {
 
 // Errors: as ParseS3Url, ResolveS3Config and MakeS3VolumeStore for s3://, as
 // deltasync::OpenVolumeStore otherwise.
-StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenVolumeStoreUrl(
-    const std::string& url, const S3StoreOptions& s3 = {});
+StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenVolumeStoreUrl(const std::string& url,
+                                                                     const S3StoreOptions& s3 = {});
 
 }  // namespace deltakv::sidecar

@@ -31,7 +31,7 @@ struct S3Config {
   std::string secret_access_key;
   std::string session_token;  // "" when none
   bool path_style = false;
-  std::string ca_file;  // "" = the system CA store
+  std::string ca_file;            // "" = the system CA store
   std::string credential_source;  // "environment", "credentials file ~/.aws/credentials", ...
 
   // "endpoint http://127.0.0.1:9000, region us-east-1, path-style, key AKIA... from the

@@ -23,8 +23,8 @@ constexpr char kEmptySha256[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934
 constexpr uint64_t kMaxErrorBody = 64 << 10;  // bytes of an error answer kept for its message
 
 bool IsUnreserved(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '_' || c == '.' || c == '~';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.' || c == '~';
 }
 
 // AWS's URI encoding of a query value: every byte but the unreserved ones as %XX.
@@ -302,7 +302,9 @@ class S3VolumeStore final : public deltasync::VolumeStore {
   std::string Object(const std::string& key) const {
     return where_.prefix.empty() ? key : where_.prefix + "/" + key;
   }
-  std::string Where(const std::string& key) const { return "s3://" + where_.bucket + "/" + Object(key); }
+  std::string Where(const std::string& key) const {
+    return "s3://" + where_.bucket + "/" + Object(key);
+  }
   std::string Url(const Request& q) const {
     std::string url = base_ + (config_.path_style && q.object.empty() ? "" : "/") + q.object;
     if (!q.query.empty()) url += "?" + q.query;
@@ -498,7 +500,8 @@ class S3VolumeStore final : public deltasync::VolumeStore {
   Status Perform(CURL* c, const Request& q, Response& r) const {
     const std::string url = Url(q);
     const std::string what = std::string(q.method) + " " + url;
-    const bool has_body = std::string_view(q.method) == "PUT" || std::string_view(q.method) == "POST";
+    const bool has_body =
+        std::string_view(q.method) == "PUT" || std::string_view(q.method) == "POST";
     std::string payload_hash = kEmptySha256;
     if (has_body) payload_hash = opt_.sign_payload ? Sha256Hex(q.body) : "UNSIGNED-PAYLOAD";
     if (payload_hash.empty()) return Internal("sha256 of the request body failed");
@@ -510,7 +513,8 @@ class S3VolumeStore final : public deltasync::VolumeStore {
       return true;
     };
     bool ok = add("x-amz-content-sha256: " + payload_hash);
-    if (!config_.session_token.empty()) ok = ok && add("x-amz-security-token: " + config_.session_token);
+    if (!config_.session_token.empty())
+      ok = ok && add("x-amz-security-token: " + config_.session_token);
     bool has_type = false;
     for (const std::string& h : q.headers) {
       has_type = has_type || StartsWithNoCase(h, "Content-Type:");
@@ -531,10 +535,11 @@ class S3VolumeStore final : public deltasync::VolumeStore {
       r.Clear();
       errbuf[0] = '\0';
       const CURLcode rc = curl_easy_perform(c);
-      if (r.over_cap) return ResourceExhausted(what + ": answer above " + std::to_string(q.cap) + " bytes");
+      if (r.over_cap)
+        return ResourceExhausted(what + ": answer above " + std::to_string(q.cap) + " bytes");
       if (rc == CURLE_OK) {
-        const bool conflict = r.status == 409 &&
-                              XmlElement(r.body, "Code").value_or("") == "ConditionalRequestConflict";
+        const bool conflict = r.status == 409 && XmlElement(r.body, "Code").value_or("") ==
+                                                     "ConditionalRequestConflict";
         if (r.status < 500 && !conflict) return Status::Ok();
         last = "HTTP " + std::to_string(r.status) + " " + XmlElement(r.body, "Code").value_or("");
       } else {
@@ -558,7 +563,7 @@ class S3VolumeStore final : public deltasync::VolumeStore {
   const S3Config config_;
   const S3StoreOptions opt_;
   std::string base_;   // endpoint and bucket: objects are base_ + "/" + key
-  std::string sigv4_;   // CURLOPT_AWS_SIGV4
+  std::string sigv4_;  // CURLOPT_AWS_SIGV4
   CurlHandlePool pool_;
 };
 
@@ -574,7 +579,8 @@ StatusOr<S3Location> ParseS3Url(const std::string& url) {
   loc.bucket = rest.substr(0, slash);
   std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
   const std::string& b = loc.bucket;
-  bool bucket_ok = b.size() >= 3 && b.size() <= 63 && IsBucketChar(b.front()) && IsBucketChar(b.back());
+  bool bucket_ok =
+      b.size() >= 3 && b.size() <= 63 && IsBucketChar(b.front()) && IsBucketChar(b.back());
   for (char c : b) bucket_ok = bucket_ok && (IsBucketChar(c) || c == '.' || c == '-');
   if (!bucket_ok) {
     return InvalidArgument("'" + url + "': bucket '" + b +

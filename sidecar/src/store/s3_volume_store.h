@@ -36,9 +36,9 @@
 
 namespace deltakv::sidecar {
 
-inline constexpr uint64_t kS3MinPartSize = 5ull << 20;      // S3's minimum (all but the last)
-inline constexpr uint64_t kS3MaxPartSize = 5ull << 30;      // and maximum part size
-inline constexpr uint64_t kS3MaxSinglePut = 5ull << 30;     // largest PutObject
+inline constexpr uint64_t kS3MinPartSize = 5ull << 20;   // S3's minimum (all but the last)
+inline constexpr uint64_t kS3MaxPartSize = 5ull << 30;   // and maximum part size
+inline constexpr uint64_t kS3MaxSinglePut = 5ull << 30;  // largest PutObject
 inline constexpr uint64_t kS3MaxParts = 10000;
 
 struct S3StoreOptions {
@@ -52,7 +52,7 @@ struct S3StoreOptions {
   // Both at least kS3MinPartSize and at most kS3MaxSinglePut.
   uint64_t multipart_threshold = 64ull << 20;
   uint64_t part_size = 16ull << 20;
-  int max_keys = 1000;  // ListObjectsV2 page size, 1..1000
+  int max_keys = 1000;       // ListObjectsV2 page size, 1..1000
   bool sign_payload = true;  // x-amz-content-sha256: sha256 of the body, else UNSIGNED-PAYLOAD
 };
 

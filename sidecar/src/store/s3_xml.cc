@@ -52,8 +52,8 @@ std::string Decode(std::string_view s) {
       const bool hex = ent[1] == 'x' || ent[1] == 'X';
       std::string_view digits = ent.substr(hex ? 2 : 1);
       uint32_t cp = 0;
-      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), cp,
-                                       hex ? 16 : 10);
+      auto [end, ec] =
+          std::from_chars(digits.data(), digits.data() + digits.size(), cp, hex ? 16 : 10);
       if (ec != std::errc() || end != digits.data() + digits.size() || cp > 0x10FFFF) {
         out += s.substr(i, semi - i + 1);
       } else {
@@ -107,12 +107,23 @@ std::string XmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
