@@ -47,5 +47,15 @@ if [ "${DELTAKV_SKIP_AIPERF:-0}" != 1 ] &&
   "$PY" -m venv "$AIPERF_VENV"
   "$AIPERF_VENV/bin/pip" install --quiet aiperf==0.13.0
 fi
+# moto (PyPI, its S3 server) and the aws CLI in their own venv: the S3-API server on loopback and
+# the independent client of the S3 volume store tests (tests/store/s3_volume_store_test.cc,
+# tests/cli/volume_s3_test.py) and of bench/volume_s3_bench.py. Those tests skip without it.
+MOTO_VENV=${DELTAKV_MOTO_VENV:-$HOME/.cache/deltakv-venvs/moto}
+if [ "${DELTAKV_SKIP_MOTO:-0}" != 1 ] &&
+   ! "$MOTO_VENV/bin/python" -c 'import moto.server, boto3, awscli' 2>/dev/null; then
+  echo "setup-deps: installing moto[server] 5.2.1 and awscli 1.46.3 into $MOTO_VENV" >&2
+  "$PY" -m venv "$MOTO_VENV"
+  "$MOTO_VENV/bin/pip" install --quiet "moto[server]==5.2.1" "awscli==1.46.3"
+fi
 [ "${DELTAKV_SKIP_HELM:-0}" = 1 ] || PYTHON="$PY" "$(dirname "$0")/test-helm.sh" --setup-only || echo "setup-deps: warning: no venv for the Helm chart tests (none on linux aarch64: helm-python-sdk has no wheel there); helm_chart_test is skipped" >&2
 echo "setup-deps: ok" >&2

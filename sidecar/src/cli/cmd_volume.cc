@@ -7,6 +7,7 @@
 #include "cli/cli_common.h"
 #include "cli/cmd_volume_mount.h"
 #include "deltasync/volume.h"
+#include "store/open_volume_store.h"
 
 namespace deltakv::cli {
 namespace {
@@ -46,7 +47,7 @@ StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenStore(const Common& c) {
   if (c.store.empty()) {
     return InvalidArgument("no volume store: pass --store URL or set DELTAKV_VOLUME_STORE");
   }
-  return deltasync::OpenVolumeStore(c.store);
+  return sidecar::OpenVolumeStoreUrl(c.store);
 }
 
 // Parses NS/NAME (no tag or digest).
@@ -143,7 +144,9 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
   group->fallthrough();
   auto common = std::make_shared<Common>();
   group->add_option("--store", common->store,
-                    "Volume store: dir:///path or a directory path (env DELTAKV_VOLUME_STORE)")
+                    "Volume store: s3://BUCKET[/PREFIX], dir:///path or a directory path "
+                    "(env DELTAKV_VOLUME_STORE; S3 settings from the AWS_* variables and "
+                    "~/.aws, see README)")
       ->envname("DELTAKV_VOLUME_STORE");
 
   // push DIR NS/NAME
@@ -228,7 +231,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           std::string ns, name;
           RETURN_IF_ERROR(ParseVolumeName(o->volume, ns, name));
           ASSIGN_OR_RETURN(VolumeRef source, deltasync::ParseVolumeRef(o->source));
-          ASSIGN_OR_RETURN(auto from, deltasync::OpenVolumeStore(o->from));
+          ASSIGN_OR_RETURN(auto from, sidecar::OpenVolumeStoreUrl(o->from));
           auto progress = std::make_shared<Progress>(*common, "sync");
           deltasync::CopyOptions options;
           options.tag = o->tag;
@@ -248,7 +251,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
     cmd->add_option("SOURCE", o->source, "Version to copy: NS/NAME@sha256:... or NS/NAME:TAG")
         ->required();
     cmd->add_option("VOLUME", o->volume, "NS/NAME to copy it into")->required();
-    cmd->add_option("--from", o->from, "The store SOURCE is in")->required();
+    cmd->add_option("--from", o->from, "The store SOURCE is in (s3://..., dir://... or a path)")->required();
     cmd->add_option("--tag", o->tag, "Move this tag to the copied version");
     cmd->add_option("--threads", o->threads, "Chunks copied at once (0: 8)")
         ->capture_default_str()

@@ -5,16 +5,13 @@
 // A call takes a curl easy handle for itself from the store's pool and gives it back after, so
 // one store serves several threads at once and later calls reuse open connections. libcurl's
 // global state is set up once per process.
-#include <curl/curl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -22,89 +19,18 @@
 
 #include "deltasync/delta_manifest.h"
 #include "deltasync/volume_delta.h"
+#include "store/curl_util.h"
+#include "store/open_volume_store.h"
 #include "store/open_store.h"
 
 namespace deltakv::sidecar {
 namespace {
-
-Status CurlGlobalInit() {
-  static const CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-  if (rc != CURLE_OK) {
-    return Internal(std::string("libcurl initialization failed: ") + curl_easy_strerror(rc));
-  }
-  return Status::Ok();
-}
-
-char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    if (Lower(s[i]) != Lower(prefix[i])) return false;
-  }
-  return true;
-}
-
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && StartsWithNoCase(a, b);
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
-std::optional<uint64_t> ParseUint(std::string_view s) {
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
 
 // "bytes 100-199/1000" -> 100.
 std::optional<uint64_t> ContentRangeStart(std::string_view value) {
   if (!StartsWithNoCase(value, "bytes ")) return std::nullopt;
   value.remove_prefix(6);
   return ParseUint(value.substr(0, value.find('-')));
-}
-
-// Transport failures worth another try; anything else libcurl reports is final.
-bool IsTransient(CURLcode rc) {
-  switch (rc) {
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool IsCertificateError(CURLcode rc) {
-  switch (rc) {
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_CRL_BADFILE:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-    case CURLE_SSL_INVALIDCERTSTATUS:
-      return true;
-    default:
-      return false;
-  }
 }
 
 // A location fit for messages: "user:password@" becomes "***@", a query or fragment "...".
@@ -178,7 +104,7 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     return bytes;
   }
   std::string_view name = line.substr(0, colon);
-  std::string_view value = Trim(line.substr(colon + 1));
+  std::string_view value = TrimHeaderValue(line.substr(colon + 1));
   if (EqualsNoCase(name, "Content-Length")) {
     t->content_length = ParseUint(value);
   } else if (EqualsNoCase(name, "Content-Range")) {
@@ -233,11 +159,6 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   }
   return bytes;
 }
-
-struct CurlCleanup {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
-};
-using CurlHandle = std::unique_ptr<CURL, CurlCleanup>;
 
 class HttpStore final : public deltasync::ObjectStore {
  public:
@@ -356,36 +277,16 @@ class HttpStore final : public deltasync::ObjectStore {
     return "checked against the CA file '" + opt_.ca_file + "'";
   }
 
-  // An idle handle from the pool, or a new one.
-  CurlHandle Acquire() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!idle_.empty()) {
-        CurlHandle c = std::move(idle_.back());
-        idle_.pop_back();
-        return c;
-      }
-    }
-    return CurlHandle(curl_easy_init());
-  }
-
-  // Back to the pool with its options cleared; its open connections stay for the next call.
-  void Release(CurlHandle c) {
-    curl_easy_reset(c.get());
-    std::lock_guard<std::mutex> lock(mu_);
-    if (idle_.size() < kMaxIdleHandles) idle_.push_back(std::move(c));
-  }
-
   // Runs the request, retrying transient failures. OK means a 200 or 206 answer is in `t`.
   Status Fetch(const std::string& name, Transfer& t) {
     if (!deltasync::IsSafeObjectName(name)) {
       return InvalidArgument("unsafe object name '" + name + "'");
     }
     RETURN_IF_ERROR(CurlGlobalInit());
-    CurlHandle handle = Acquire();
+    CurlHandle handle = pool_.Acquire();
     if (!handle) return Internal("curl_easy_init failed");
     Status s = Fetch(handle.get(), name, t);
-    Release(std::move(handle));
+    pool_.Release(std::move(handle));
     return s;
   }
 
@@ -434,7 +335,7 @@ class HttpStore final : public deltasync::ObjectStore {
           return IoError(Url(name) + ": TLS: the server's certificate was not accepted (" + last +
                          "); " + CaHint());
         }
-        if (!IsTransient(rc)) return IoError(Url(name) + ": " + last);
+        if (!IsTransientCurlError(rc)) return IoError(Url(name) + ": " + last);
         cut_short = rc == CURLE_PARTIAL_FILE;
       }
       if (attempt < attempts) {
@@ -452,14 +353,11 @@ class HttpStore final : public deltasync::ObjectStore {
     return IoError(Url(name) + ": " + last + " (after " + tries + ")");
   }
 
-  static constexpr size_t kMaxIdleHandles = 8;
-
   std::string base_;
   std::string shown_;
   std::string secret_;
   HttpStoreOptions opt_;
-  std::mutex mu_;
-  std::vector<CurlHandle> idle_;  // GUARDED_BY(mu_)
+  CurlHandlePool pool_;
 };
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::string& location,
@@ -512,7 +410,7 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
                                 "' names a volume but the sidecar has no --volume-store");
     }
     ASSIGN_OR_RETURN(deltasync::VolumeRef ref, deltasync::ParseVolumeRef(location.substr(6)));
-    ASSIGN_OR_RETURN(auto store, deltasync::OpenVolumeStore(volume_store));
+    ASSIGN_OR_RETURN(auto store, OpenVolumeStoreUrl(volume_store));
     return deltasync::OpenVolumeDelta(std::move(store), ref);
   }
   if (location.rfind("file://", 0) == 0) return deltasync::MakeFileStore(location.substr(7));

@@ -1,0 +1,74 @@
+// A VolumeStore in an S3 bucket (or any service that speaks the S3 API), on libcurl.
+//
+// "s3://BUCKET/PREFIX" keeps key K as the object PREFIX/K (K itself without a prefix). The calls
+// map onto S3 as deltasync/VOLUME.md section 2.1 says: Put = PutObject, or a multipart upload
+// for objects of multipart_threshold bytes or more; PutIfAbsent = the same with
+// "If-None-Match: *" (on CompleteMultipartUpload for a multipart upload); Get and GetVersioned =
+// GetObject, the generation being the ETag; Exists and Size = HeadObject; List =
+// ListObjectsV2, page by page; Delete = DeleteObject; PutIfGeneration = PutObject with
+// "If-Match: <etag>", or "If-None-Match: *" for an empty expected generation.
+//
+// Requests are signed with AWS Signature Version 4 by libcurl (CURLOPT_AWS_SIGV4) and carry
+// x-amz-content-sha256: the sha256 of the body (or UNSIGNED-PAYLOAD when sign_payload is off),
+// so the service checks what it received. Connection errors, timeouts, 5xx answers (S3's
+// SlowDown and InternalError included) and 409 ConditionalRequestConflict are retried with
+// exponential backoff; other answers are final. Errors: 404 = NotFound; 412 = FailedPrecondition
+// naming the key (and both generations for PutIfGeneration); an object above the caller's cap =
+// ResourceExhausted (its transfer is stopped); any other answer or a transport failure after the
+// last try = IoError with S3's error code and message. A failed multipart upload is aborted.
+// A conditional write whose answer was lost and which is then retried may report
+// FailedPrecondition although its first try took effect; callers treat that like a lost race.
+//
+// Keys may hold only A-Z a-z 0-9 - _ . ~ and '/', so no key needs percent-encoding; the
+// interface's key rules (no empty, ".", ".." or dot-led component) are checked: InvalidArgument.
+// Messages and Describe() never show the secret key or the session token.
+//
+// Thread-safety: one store serves several threads at once (a pool of curl handles).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "deltasync/volume.h"
+#include "store/s3_config.h"
+
+namespace deltakv::sidecar {
+
+inline constexpr uint64_t kS3MinPartSize = 5ull << 20;   // S3's minimum (all but the last)
+inline constexpr uint64_t kS3MaxPartSize = 5ull << 30;   // and maximum part size
+inline constexpr uint64_t kS3MaxSinglePut = 5ull << 30;  // largest PutObject
+inline constexpr uint64_t kS3MaxParts = 10000;
+
+struct S3StoreOptions {
+  int attempts = 5;              // tries per request
+  int initial_backoff_ms = 100;  // doubled after each failed try, at most 20 s
+  int timeout_seconds = 30;      // connect timeout and stall window
+  uint64_t low_speed_bytes_per_second = 1024;
+  int total_timeout_seconds = 1800;  // one whole request; 0 = none
+  // Put and PutIfAbsent of this many bytes or more use a multipart upload with parts of
+  // part_size bytes (raised when the object would need more than 10,000 parts).
+  // Both at least kS3MinPartSize and at most kS3MaxSinglePut.
+  uint64_t multipart_threshold = 64ull << 20;
+  uint64_t part_size = 16ull << 20;
+  int max_keys = 1000;       // ListObjectsV2 page size, 1..1000
+  bool sign_payload = true;  // x-amz-content-sha256: sha256 of the body, else UNSIGNED-PAYLOAD
+};
+
+struct S3Location {
+  std::string bucket;
+  std::string prefix;  // no leading or trailing '/', may be empty
+};
+
+// Parses "s3://BUCKET[/PREFIX]". InvalidArgument for another scheme, a bucket name that is not
+// 3-63 characters of [a-z0-9.-] starting and ending with a letter or digit, or a prefix with a
+// character other than A-Z a-z 0-9 - _ . ~ / or with an empty, "." or ".." component.
+StatusOr<S3Location> ParseS3Url(const std::string& url);
+
+// A store over `where`. InvalidArgument for options out of range. Makes no request: a bucket
+// that does not exist or refuses the credentials shows in the first call.
+StatusOr<std::unique_ptr<deltasync::VolumeStore>> MakeS3VolumeStore(
+    const S3Location& where, S3Config config, const S3StoreOptions& options = {});
+
+}  // namespace deltakv::sidecar
