@@ -329,8 +329,7 @@ bool SlotPool::LockEventEntry(PoolEventEntry& entry) {
   // Held for a long time. A dead holder will never write again: take the entry over. A live one
   // (or this process) keeps it; the caller drops its event rather than wait or interleave. The
   // holder may live in another PID namespace: its token files decide, not its pid.
-  if (holder == pid_ ||
-      shm::LivenessDirectory().MayBeAlive(static_cast<uint32_t>(holder))) {
+  if (holder == pid_ || shm::LivenessDirectory().MayBeAlive(static_cast<uint32_t>(holder))) {
     return false;
   }
   return entry.lock.compare_exchange_strong(holder, pid_, std::memory_order_acquire,

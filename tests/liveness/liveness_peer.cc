@@ -53,8 +53,7 @@ int Rank(const std::string& name, uint32_t rank, uint32_t world) {
   auto handle = (*control)->RegisterRank(rank, world);
   if (!handle.ok()) return Fail(handle.status().ToString());
   // How this process, in its own PID namespace, judges the sidecar of the test's namespace.
-  const std::string sidecar =
-      deltakv::shm::PeerStateName((*control)->CheckSidecar().state);
+  const std::string sidecar = deltakv::shm::PeerStateName((*control)->CheckSidecar().state);
   std::printf("ready %d sidecar %s\n", static_cast<int>(getpid()), sidecar.c_str());
   std::fflush(stdout);
   for (;;) {
@@ -76,6 +75,7 @@ int main(int argc, char** argv) {
     return Rank(argv[2], static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10)),
                 static_cast<uint32_t>(std::strtoul(argv[4], nullptr, 10)));
   }
-  std::fprintf(stderr, "usage: liveness_peer pool <pool> <ready key> | rank <control> <rank> <world>\n");
+  std::fprintf(stderr,
+               "usage: liveness_peer pool <pool> <ready key> | rank <control> <rank> <world>\n");
   return 64;
 }

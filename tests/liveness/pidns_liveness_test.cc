@@ -108,12 +108,12 @@ class NamespacedPeer {
 };
 
 // Starts the peer and waits for its "ready" line; skips the test if namespaces are unavailable.
-#define START_PEER_OR_SKIP(peer, line)                                                  \
-  ASSERT_TRUE((peer).started());                                                        \
-  std::string line = (peer).ReadLine();                                                 \
-  if (line.rfind("unshare:", 0) == 0 || line.rfind("exec unshare failed", 0) == 0) {    \
-    GTEST_SKIP() << "cannot create a PID namespace here (needs root): " << line;        \
-  }                                                                                     \
+#define START_PEER_OR_SKIP(peer, line)                                               \
+  ASSERT_TRUE((peer).started());                                                     \
+  std::string line = (peer).ReadLine();                                              \
+  if (line.rfind("unshare:", 0) == 0 || line.rfind("exec unshare failed", 0) == 0) { \
+    GTEST_SKIP() << "cannot create a PID namespace here (needs root): " << line;     \
+  }                                                                                  \
   ASSERT_EQ(line.rfind("ready 1 ", 0), 0u) << "peer said: '" << line << "'"
 
 bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
@@ -141,8 +141,7 @@ TEST(PidNamespaceLivenessTest, PoolSlotsAndPinsOfAnEngineInAnotherNamespace) {
 
   NamespacedPeer engine({"pool", name, "0"});
   START_PEER_OR_SKIP(engine, line);
-  const uint32_t writing_slot =
-      static_cast<uint32_t>(std::stoul(line.substr(line.rfind(' ') + 1)));
+  const uint32_t writing_slot = static_cast<uint32_t>(std::stoul(line.substr(line.rfind(' ') + 1)));
   ASSERT_EQ(pool->InspectSlot(writing_slot).state, SlotState::kWriting);
   ASSERT_EQ(pool->InspectSlot(writing_slot).pid, 1u);  // its pid, in its namespace
   ASSERT_EQ(pool->Stats().pinned_slots, 1u);
@@ -206,8 +205,8 @@ TEST(PidNamespaceLivenessTest, RankInAnotherNamespaceStaysRegisteredUntilKilled)
   EXPECT_EQ(rank.Pending(), "");  // it never printed "lost"
 
   rank.Kill();
-  EXPECT_TRUE(WaitFor(
-      [&] { return (*sidecar)->CheckRank(ranks[0]) == shm::PeerState::kProcessGone; }, 2s));
+  EXPECT_TRUE(
+      WaitFor([&] { return (*sidecar)->CheckRank(ranks[0]) == shm::PeerState::kProcessGone; }, 2s));
   std::vector<shm::RankInfo> reclaimed = (*sidecar)->ReclaimDead();
   ASSERT_EQ(reclaimed.size(), 1u);
   EXPECT_EQ(reclaimed[0].slot, ranks[0].slot);

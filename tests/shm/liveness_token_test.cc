@@ -78,7 +78,7 @@ TEST(LivenessTokenTest, HeldWhileOwnedAndRemovedOnDestruction) {
   EXPECT_EQ((*token)->path(), dir.path() + "/" + TokenFileName(id));
   EXPECT_EQ(TokenFileName(0x0123456789abcdefull), "dkvlive-0123456789abcdef");
   EXPECT_EQ(CheckToken(id, dir.path()), TokenState::kHeld);  // also from the holder's process
-  EXPECT_EQ(RemoveReleasedTokens(dir.path()), 0u);            // a held token is never removed
+  EXPECT_EQ(RemoveReleasedTokens(dir.path()), 0u);           // a held token is never removed
   EXPECT_EQ(dir.Files(), 1u);
   token->reset();
   EXPECT_EQ(CheckToken(id, dir.path()), TokenState::kReleased);
@@ -133,8 +133,7 @@ TEST(LivenessTokenTest, StoppedHolderKeepsItsTokenButGoesHeartbeatStale) {
       [&] { return CheckPeer(peer, shared->heartbeat, options) == PeerState::kAlive; }, 5s));
   ASSERT_EQ(kill(child, SIGKILL), 0);
   EXPECT_TRUE(WaitFor(
-      [&] { return CheckPeer(peer, shared->heartbeat, options) == PeerState::kProcessGone; },
-      1s));
+      [&] { return CheckPeer(peer, shared->heartbeat, options) == PeerState::kProcessGone; }, 1s));
   unsetenv("DELTAKV_LIVENESS_DIR");
   EXPECT_EQ(WaitChild(child), 128 + SIGKILL);
   munmap(shared, sizeof(ChildToken));

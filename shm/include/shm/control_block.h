@@ -2,13 +2,13 @@
 // (layout and state machines: shm/PROTOCOL.md §5-§7).
 //
 // The segment holds: the sidecar's identity (pid, start time, PID namespace and liveness token,
-// so ranks of another PID namespace can judge it) and heartbeat; an instance generation, bumped each
-// time a sidecar creates or adopts the segment; the two-phase-commit decision words
+// so ranks of another PID namespace can judge it) and heartbeat; an instance generation, bumped
+// each time a sidecar creates or adopts the segment; the two-phase-commit decision words
 // (commit_sync_id, abort_sync_id, and the futex word decision_seq); and a fixed array of rank
 // slots. Each slot holds a packed 64-bit state word {claim seq, state, rank, pid} that is only
 // ever changed by CAS (FREE → REGISTERING → ACTIVE → FREE), the rank's identity, heartbeat and
-// live policy version, its liveness token and PID namespace, and the offsets of its two rings: commands (sidecar → rank) and
-// responses (rank → sidecar).
+// live policy version, its liveness token and PID namespace, and the offsets of its two rings:
+// commands (sidecar → rank) and responses (rank → sidecar).
 //
 // Who writes what: the sidecar writes the header, its heartbeat and the decision words; a rank
 // writes only the slot it has claimed (and resets that slot's rings while REGISTERING); anyone

@@ -122,7 +122,7 @@ class LivenessDirectory {
 
   std::string dir_;
   bool scanned_ = false;
-  std::unordered_map<uint32_t, bool> alive_;  // pid -> some held token names it
+  std::unordered_map<uint32_t, bool> alive_;       // pid -> some held token names it
   std::unordered_map<uint32_t, bool> known_dead_;  // pids a rescan did not find either
 };
 
