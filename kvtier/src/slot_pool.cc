@@ -8,10 +8,10 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <utility>
 
 #include "shm/liveness.h"
+#include "shm/liveness_token.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -59,6 +59,13 @@ std::atomic<uint64_t> g_next_local_id{1};
 // Best effort: a kernel without shmem THP (or with it set to never/deny) declines.
 void AdviseHugePages(const shm::Segment& segment) {
   (void)madvise(segment.data(), segment.size(), MADV_HUGEPAGE);
+}
+
+// This process writes its pid into slot, holder, shard and event words only once its liveness
+// token exists, so a peer of any PID namespace can tell whether that pid is still alive.
+Status HoldLivenessToken(const std::string& name) {
+  StatusOr<uint64_t> token = shm::ProcessLivenessToken();
+  return token.ok() ? Status::Ok() : token.status().WithPrefix("kv pool '" + name + "'");
 }
 
 }  // namespace
@@ -172,6 +179,7 @@ SlotPool::SlotPool(shm::Segment segment, const SlotPoolClientOptions& client)
 
 StatusOr<SlotPool> SlotPool::Create(const std::string& name, const SlotPoolOptions& options,
                                     const SlotPoolClientOptions& client) {
+  RETURN_IF_ERROR(HoldLivenessToken(name));
   ASSIGN_OR_RETURN(PoolGeometry g, ComputeGeometry(options.block_bytes, options.capacity_slots,
                                                    options.chunk_bytes, options.event_capacity));
   shm::CreateOptions create;
@@ -219,6 +227,7 @@ StatusOr<SlotPool> SlotPool::Create(const std::string& name, const SlotPoolOptio
 }
 
 StatusOr<SlotPool> SlotPool::Open(const std::string& name, const SlotPoolClientOptions& client) {
+  RETURN_IF_ERROR(HoldLivenessToken(name));
   ASSIGN_OR_RETURN(shm::Segment segment,
                    shm::Segment::Open(name, shm::SegmentKind::kKvPool, client.open));
   const auto* h = reinterpret_cast<const PoolHeader*>(segment.data() + kPoolHeaderOffset);
@@ -318,8 +327,11 @@ bool SlotPool::LockEventEntry(PoolEventEntry& entry) {
     CpuRelax();
   }
   // Held for a long time. A dead holder will never write again: take the entry over. A live one
-  // (or this process) keeps it; the caller drops its event rather than wait or interleave.
-  if (holder == pid_ || shm::IsProcessAlive(static_cast<pid_t>(holder))) return false;
+  // (or this process) keeps it; the caller drops its event rather than wait or interleave. The
+  // holder may live in another PID namespace: its token files decide, not its pid.
+  if (holder == pid_ || shm::LivenessDirectory().MayBeAlive(static_cast<uint32_t>(holder))) {
+    return false;
+  }
   return entry.lock.compare_exchange_strong(holder, pid_, std::memory_order_acquire,
                                             std::memory_order_relaxed);
 }
@@ -851,14 +863,10 @@ Status SlotPool::Remove(const PoolKey& key) {
 
 StatusOr<ReclaimReport> SlotPool::ReclaimDead() {
   ReclaimReport report;
-  std::unordered_map<uint32_t, bool> alive;
-  auto is_alive = [&](uint32_t pid) {
-    auto it = alive.find(pid);
-    if (it != alive.end()) return it->second;
-    bool a = pid == pid_ || shm::IsProcessAlive(static_cast<pid_t>(pid));
-    alive.emplace(pid, a);
-    return a;
-  };
+  // Pids in the pool are those of the writers' own PID namespaces (an engine container's pid
+  // means nothing here): a pid is alive while a held liveness token names it (ORDERING.md §6).
+  shm::LivenessDirectory tokens;
+  auto is_alive = [&](uint32_t pid) { return pid == pid_ || tokens.MayBeAlive(pid); };
   const uint64_t used = std::min(slot_count_, header_->fresh_next.load(std::memory_order_relaxed));
   for (uint64_t s = 0; s < used; ++s) {
     const auto slot = static_cast<uint32_t>(s);
@@ -914,6 +922,8 @@ StatusOr<ReclaimReport> SlotPool::ReclaimDead() {
   header_->reclaimed_writes.fetch_add(report.writes, std::memory_order_relaxed);
   header_->reclaimed_evictions.fetch_add(report.evictions, std::memory_order_relaxed);
   header_->reclaimed_pins.fetch_add(report.pins, std::memory_order_relaxed);
+  // The token files of the dead are no longer needed by anyone.
+  (void)shm::RemoveReleasedTokens();
   return report;
 }
 

@@ -8,6 +8,7 @@
 #include <new>
 
 #include "shm/futex.h"
+#include "shm/liveness_token.h"
 
 namespace deltakv::shm {
 namespace {
@@ -146,18 +147,23 @@ std::span<uint8_t> ControlBlock::RingBytesAt(uint64_t offset, uint64_t capacity)
   return {p, static_cast<size_t>(RingBytes(capacity))};
 }
 
-void ControlBlock::BecomeSidecar() {
+Status ControlBlock::BecomeSidecar() {
+  StatusOr<uint64_t> token = ProcessLivenessToken();
+  if (!token.ok()) return token.status().WithPrefix(Label(segment_.name()));
   const ProcessIdentity self = SelfIdentity();
   header_->sidecar_start_ticks.store(self.start_time_ticks, std::memory_order_relaxed);
+  header_->sidecar_token_id.store(*token, std::memory_order_relaxed);
+  header_->sidecar_pid_ns.store(SelfPidNamespace(), std::memory_order_relaxed);
   header_->sidecar_pid.store(self.pid, std::memory_order_relaxed);
   Beat(&header_->sidecar_heartbeat);
   // Release: a rank that sees the new generation sees the new identity and heartbeat.
   my_generation_ = header_->instance_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
   is_sidecar_ = true;
+  return Status::Ok();
 }
 
 Status ControlBlock::Adopt() {
-  BecomeSidecar();
+  RETURN_IF_ERROR(BecomeSidecar());
   // The sync the previous instance left undecided can never commit: say so explicitly, so a
   // rank that staged it drops it even if it missed the death of the previous sidecar.
   const uint64_t last = header_->last_sync_id.load(std::memory_order_acquire);
@@ -232,7 +238,7 @@ StatusOr<std::unique_ptr<ControlBlock>> ControlBlock::Create(const std::string& 
   }
   block->segment_ = std::move(created).value();
   RETURN_IF_ERROR(block->InitializeLayout(options, first_generation));
-  block->BecomeSidecar();
+  RETURN_IF_ERROR(block->BecomeSidecar());
   block->heartbeat_ = std::make_unique<HeartbeatThread>(&block->header_->sidecar_heartbeat,
                                                         options.heartbeat_period);
   block->segment_.Publish();
@@ -261,10 +267,13 @@ uint64_t ControlBlock::instance_generation() const {
 SidecarStatus ControlBlock::CheckSidecar() const {
   SidecarStatus status;
   status.generation = instance_generation();
-  // The identity is two words; a torn read can only happen while a new sidecar adopts the
+  // The identity is four words; a torn read can only happen while a new sidecar adopts the
   // segment, i.e. when the previous one is dead, so judging "dead" from it is correct.
-  ProcessIdentity identity{header_->sidecar_pid.load(std::memory_order_acquire), 0,
-                           header_->sidecar_start_ticks.load(std::memory_order_acquire)};
+  PeerIdentity identity;
+  identity.pid = header_->sidecar_pid.load(std::memory_order_acquire);
+  identity.start_time_ticks = header_->sidecar_start_ticks.load(std::memory_order_acquire);
+  identity.pid_ns = header_->sidecar_pid_ns.load(std::memory_order_acquire);
+  identity.token_id = header_->sidecar_token_id.load(std::memory_order_acquire);
   status.pid = identity.pid;
   status.state = CheckPeer(identity, header_->sidecar_heartbeat, liveness_);
   return status;

@@ -9,6 +9,8 @@
 #include <iterator>
 #include <sstream>
 
+#include "shm/liveness_token.h"
+
 namespace deltakv::shm {
 namespace {
 
@@ -93,9 +95,10 @@ std::string PeerStateName(PeerState state) {
   return "unknown";
 }
 
-PeerState CheckPeer(const ProcessIdentity& identity, const Heartbeat& heartbeat,
-                    const LivenessOptions& options, uint64_t now_ns) {
-  if (!IsProcessAlive(identity)) return PeerState::kProcessGone;
+namespace {
+
+PeerState CheckHeartbeat(const Heartbeat& heartbeat, const LivenessOptions& options,
+                         uint64_t now_ns) {
   uint64_t last = heartbeat.timestamp_ns.load(std::memory_order_acquire);
   if (last == 0) return PeerState::kHeartbeatStale;
   // A beat stamped after `now_ns` (the caller read the clock first) is fresh.
@@ -103,6 +106,30 @@ PeerState CheckPeer(const ProcessIdentity& identity, const Heartbeat& heartbeat,
     return PeerState::kHeartbeatStale;
   }
   return PeerState::kAlive;
+}
+
+}  // namespace
+
+PeerState CheckPeer(const ProcessIdentity& identity, const Heartbeat& heartbeat,
+                    const LivenessOptions& options, uint64_t now_ns) {
+  if (!IsProcessAlive(identity)) return PeerState::kProcessGone;
+  return CheckHeartbeat(heartbeat, options, now_ns);
+}
+
+bool PeerProcessAlive(const PeerIdentity& peer) {
+  if (peer.pid == 0) return false;
+  if (peer.pid_ns != 0 && peer.pid_ns == SelfPidNamespace()) {
+    // Same namespace: the pid means the same process to both of us.
+    if (!IsProcessAlive(ProcessIdentity{peer.pid, 0, peer.start_time_ticks})) return false;
+  }
+  // kUnknown (the file could not be tested) is no evidence either way.
+  return peer.token_id == 0 || CheckToken(peer.token_id) != TokenState::kReleased;
+}
+
+PeerState CheckPeer(const PeerIdentity& peer, const Heartbeat& heartbeat,
+                    const LivenessOptions& options, uint64_t now_ns) {
+  if (!PeerProcessAlive(peer)) return PeerState::kProcessGone;
+  return CheckHeartbeat(heartbeat, options, now_ns);
 }
 
 HeartbeatThread::HeartbeatThread(Heartbeat* heartbeat, std::chrono::nanoseconds period)

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "shm/control_block.h"
+#include "shm/liveness_token.h"
 
 namespace deltakv::shm {
 namespace {
@@ -20,6 +21,16 @@ constexpr auto kConflictPoll = std::chrono::microseconds(200);
 constexpr auto kRetryPause = std::chrono::milliseconds(1);
 
 std::string Label(const std::string& name) { return "control block '" + name + "'"; }
+
+// The owner of an ACTIVE slot as it recorded itself (shm/PROTOCOL.md §7.1).
+PeerIdentity SlotOwner(const RankSlot& s, uint32_t pid) {
+  PeerIdentity owner;
+  owner.pid = pid;
+  owner.start_time_ticks = s.owner_start_ticks.load(std::memory_order_relaxed);
+  owner.pid_ns = s.owner_pid_ns.load(std::memory_order_relaxed);
+  owner.token_id = s.owner_token_id.load(std::memory_order_relaxed);
+  return owner;
+}
 
 }  // namespace
 
@@ -53,13 +64,21 @@ bool ControlBlock::OwnerDead(const RankSlot& s, const SlotWord& w) const {
   switch (w.state) {
     case SlotState::kFree:
       return false;
-    case SlotState::kRegistering:
-      // The identity and heartbeat may not be written yet; the pid is in the word itself.
-      return !IsProcessAlive(static_cast<pid_t>(w.pid));
-    case SlotState::kActive: {
-      ProcessIdentity owner{w.pid, 0, s.owner_start_ticks.load(std::memory_order_relaxed)};
-      return CheckPeer(owner, s.heartbeat, liveness_) != PeerState::kAlive;
+    case SlotState::kRegistering: {
+      // The heartbeat is not written yet. The token, once published for this very claim, says
+      // whether the claimant lives; before that, only the pid in the word is known, and it is
+      // judged by the token files that name it (the claimant's token exists before its claim).
+      if (s.token_word.load(std::memory_order_acquire) == w.Pack()) {
+        PeerIdentity owner;
+        owner.pid = w.pid;
+        owner.pid_ns = s.owner_pid_ns.load(std::memory_order_relaxed);
+        owner.token_id = s.owner_token_id.load(std::memory_order_relaxed);
+        return !PeerProcessAlive(owner);
+      }
+      return !LivenessDirectory().MayBeAlive(w.pid);
     }
+    case SlotState::kActive:
+      return CheckPeer(SlotOwner(s, w.pid), s.heartbeat, liveness_) != PeerState::kAlive;
   }
   return true;  // an invalid state value: garbage, reclaim it
 }
@@ -76,6 +95,10 @@ StatusOr<RankHandle> ControlBlock::RegisterRank(uint32_t rank, uint32_t world_si
                            std::to_string(world_size) +
                            ": need rank < world size and rank <= " + std::to_string(kMaxRankId));
   }
+  // The token must exist before this process's pid appears in any slot word.
+  StatusOr<uint64_t> token = ProcessLivenessToken();
+  if (!token.ok()) return token.status().WithPrefix("register rank " + std::to_string(rank));
+  const uint64_t pid_ns = SelfPidNamespace();
   const ProcessIdentity self = SelfIdentity();
   const uint32_t n = header_->max_ranks;
   const auto deadline = std::chrono::steady_clock::now() + attach_options_.register_timeout;
@@ -112,6 +135,10 @@ StatusOr<RankHandle> ControlBlock::RegisterRank(uint32_t rank, uint32_t world_si
                                                         std::memory_order_seq_cst)) {
           mine = i;
           my_word = claim.Pack();
+          // Publish who holds this claim, so peers of any PID namespace can judge it.
+          slot(i)->owner_token_id.store(*token, std::memory_order_relaxed);
+          slot(i)->owner_pid_ns.store(pid_ns, std::memory_order_relaxed);
+          slot(i)->token_word.store(my_word, std::memory_order_release);
         }
       }
     }
@@ -206,6 +233,8 @@ StatusOr<RankHandle> ControlBlock::RegisterRank(uint32_t rank, uint32_t world_si
 
 std::vector<RankInfo> ControlBlock::ReclaimDead() {
   std::vector<RankInfo> reclaimed;
+  // Token files of processes that exited without removing them (killed, crashed).
+  (void)RemoveReleasedTokens();
   for (uint32_t i = 0; i < header_->max_ranks; ++i) {
     RankSlot& s = *slot(i);
     uint64_t raw = s.state_word.load(std::memory_order_acquire);
@@ -260,8 +289,7 @@ bool ControlBlock::IsCurrent(const RankInfo& info) const {
 PeerState ControlBlock::CheckRank(const RankInfo& info) const {
   if (!IsCurrent(info)) return PeerState::kProcessGone;
   const RankSlot& s = *slot(info.slot);
-  ProcessIdentity owner{info.pid, 0, s.owner_start_ticks.load(std::memory_order_relaxed)};
-  return CheckPeer(owner, s.heartbeat, liveness_);
+  return CheckPeer(SlotOwner(s, info.pid), s.heartbeat, liveness_);
 }
 
 StatusOr<RankChannel> ControlBlock::OpenChannel(const RankInfo& info) {

@@ -325,7 +325,8 @@ def test_token_file_comes_from_the_secret(case):
 
 def test_default_pod():
     spec = pod_spec(CASES["defaults"])
-    assert spec["shareProcessNamespace"] is True
+    # Liveness works across the containers' own pid namespaces (lock files in /dev/shm).
+    assert spec["shareProcessNamespace"] is False
     assert spec["enableServiceLinks"] is False
     sidecar = container(spec, "sidecar")
     # Requests equal to limits, integer CPUs: eligible for exclusive cores.
@@ -359,10 +360,11 @@ def test_everything_case():
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["default"]}
 
 
-def test_share_process_namespace_can_be_turned_off_with_a_warning():
-    values = with_required(shareProcessNamespace=False)
-    assert pod_spec(values)["shareProcessNamespace"] is False
-    assert "shareProcessNamespace is off" in render.notes(values)
+def test_share_process_namespace_is_optional_and_never_warned_about():
+    for share in (False, True):
+        values = with_required(shareProcessNamespace=share)
+        assert pod_spec(values)["shareProcessNamespace"] is share
+        assert "WARNING" not in render.notes(values)
 
 
 def test_vllm_example_pool_flags():

@@ -77,7 +77,8 @@ def expected_local(name, info, data, rank, tp):
 class Cluster:
     """A sidecar and an engine with `tp` rank processes."""
 
-    def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None, sidecar_args=()):
+    def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None, sidecar_args=(),
+                 engine_prefix=()):
         self.tmp, self.tp, self.poll = tmp, tp, poll
         self.sidecar_args = list(sidecar_args)
         self.shm = f"dkv-e2e-{os.getpid()}-{int(time.time() * 1000) % 100000}"
@@ -87,7 +88,7 @@ class Cluster:
         self.start_sidecar(env)
         self.ports = os.path.join(tmp, "ports-" + self.shm)
         os.makedirs(self.ports)
-        args = [ENGINE, "--checkpoint", checkpoint, "--tp", str(tp), "--shm", self.shm,
+        args = [*engine_prefix, ENGINE, "--checkpoint", checkpoint, "--tp", str(tp), "--shm", self.shm,
                 "--port-dir", self.ports]
         if poll:
             args.append("--poll")
@@ -792,6 +793,35 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertIn("died", rec["error"])
         self.assertEqual(c.rank_state(0)["answer"], before[0])
         self.assertEqual(c.rank_state(0)["policy_version"], 0)
+
+
+class PidNamespaceE2ETest(ChainFixture, unittest.TestCase):
+    """The engine in a PID namespace of its own, as in a Kubernetes pod without
+    shareProcessNamespace: the ranks' pids (1 and its children) mean nothing to the sidecar, and
+    the sidecar's pid means nothing to them. Liveness rests on the token files in /dev/shm."""
+
+    def test_sync_with_the_engine_in_its_own_pid_namespace(self):
+        unshare = ["unshare", "--pid", "--fork", "--kill-child"]
+        if subprocess.run([*unshare, "true"], capture_output=True).returncode != 0:
+            self.skipTest("cannot create a PID namespace here (needs root)")
+        c = Cluster(self.tmp, self.t("v1"), tp=2, engine_prefix=unshare)
+        try:
+            time.sleep(1.5)  # longer than the stale threshold: nobody was judged dead
+            ranks = c.status()["ranks"]
+            self.assertEqual(len(ranks), 2, ranks)
+            self.assertTrue(all(r["alive"] for r in ranks), ranks)
+            rec = c.wait(c.sync("v2", self.t("d12")))
+            self.assertEqual(rec["state"], "live", rec)  # the ranks saw the sidecar alive
+            c.assert_serves(self, self.t("v2"))
+            # SIGKILL the engine (its namespace dies with it): both ranks read dead within ~2 s.
+            c.engine.kill()
+            c.engine.wait()
+            deadline = time.time() + 2
+            while any(r["alive"] for r in c.status()["ranks"]) and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertFalse(any(r["alive"] for r in c.status()["ranks"]), c.status()["ranks"])
+        finally:
+            c.stop()
 
 
 if __name__ == "__main__":

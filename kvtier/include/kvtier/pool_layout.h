@@ -41,7 +41,7 @@ namespace deltakv::kvtier {
 
 inline constexpr uint64_t kPoolMagic = shm::MagicFromText("DKVKVPL1");
 // Version of everything in this file. Bump on any change to an offset, size or meaning.
-inline constexpr uint32_t kPoolLayoutVersion = 2;
+inline constexpr uint32_t kPoolLayoutVersion = 3;
 
 inline constexpr uint64_t kPoolHeaderOffset = sizeof(shm::SegmentHeader);  // 64
 inline constexpr uint32_t kMaxPinHolders = 8;            // distinct processes pinning one slot

@@ -1,13 +1,14 @@
 // ControlBlock: the sidecar's control segment, shared with every engine rank on the node
 // (layout and state machines: shm/PROTOCOL.md §5-§7).
 //
-// The segment holds: the sidecar's identity and heartbeat; an instance generation, bumped each
-// time a sidecar creates or adopts the segment; the two-phase-commit decision words
+// The segment holds: the sidecar's identity (pid, start time, PID namespace and liveness token,
+// so ranks of another PID namespace can judge it) and heartbeat; an instance generation, bumped
+// each time a sidecar creates or adopts the segment; the two-phase-commit decision words
 // (commit_sync_id, abort_sync_id, and the futex word decision_seq); and a fixed array of rank
 // slots. Each slot holds a packed 64-bit state word {claim seq, state, rank, pid} that is only
 // ever changed by CAS (FREE → REGISTERING → ACTIVE → FREE), the rank's identity, heartbeat and
-// live policy version, and the offsets of its two rings: commands (sidecar → rank) and
-// responses (rank → sidecar).
+// live policy version, its liveness token and PID namespace, and the offsets of its two rings:
+// commands (sidecar → rank) and responses (rank → sidecar).
 //
 // Who writes what: the sidecar writes the header, its heartbeat and the decision words; a rank
 // writes only the slot it has claimed (and resets that slot's rings while REGISTERING); anyone
@@ -73,12 +74,14 @@ struct ControlHeader {
   Heartbeat sidecar_heartbeat;                // bumped every heartbeat period
   std::atomic<uint64_t> instance_generation;  // bumped on every create/adopt; never 0
   std::atomic<uint64_t> last_sync_id;         // highest sync id handed out
-  uint8_t reserved1[8];
-  // The 2PC decision, bytes 128-191. Release-stored by the sidecar, never cleared.
+  std::atomic<uint64_t> sidecar_token_id;     // the sidecar's LivenessToken
+  // The 2PC decision, bytes 128-151. Release-stored by the sidecar, never cleared.
   std::atomic<uint64_t> commit_sync_id;  // the most recent sync decided COMMIT
   std::atomic<uint64_t> abort_sync_id;   // the most recent sync decided ABORT
   std::atomic<uint32_t> decision_seq;    // futex word; bumped and woken on every decision
-  uint8_t reserved2[44];
+  uint32_t reserved2;                    // zero
+  std::atomic<uint64_t> sidecar_pid_ns;  // the sidecar's PID namespace (SelfPidNamespace)
+  uint8_t reserved3[32];
 };
 static_assert(sizeof(ControlHeader) == 192);
 static_assert(offsetof(ControlHeader, max_ranks) == 16);
@@ -90,9 +93,11 @@ static_assert(offsetof(ControlHeader, sidecar_start_ticks) == 80);
 static_assert(offsetof(ControlHeader, sidecar_heartbeat) == 88);
 static_assert(offsetof(ControlHeader, instance_generation) == 104);
 static_assert(offsetof(ControlHeader, last_sync_id) == 112);
+static_assert(offsetof(ControlHeader, sidecar_token_id) == 120);
 static_assert(offsetof(ControlHeader, commit_sync_id) == 128);
 static_assert(offsetof(ControlHeader, abort_sync_id) == 136);
 static_assert(offsetof(ControlHeader, decision_seq) == 144);
+static_assert(offsetof(ControlHeader, sidecar_pid_ns) == 152);
 
 enum class SlotState : uint8_t { kFree = 0, kRegistering = 1, kActive = 2 };
 std::string_view SlotStateName(SlotState state);
@@ -121,7 +126,12 @@ struct RankSlot {
   std::atomic<uint64_t> epoch;                // full count of claims of this slot
   uint64_t command_ring_offset;               // constant; sidecar → rank
   uint64_t response_ring_offset;              // constant; rank → sidecar
-  uint8_t reserved[48];
+  // The claimant's LivenessToken and PID namespace, written right after its claim; `token_word`
+  // is release-stored last and says which claim (state word) they belong to.
+  std::atomic<uint64_t> owner_token_id;
+  std::atomic<uint64_t> owner_pid_ns;
+  std::atomic<uint64_t> token_word;
+  uint8_t reserved[24];
 };
 static_assert(sizeof(RankSlot) == 128);
 static_assert(offsetof(RankSlot, world_size) == 8);
@@ -132,6 +142,9 @@ static_assert(offsetof(RankSlot, staged_sync_id) == 48);
 static_assert(offsetof(RankSlot, epoch) == 56);
 static_assert(offsetof(RankSlot, command_ring_offset) == 64);
 static_assert(offsetof(RankSlot, response_ring_offset) == 72);
+static_assert(offsetof(RankSlot, owner_token_id) == 80);
+static_assert(offsetof(RankSlot, owner_pid_ns) == 88);
+static_assert(offsetof(RankSlot, token_word) == 96);
 
 inline constexpr uint64_t kControlHeaderOffset = sizeof(SegmentHeader);                 // 64
 inline constexpr uint64_t kSlotsOffset = kControlHeaderOffset + sizeof(ControlHeader);  // 256
@@ -297,9 +310,10 @@ class ControlBlock {
   StatusOr<RankChannel> OpenChannel(const RankInfo& info);
   // True while the slot still holds the incarnation of `info`.
   bool IsCurrent(const RankInfo& info) const;
-  // The liveness of `info`'s owner, by the rules of shm/PROTOCOL.md §5 (process gone or a
-  // zombie, pid reused, heartbeat stale: stopped or wedged); kProcessGone also when the slot no
-  // longer holds that incarnation.
+  // The liveness of `info`'s owner, by the rules of shm/PROTOCOL.md §5 (liveness token
+  // released; in this PID namespace also process gone, a zombie or pid reused; heartbeat stale:
+  // stopped or wedged), valid for an owner in any PID namespace; kProcessGone also when the
+  // slot no longer holds that incarnation.
   PeerState CheckRank(const RankInfo& info) const;
   // Returns every REGISTERING or ACTIVE slot whose owner is dead (process gone, or ACTIVE with
   // a stale heartbeat) to FREE and reports what they held. Safe to run concurrently with
@@ -322,7 +336,7 @@ class ControlBlock {
   Status ValidateLayout() const;
   Status Adopt();
   Status CheckMayDecide(uint64_t sync_id) const;
-  void BecomeSidecar();
+  Status BecomeSidecar();
   std::span<uint8_t> RingBytesAt(uint64_t offset, uint64_t capacity) const;
   bool Snapshot(uint32_t index, RankInfo* info) const;
 

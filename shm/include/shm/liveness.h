@@ -3,11 +3,14 @@
 // A process that others depend on (the sidecar, each engine rank) owns a Heartbeat in a
 // segment and bumps it from a background HeartbeatThread: the counter is incremented and the
 // timestamp set to CLOCK_MONOTONIC (system-wide on Linux, so comparable across processes).
-// A peer is dead when its process is gone (kill(pid, 0) == ESRCH, a zombie, or a different
-// process now holds the pid: the start time recorded in its ProcessIdentity disagrees with
-// /proc), or when its heartbeat is older than `stale_after` (default 1 s; a stopped or wedged
-// process counts as dead). With the default 100 ms period, a death is noticed within about a
-// second, usually at once through the pid. See shm/PROTOCOL.md §5.
+// It also holds a LivenessToken (shm/liveness_token.h): a locked file in the shared directory
+// that the kernel unlocks when the process dies, whichever PID namespace it lives in. A peer
+// records its pid, PID namespace, start time and token id next to its heartbeat (PeerIdentity).
+// It is dead when its token is released, or (only when it shares the checker's PID namespace,
+// where a pid means the same process to both) when its pid is gone, a zombie or reused, or when
+// its heartbeat is older than `stale_after` (default 1 s; a stopped or wedged process counts as
+// dead: it keeps its token but stops beating). With the default 100 ms period, a death is
+// noticed within about a second, usually at once through the token. See shm/PROTOCOL.md §5.
 //
 // Ownership: a Heartbeat lives in shared memory and has exactly one writer, its owner.
 // HeartbeatThread owns its thread and joins it on destruction. Checks never write.
@@ -69,14 +72,34 @@ struct LivenessOptions {
 
 enum class PeerState {
   kAlive,
-  kProcessGone,     // no such pid, a zombie, or the pid belongs to another process now
+  kProcessGone,     // token released, or (same PID namespace) no such pid, a zombie, or reused
   kHeartbeatStale,  // the process exists but has not beaten for longer than stale_after
 };
 std::string PeerStateName(PeerState state);
 
 // Judges a peer from its identity and heartbeat, as of `now_ns` (injectable for tests). The
 // process is checked first; a heartbeat that never beat (timestamp 0) is stale.
+// Only valid for a peer in the caller's PID namespace; see PeerIdentity for any other.
 PeerState CheckPeer(const ProcessIdentity& identity, const Heartbeat& heartbeat,
+                    const LivenessOptions& options = {}, uint64_t now_ns = MonotonicNowNs());
+
+// A peer as it records itself in shared memory, valid from any PID namespace.
+struct PeerIdentity {
+  uint32_t pid = 0;               // in the peer's own PID namespace
+  uint64_t start_time_ticks = 0;  // 0 = unknown
+  uint64_t pid_ns = 0;            // SelfPidNamespace() of the peer; 0 = unknown
+  uint64_t token_id = 0;          // its LivenessToken; 0 = none recorded
+};
+
+// The peer's process evidence (PROTOCOL.md §5 rules 1-4): false if it shares this process's PID
+// namespace and its pid is gone, a zombie or reused (the fast path: no file is opened), or if
+// its token is released. A peer of another namespace with no token recorded gives no process
+// evidence (true): its heartbeat alone decides.
+bool PeerProcessAlive(const PeerIdentity& peer);
+
+// As above for a peer of any PID namespace: kProcessGone if PeerProcessAlive is false, else
+// the heartbeat decides. pid 0 is never alive.
+PeerState CheckPeer(const PeerIdentity& peer, const Heartbeat& heartbeat,
                     const LivenessOptions& options = {}, uint64_t now_ns = MonotonicNowNs());
 
 // Bumps a Heartbeat every `period` from its own thread until destroyed. Beats once in the
