@@ -428,37 +428,38 @@ void Engine::FinishPlan(IncomingPlan plan) {
   }
   if (outcome == shm::AwaitOutcome::kCommit) {
     SetState(DELTAKV_ENGINE_COMMITTING);
-    StatusOr<uint64_t> pause_us = Internal("not applied");
+    StatusOr<CommitPause> pause = Internal("not applied");
     if (poll_mode_) {
       std::unique_lock<std::mutex> lock(mu_);
       pending_ = std::move(pc);
       pending_done_ = false;
       cv_.wait(lock, [&] { return pending_done_ || stop_.load(); });
-      pause_us = pending_done_ ? (pending_status_.ok() ? StatusOr<uint64_t>(pending_pause_us_)
-                                                       : StatusOr<uint64_t>(pending_status_))
-                               : StatusOr<uint64_t>(FailedPrecondition(
-                                     "the engine handle was freed before it applied the commit"));
+      pause = pending_done_ ? (pending_status_.ok() ? StatusOr<CommitPause>(pending_pause_)
+                                                    : StatusOr<CommitPause>(pending_status_))
+                            : StatusOr<CommitPause>(FailedPrecondition(
+                                  "the engine handle was freed before it applied the commit"));
       pending_.reset();
     } else {
-      pause_us = ApplyCommit(pc);
+      pause = ApplyCommit(pc);
     }
-    EndSyncStats(pause_us.ok() ? kOutcomeCommitted : kOutcomeDiverged,
-                 pause_us.ok() ? *pause_us : 0);
-    if (pause_us.ok()) {
+    EndSyncStats(pause.ok() ? kOutcomeCommitted : kOutcomeDiverged,
+                 pause.ok() ? pause->pause_us : 0);
+    if (pause.ok()) {
       (void)PublishTensorTable();  // the table names the version the rank now serves
       SetState(DELTAKV_ENGINE_ATTACHED);
-      Send(shm::MakeCommitted(sync_id, {policy_version() + 1, *pause_us}));
+      Send(shm::MakeCommitted(sync_id, {policy_version() + 1, pause->pause_us,
+                                        pause->start_unix_ns, pause->resume_unix_ns}));
     } else {
       // The decision was COMMIT, so other ranks write the new bytes: this rank no longer serves
       // one consistent version with them. It says so rather than claiming an abort.
       SetState(DELTAKV_ENGINE_DIVERGED);
-      set_sync_error(pause_us.status());
+      set_sync_error(pause.status());
       // If the new bytes were written (only the derived hook failed), the version id moved:
       // the table must name what the rank serves.
       if (version_id() == pc.version) (void)PublishTensorTable();
       Send(shm::MakeError(sync_id, "rank " + std::to_string(rank_) +
                                        ": diverged: commit failed after the COMMIT decision: " +
-                                       pause_us.status().message()));
+                                       pause.status().message()));
     }
   } else {
     if (state() != DELTAKV_ENGINE_STOPPED) SetState(DELTAKV_ENGINE_ATTACHED);
@@ -470,7 +471,14 @@ void Engine::FinishPlan(IncomingPlan plan) {
   handle_->SetStagedSyncId(0);
 }
 
-StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
+StatusOr<Engine::CommitPause> Engine::ApplyCommit(PendingCommit& pc) {
+  auto unix_ns = [] {
+    return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count());
+  };
+  CommitPause pause;
+  pause.start_unix_ns = unix_ns();
   auto t0 = Clock::now();
   if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
     return Internal("the engine's pause callback failed; weights unchanged (old version)");
@@ -498,9 +506,11 @@ StatusOr<uint64_t> Engine::ApplyCommit(PendingCommit& pc) {
     }
   }
   if (!poll_mode_ && callbacks_.resume != nullptr) callbacks_.resume(callbacks_.user);
+  pause.resume_unix_ns = unix_ns();
   RETURN_IF_ERROR(s);
-  return static_cast<uint64_t>(
+  pause.pause_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+  return pause;
 }
 
 StatusOr<bool> Engine::Poll() {
@@ -508,7 +518,7 @@ StatusOr<bool> Engine::Poll() {
   if (!pending_ || pending_done_) return false;
   auto r = ApplyCommit(*pending_);
   pending_status_ = r.status();
-  pending_pause_us_ = r.ok() ? *r : 0;
+  pending_pause_ = r.ok() ? *r : CommitPause{};
   pending_done_ = true;
   cv_.notify_all();
   if (!r.ok()) return r.status();

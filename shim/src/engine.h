@@ -93,8 +93,14 @@ class Engine {
   void FinishPlan(IncomingPlan plan);
   // Drops incoming_ if its sync was aborted or the sidecar is gone.
   void CheckIncoming();
-  // Writes the staged plan; returns the pause in microseconds.
-  StatusOr<uint64_t> ApplyCommit(PendingCommit& pc);
+  // The pause of one commit: its length and the wall clock (CLOCK_REALTIME) at its ends.
+  struct CommitPause {
+    uint64_t pause_us = 0;
+    int64_t start_unix_ns = 0;
+    int64_t resume_unix_ns = 0;
+  };
+  // Writes the staged plan; returns the pause.
+  StatusOr<CommitPause> ApplyCommit(PendingCommit& pc);
   void Send(const StatusOr<shm::Message>& msg);
   // Sends a STAGED or VERIFIED report in parts of at most kEntriesPerStagedPart entries, with
   // `bytes` (changed or read) in part 0.
@@ -146,7 +152,7 @@ class Engine {
   std::optional<PendingCommit> pending_;  // GUARDED_BY(mu_) (poll mode)
   bool pending_done_ = false;             // GUARDED_BY(mu_)
   Status pending_status_;                 // GUARDED_BY(mu_)
-  uint64_t pending_pause_us_ = 0;         // GUARDED_BY(mu_)
+  CommitPause pending_pause_;             // GUARDED_BY(mu_)
 
   mutable std::mutex error_mu_;
   std::string sync_error_;  // GUARDED_BY(error_mu_)

@@ -193,7 +193,11 @@ Status ValidatePayload(MessageType type, std::span<const uint8_t> payload) {
     case MessageType::kCommit:
       return ExpectSize(type, payload, 0);
     case MessageType::kCommitted:
-      return ExpectSize(type, payload, 16);
+      if (payload.size() != 16 && payload.size() != 32) {  // 16: without the pause times
+        return InvalidArgument(TypeLabel(type) + ": payload is " +
+                               std::to_string(payload.size()) + " bytes, expected 16 or 32");
+      }
+      return Status::Ok();
     case MessageType::kAbort:
     case MessageType::kAborted:
     case MessageType::kError:
@@ -333,12 +337,20 @@ Message MakeCommitted(uint64_t sync_id, const CommittedReport& report) {
   Message m{MessageType::kCommitted, sync_id, {}};
   PutU64(&m.payload, report.live_version);
   PutU64(&m.payload, report.pause_us);
+  PutU64(&m.payload, static_cast<uint64_t>(report.pause_start_unix_ns));
+  PutU64(&m.payload, static_cast<uint64_t>(report.resume_unix_ns));
   return m;
 }
 
 StatusOr<CommittedReport> ParseCommitted(const Message& message) {
   RETURN_IF_ERROR(ExpectType(message, MessageType::kCommitted));
-  return CommittedReport{GetU64(message.payload.data()), GetU64(message.payload.data() + 8)};
+  RETURN_IF_ERROR(ValidatePayload(MessageType::kCommitted, message.payload));
+  CommittedReport r{GetU64(message.payload.data()), GetU64(message.payload.data() + 8)};
+  if (message.payload.size() == 32) {
+    r.pause_start_unix_ns = static_cast<int64_t>(GetU64(message.payload.data() + 16));
+    r.resume_unix_ns = static_cast<int64_t>(GetU64(message.payload.data() + 24));
+  }
+  return r;
 }
 
 StatusOr<Message> MakeText(MessageType type, uint64_t sync_id, std::string_view text) {

@@ -88,6 +88,18 @@ TEST(MessagesTest, OtherTypesRoundTrip) {
   CommittedReport c = ParseCommitted(RoundTrip(MakeCommitted(9, {17, 830000}))).value();
   EXPECT_EQ(c.live_version, 17u);
   EXPECT_EQ(c.pause_us, 830000u);
+  c = ParseCommitted(RoundTrip(MakeCommitted(9, {17, 830000, 1700000000123456789, 1700000000953456789})))
+          .value();
+  EXPECT_EQ(c.pause_start_unix_ns, 1700000000123456789);
+  EXPECT_EQ(c.resume_unix_ns, 1700000000953456789);
+  // The 16-byte form (no pause times) is still accepted; other sizes are not.
+  Message old{MessageType::kCommitted, 9, std::vector<uint8_t>(16, 0)};
+  old.payload[0] = 17;
+  c = ParseCommitted(RoundTrip(old)).value();
+  EXPECT_EQ(c.live_version, 17u);
+  EXPECT_EQ(c.pause_start_unix_ns, 0);
+  Message odd{MessageType::kCommitted, 9, std::vector<uint8_t>(24, 0)};
+  EXPECT_FALSE(ParseCommitted(odd).ok());
   for (MessageType t : {MessageType::kAbort, MessageType::kAborted, MessageType::kError}) {
     EXPECT_EQ(ParseText(RoundTrip(MakeText(t, 5, "rank 3 died").value())).value(), "rank 3 died");
     EXPECT_EQ(ParseText(RoundTrip(MakeText(t, 5, "").value())).value(), "");

@@ -203,9 +203,9 @@ TEST(GroupCommit, AllPreparedCommitsEverywhere) {
   ASSERT_TRUE(key.ok());
   EXPECT_EQ(*key, "syncs/v2%2Fx@v1#0");
   auto fb = std::async(std::launch::async,
-                       [&] { return (*b)->PrepareAndAwait(*key, "v2/x", "v1", 7); });
+                       [&] { return (*b)->PrepareAndAwait(*key, "v2/x", "v1", "file:///d", 7); });
   std::this_thread::sleep_for(200ms);  // b waits for a
-  auto da = (*a)->PrepareAndAwait(*key, "v2/x", "v1", 3);
+  auto da = (*a)->PrepareAndAwait(*key, "v2/x", "v1", "file:///d", 3);
   auto db = fb.get();
   ASSERT_TRUE(da.ok() && db.ok()) << da.status().ToString() << db.status().ToString();
   EXPECT_TRUE(da->commit);
@@ -217,6 +217,48 @@ TEST(GroupCommit, AllPreparedCommitsEverywhere) {
   auto ab = (*a)->Abort(*key, "late failure");
   ASSERT_TRUE(ab.ok());
   EXPECT_TRUE(ab->commit);
+  // The COMMIT names the request and a commit point; `latest` points at it.
+  EXPECT_EQ(da->version, "v2/x");
+  EXPECT_EQ(da->parent, "v1");
+  EXPECT_EQ(da->delta, "file:///d");
+  EXPECT_GT(da->commit_at_unix_ns, static_cast<int64_t>(da->unix * 1e9));
+  EXPECT_EQ(da->commit_at_unix_ns, db->commit_at_unix_ns);
+  auto latest = (*a)->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status().ToString();
+  EXPECT_EQ((*latest)->key, *key);
+  EXPECT_EQ((*latest)->version, "v2/x");
+  EXPECT_EQ((*latest)->delta, "file:///d");
+}
+
+TEST(GroupCommit, PausesArePublishedAndTheViewWaitsOnlyForLiveMembers) {
+  REQUIRE_ETCD();
+  GroupOptions oa = Options(etcd.url(), "a");
+  oa.report_timeout = 10s;
+  auto a = GroupCommit::Create(oa);
+  auto b = GroupCommit::Create(Options(etcd.url(), "b"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE((*a)->Latest()->has_value());  // nothing committed yet
+  const std::string key = "syncs/v2@v1#0";
+  ASSERT_TRUE((*a)->PublishPause(key, {"a", 1000, 5000000, 4.0}).ok());
+  auto fb = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(150ms);
+    return (*b)->PublishPause(key, {"b", 2000, 7000000, 6.0});
+  });
+  auto v = (*a)->AwaitPauses(key);
+  ASSERT_TRUE(fb.get().ok());
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->nodes.size(), 2u);
+  EXPECT_TRUE(v->missing.empty());
+  EXPECT_DOUBLE_EQ(v->resume_skew_ms(), 2.0);
+  // A member that is gone (no membership key) is not waited for.
+  b->reset();
+  ASSERT_TRUE((*a)->PublishPause("syncs/v3@v2#0", {"a", 1000, 2000, 0.5}).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto v2 = (*a)->AwaitPauses("syncs/v3@v2#0");
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  ASSERT_EQ(v2->nodes.size(), 1u);
+  EXPECT_EQ(v2->missing, (std::vector<std::string>{"b"}));
 }
 
 TEST(GroupCommit, ANodeThatFailsAbortsTheGroupAndTheRetryMovesOn) {
@@ -225,7 +267,7 @@ TEST(GroupCommit, ANodeThatFailsAbortsTheGroupAndTheRetryMovesOn) {
   auto b = GroupCommit::Create(Options(etcd.url(), "b"));
   ASSERT_TRUE(a.ok() && b.ok());
   const std::string key = *(*a)->SyncKey("v2", "v1");
-  auto fa = std::async(std::launch::async, [&] { return (*a)->PrepareAndAwait(key, "v2", "v1", 1); });
+  auto fa = std::async(std::launch::async, [&] { return (*a)->PrepareAndAwait(key, "v2", "v1", "file:///d", 1); });
   std::this_thread::sleep_for(100ms);
   auto ab = (*b)->Abort(key, "node b: a corrupt frame in tensor 'w'");
   ASSERT_TRUE(ab.ok());
@@ -243,7 +285,7 @@ TEST(GroupCommit, AMissingNodeTimesOutToAbort) {
   auto a = GroupCommit::Create(Options(etcd.url(), "a", 600ms));
   ASSERT_TRUE(a.ok());
   const auto t0 = std::chrono::steady_clock::now();
-  auto d = (*a)->PrepareAndAwait("syncs/v2@v1#0", "v2", "v1", 1);
+  auto d = (*a)->PrepareAndAwait("syncs/v2@v1#0", "v2", "v1", "file:///d", 1);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_FALSE(d->commit);
   EXPECT_NE(d->reason.find("missing: b"), std::string::npos) << d->reason;
@@ -264,13 +306,13 @@ TEST(GroupCommit, ANodeThatDiesAfterPreparingTakesItsPreparedWithIt) {
   };
   // b alive: a commits.
   prepare_b("syncs/v2@v1#0");
-  auto d = (*a)->PrepareAndAwait("syncs/v2@v1#0", "v2", "v1", 1);
+  auto d = (*a)->PrepareAndAwait("syncs/v2@v1#0", "v2", "v1", "file:///d", 1);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_TRUE(d->commit);
   // b dies after preparing (its lease ends): the group cannot commit without it.
   int64_t lease = prepare_b("syncs/v3@v2#0");
   ASSERT_TRUE((*raw)->RevokeLease(lease).ok());
-  d = (*a)->PrepareAndAwait("syncs/v3@v2#0", "v3", "v2", 2);
+  d = (*a)->PrepareAndAwait("syncs/v3@v2#0", "v3", "v2", "file:///d", 2);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_FALSE(d->commit);
   EXPECT_NE(d->reason.find("missing: b"), std::string::npos) << d->reason;
@@ -283,7 +325,7 @@ TEST(GroupCommit, EtcdGoneBeforeTheDecisionIsAnIoErrorAndNoCommit) {
   auto a = GroupCommit::Create(Options(etcd->url(), "a", 400ms));
   ASSERT_TRUE(a.ok());
   etcd->Stop();
-  auto d = (*a)->PrepareAndAwait("syncs/v2@v1#0", "v2", "v1", 1);
+  auto d = (*a)->PrepareAndAwait("syncs/v2@v1#0", "v2", "v1", "file:///d", 1);
   EXPECT_EQ(d.status().code(), StatusCode::kIoError) << d.status().ToString();
   EXPECT_NE(d.status().message().find("decision is unknown"), std::string::npos);
 }

@@ -62,11 +62,11 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
             c.stop()
         self.etcd.stop()
 
-    def node(self, name, tp, prepare_ms=3000):
+    def node(self, name, tp, prepare_ms=3000, members="a,b", checkpoint="v1", env=None):
         d = os.path.join(self.dir, "node-" + name)
-        os.makedirs(d)
-        c = base.Cluster(d, self.t("v1"), tp=tp, sidecar_args=[
-            "--group", self.group, "--node", name, "--group-members", "a,b",
+        os.makedirs(d, exist_ok=True)
+        c = base.Cluster(d, self.t(checkpoint), tp=tp, env=env, sidecar_args=[
+            "--group", self.group, "--node", name, "--group-members", members,
             "--etcd-endpoints", self.etcd.url, "--group-prepare-timeout-ms", str(prepare_ms),
             "--group-in-doubt-timeout-ms", "500"])
         self.nodes[name] = c
@@ -88,6 +88,111 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         self.assertEqual([r["state"] for r in recs.values()], ["live", "live"])
         a.assert_serves(self, self.t("v3"))
         b.assert_serves(self, self.t("v3"))
+
+    def assert_group_view(self, recs, nodes):
+        """Every node's record has its own pause and the group's view with every node's pause
+        and a resume skew >= 0 that agrees with the reported resume times."""
+        for n, rec in recs.items():
+            g = rec["group"]
+            self.assertEqual(g["node"], n)
+            self.assertGreater(g["commit_at_unix_ns"], 0)
+            self.assertLessEqual(g["commit_wait_ms"], 50.0 + 1e-6)  # never past the margin
+            own = g["pause"]
+            self.assertGreater(own["pause_start_ns"], 0)
+            self.assertGreaterEqual(own["resume_ns"], own["pause_start_ns"])
+            v = g["view"]
+            self.assertEqual(sorted(v["nodes"]), sorted(nodes), (n, v))
+            self.assertEqual(v["missing"], [])
+            self.assertEqual(v["nodes"][n], own)
+            resumes = [p["resume_ns"] for p in v["nodes"].values()]
+            self.assertAlmostEqual(v["resume_skew_ms"], (max(resumes) - min(resumes)) / 1e6, 3)
+            self.assertGreaterEqual(v["resume_skew_ms"], 0)
+            # One machine, one clock: the nodes resume within seconds of each other.
+            self.assertLess(v["resume_skew_ms"], 5000)
+            # Each node paused no earlier than a small tolerance before the commit point.
+            self.assertGreater(own["pause_start_ns"], g["commit_at_unix_ns"] - 50_000_000)
+
+    def test_pauses_and_resume_skew_are_reported(self):
+        a, b = self.node("a", tp=1), self.node("b", tp=2)
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        self.assert_group_view(recs, ["a", "b"])
+        # The same view in /v1/status's history and the skew in /metrics.
+        for n, c in (("a", a), ("b", b)):
+            hist = c.status()["history"][0]
+            self.assertEqual(hist["group"]["view"], recs[n]["group"]["view"])
+            self.assertEqual(c.status()["group"]["convergence"], "converged")
+            m = c.metrics()
+            skew = [l for l in m.splitlines() if l.startswith("deltakv_group_resume_skew_ms ")]
+            self.assertEqual(len(skew), 1, m)
+            self.assertAlmostEqual(float(skew[0].split()[1]),
+                                   recs[n]["group"]["view"]["resume_skew_ms"], 3)
+            for node in ("a", "b"):
+                self.assertIn(f'deltakv_group_node_pause_ms{{node="{node}"}}', m)
+
+    def test_three_nodes_commit_at_one_point(self):
+        nodes = {n: self.node(n, tp=1, members="a,b,c") for n in ("a", "b", "c")}
+        recs = self.sync_all("v2", {n: self.t("d12") for n in nodes})
+        self.assertEqual([r["state"] for r in recs.values()], ["live"] * 3, recs)
+        self.assert_group_view(recs, ["a", "b", "c"])
+        self.assertEqual(len({r["group"]["commit_at_unix_ns"] for r in recs.values()}), 1)
+        for c in nodes.values():
+            c.assert_serves(self, self.t("v2"))
+
+    def test_a_node_restarted_after_the_commit_converges(self):
+        a = self.node("a", tp=1)
+        # b stops between reading COMMIT and deciding it for its ranks, and is killed there.
+        b = self.node("b", tp=2, env={"DELTAKV_FAULT_STALL": "decided:20000"})
+        ids = {"a": a.sync("v2", self.t("d12")), "b": b.sync("v2", self.t("d12"))}
+        rec_a = a.wait(ids["a"])
+        self.assertEqual(rec_a["state"], "live", rec_a)
+        self.assertEqual(rec_a["group"]["view"]["missing"], ["b"])  # bounded wait, b silent
+        deadline = time.time() + 20
+        while "group" not in base.http("GET", f"{b.url}/v1/syncs/{ids['b']}")[1]["phase_ms"]:
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        b.sidecar.send_signal(signal.SIGKILL)
+        b.sidecar.wait()
+        time.sleep(2.5)  # b's ranks notice the dead sidecar and drop the staged plan
+        for r in range(2):
+            self.assertEqual(b.rank_state(r)["version"], "v1")
+        b.start_sidecar()  # no stall now
+        deadline = time.time() + 30
+        while True:
+            g = b.status()["group"]
+            hist = b.status()["history"]
+            if hist and hist[0]["state"] in ("live", "aborted", "diverged"):
+                break
+            self.assertLess(time.time(), deadline, (g, hist))
+            time.sleep(0.05)
+        rec = hist[0]
+        self.assertEqual(rec["state"], "live", rec)
+        self.assertTrue(rec["group"]["catch_up"])
+        self.assertEqual(rec["version"], "v2")
+        self.assertEqual(b.status()["group"]["convergence"], "converged")
+        self.assertEqual(b.status()["live_version"], "v2")
+        b.assert_serves(self, self.t("v2"))
+        a.assert_serves(self, self.t("v2"))
+
+    def test_a_node_that_cannot_converge_says_why(self):
+        a, b = self.node("a", tp=1), self.node("b", tp=1)
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        # b comes back with an engine on v3: neither the committed v2 nor its parent v1.
+        b.stop()
+        del self.nodes["b"]
+        b = self.node("b", tp=1, checkpoint="v3")
+        deadline = time.time() + 20
+        while b.status()["group"]["convergence"] in ("unchecked",):
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.05)
+        g = b.status()["group"]
+        self.assertEqual(g["convergence"], "cannot", g)
+        self.assertIn("serves 'v3'", g["reason"])
+        self.assertIn("'v2'", g["reason"])
+        self.assertEqual(g["latest"]["version"], "v2")
+        self.assertEqual(b.status()["history"], [])  # nothing was attempted
+        self.assertEqual(b.rank_state(0)["version"], "v3")
 
     def test_one_node_failing_aborts_every_node(self):
         a, b = self.node("a", tp=1), self.node("b", tp=1)

@@ -139,10 +139,14 @@ struct VerifiedEntry {
 StatusOr<Message> MakeVerified(uint64_t job_id, const StagedReport& report);
 StatusOr<StagedReport> ParseVerified(const Message& message);
 
-// kCommitted: {u64 live_version, u64 pause_us}.
+// kCommitted: {u64 live_version, u64 pause_us} and, in the 32-byte form, {i64
+// pause_start_unix_ns, i64 resume_unix_ns}: the wall clock (CLOCK_REALTIME) when the rank paused
+// and resumed. ParseCommitted accepts both forms; the 16-byte one leaves the times 0 (unknown).
 struct CommittedReport {
   uint64_t live_version = 0;
   uint64_t pause_us = 0;
+  int64_t pause_start_unix_ns = 0;
+  int64_t resume_unix_ns = 0;
 };
 Message MakeCommitted(uint64_t sync_id, const CommittedReport& report);
 StatusOr<CommittedReport> ParseCommitted(const Message& message);

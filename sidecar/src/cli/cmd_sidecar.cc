@@ -112,6 +112,8 @@ struct SidecarOpts {
   std::string etcd_endpoints;  // comma-separated http://host:port; env DELTAKV_ETCD_ENDPOINTS
   uint64_t group_prepare_timeout_ms = 60000;
   uint64_t group_in_doubt_timeout_ms = 30000;
+  uint64_t group_commit_margin_ms = 50;
+  uint64_t group_report_timeout_ms = 2000;
 };
 
 // Fills unset options from a JSON config file (flags given on the command line win).
@@ -171,6 +173,10 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
                        "--group-prepare-timeout-ms"));
   RETURN_IF_ERROR(uint("group_in_doubt_timeout_ms", o.group_in_doubt_timeout_ms,
                        "--group-in-doubt-timeout-ms"));
+  RETURN_IF_ERROR(uint("group_commit_margin_ms", o.group_commit_margin_ms,
+                       "--group-commit-margin-ms"));
+  RETURN_IF_ERROR(uint("group_report_timeout_ms", o.group_report_timeout_ms,
+                       "--group-report-timeout-ms"));
   auto number = [&](const char* key, double& dst, const char* flag) -> Status {
     if (!j.contains(key) || cmd.count(flag) > 0) return Status::Ok();
     if (!j[key].is_number()) return InvalidArgument("config: '" + std::string(key) + "' must be a number");
@@ -201,6 +207,12 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
   if (o.group_in_doubt_timeout_ms > 3600000) {
     return InvalidArgument("--group-in-doubt-timeout-ms must be 0..3600000");
   }
+  if (o.group_commit_margin_ms > 10000) {
+    return InvalidArgument("--group-commit-margin-ms must be 0..10000");
+  }
+  if (o.group_report_timeout_ms > 600000) {
+    return InvalidArgument("--group-report-timeout-ms must be 0..600000");
+  }
   sidecar::GroupOptions g;
   g.group = o.group;
   g.node = o.node;
@@ -208,6 +220,8 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
   g.etcd.endpoints = SplitList(o.etcd_endpoints);
   g.prepare_timeout = std::chrono::milliseconds(o.group_prepare_timeout_ms);
   g.in_doubt_timeout = std::chrono::milliseconds(o.group_in_doubt_timeout_ms);
+  g.commit_margin = std::chrono::milliseconds(o.group_commit_margin_ms);
+  g.report_timeout = std::chrono::milliseconds(o.group_report_timeout_ms);
   ASSIGN_OR_RETURN(std::unique_ptr<sidecar::GroupCommit> group, sidecar::GroupCommit::Create(g));
   return std::shared_ptr<sidecar::GroupCommit>(std::move(group));
 }
@@ -334,6 +348,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   mo.scrub_interval = std::chrono::milliseconds(static_cast<int64_t>(o.scrub_interval_s * 1000));
   mo.scrub_rate_bytes_per_s = static_cast<uint64_t>(o.scrub_rate_gbps * 1e9);
   mo.verify_checkpoint = o.verify_checkpoint;
+  mo.group_catch_up = eo.group != nullptr;
   sidecar::SyncManager manager(std::move(executor).value(), std::move(mo));
   sidecar::HttpApi api(http, &manager);
   s = api.Bind();
@@ -429,6 +444,12 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
                   "Multi-node: how long nodes wait for every node's PREPARED before ABORT");
   cmd->add_option("--group-in-doubt-timeout-ms", o->group_in_doubt_timeout_ms,
                   "Multi-node: how long past that a node that lost etcd keeps its staged plan");
+  cmd->add_option("--group-commit-margin-ms", o->group_commit_margin_ms,
+                  "Multi-node: the COMMIT's commit point is this far after the decision; every "
+                  "node starts its pause then (default 50)");
+  cmd->add_option("--group-report-timeout-ms", o->group_report_timeout_ms,
+                  "Multi-node: how long a node waits for the others' pause times after its "
+                  "commit (default 2000)");
   cmd->callback([o, cmd, rc] { *rc = RunSidecar(*o, *cmd); });
 }
 

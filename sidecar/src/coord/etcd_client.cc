@@ -237,16 +237,18 @@ StatusOr<EtcdKv> EtcdClient::PutIfAbsent(std::string_view key, std::string_view 
   return FailedPrecondition("etcd txn on '" + std::string(key) + "': the key vanished; retry");
 }
 
-StatusOr<bool> EtcdClient::PutIfAbsentAndAllExist(std::string_view key, std::string_view value,
-                                                   const std::vector<std::string>& must_exist) {
+StatusOr<bool> EtcdClient::PutIfAbsentAndAllExist(
+    std::string_view key, std::string_view value, const std::vector<std::string>& must_exist,
+    const std::vector<std::pair<std::string, std::string>>& also) {
   json compare = json::array({{{"key", Base64Encode(key)}, {"result", "EQUAL"},
                                {"target", "CREATE"}, {"create_revision", "0"}}});
   for (const std::string& k : must_exist) {
     compare.push_back({{"key", Base64Encode(k)}, {"result", "GREATER"}, {"target", "CREATE"},
                        {"create_revision", "0"}});
   }
-  json txn = {{"compare", compare},
-              {"success", json::array({{{"request_put", PutRequest(key, value, 0)}}})}};
+  json success = json::array({{{"request_put", PutRequest(key, value, 0)}}});
+  for (const auto& [k, v] : also) success.push_back({{"request_put", PutRequest(k, v, 0)}});
+  json txn = {{"compare", compare}, {"success", success}};
   ASSIGN_OR_RETURN(std::string text, Post("/v3/kv/txn", txn.dump()));
   ASSIGN_OR_RETURN(json j, ParseAnswer(text, "txn"));
   return j.value("succeeded", false);

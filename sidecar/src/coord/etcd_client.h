@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -49,9 +50,11 @@ class EtcdClient {
   // `value` if this call created it, else what was there (the first writer wins).
   StatusOr<EtcdKv> PutIfAbsent(std::string_view key, std::string_view value, int64_t lease = 0);
   // Writes key = value only if the key does not exist and every key of `must_exist` does, in
-  // one transaction. True if it wrote.
-  StatusOr<bool> PutIfAbsentAndAllExist(std::string_view key, std::string_view value,
-                                        const std::vector<std::string>& must_exist);
+  // one transaction that also writes each (key, value) of `also` (without a lease). True if it
+  // wrote.
+  StatusOr<bool> PutIfAbsentAndAllExist(
+      std::string_view key, std::string_view value, const std::vector<std::string>& must_exist,
+      const std::vector<std::pair<std::string, std::string>>& also = {});
   Status Delete(std::string_view key);
 
   // A lease of ttl_seconds; keys put with it vanish when it expires or is revoked.

@@ -16,25 +16,18 @@ double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-StatusOr<GroupDecision> ParseDecision(const std::string& text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("decision") ||
-      !j["decision"].is_string()) {
-    return DataLoss("group decision record is malformed: " + text.substr(0, 200));
-  }
-  const std::string d = j["decision"].get<std::string>();
-  if (d != "commit" && d != "abort") return DataLoss("group decision '" + d + "' is unknown");
-  GroupDecision out;
-  out.commit = d == "commit";
-  out.by = j.value("by", "");
-  out.reason = j.value("reason", "");
-  return out;
+std::string AbortJson(const std::string& by, const std::string& reason) {
+  GroupDecision d;
+  d.by = by;
+  d.reason = reason;
+  d.unix = UnixNow();
+  return DecisionToJson(d);
 }
 
-std::string DecisionJson(bool commit, const std::string& by, const std::string& reason) {
-  json j = {{"decision", commit ? "commit" : "abort"}, {"by", by}, {"unix", UnixNow()}};
-  if (!reason.empty()) j["reason"] = reason;
-  return j.dump();
+int64_t UnixNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 bool ValidName(const std::string& s) {
@@ -134,8 +127,8 @@ StatusOr<std::optional<GroupDecision>> GroupCommit::Decision(const std::string& 
 }
 
 StatusOr<GroupDecision> GroupCommit::Abort(const std::string& key, const std::string& reason) {
-  ASSIGN_OR_RETURN(EtcdKv kv, etcd_->PutIfAbsent(Key(key + "/decision"),
-                                                 DecisionJson(false, options_.node, reason)));
+  ASSIGN_OR_RETURN(EtcdKv kv,
+                   etcd_->PutIfAbsent(Key(key + "/decision"), AbortJson(options_.node, reason)));
   return ParseDecision(kv.value);
 }
 
@@ -153,6 +146,7 @@ StatusOr<std::vector<std::string>> GroupCommit::LiveMembers() {
 StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
                                                      const std::string& version,
                                                      const std::string& parent,
+                                                     const std::string& delta,
                                                      uint64_t sync_id) {
   const auto deadline = Clock::now() + options_.prepare_timeout;
   const auto give_up = deadline + options_.in_doubt_timeout;
@@ -163,6 +157,7 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
   const std::string mine = json{{"node", options_.node},
                                 {"version", version},
                                 {"parent", parent},
+                                {"delta", delta},
                                 {"sync_id", sync_id},
                                 {"unix", UnixNow()}}
                                .dump();
@@ -205,8 +200,20 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
     if (s.ok()) {
       auto all = etcd_->List(prepared_prefix);
       if (all.ok() && all->size() >= options_.members.size()) {
-        auto wrote = etcd_->PutIfAbsentAndAllExist(
-            decision_key, DecisionJson(true, options_.node, ""), must_exist);
+        GroupDecision commit;
+        commit.commit = true;
+        commit.by = options_.node;
+        commit.unix = UnixNow();
+        commit.version = version;
+        commit.parent = parent;
+        commit.delta = delta;
+        commit.commit_at_unix_ns =
+            UnixNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(options_.commit_margin)
+                           .count();
+        LatestCommit latest{key, version, parent, delta, commit.unix};
+        auto wrote = etcd_->PutIfAbsentAndAllExist(decision_key, DecisionToJson(commit),
+                                                   must_exist,
+                                                   {{Key("latest"), LatestToJson(latest)}});
         if (wrote.ok()) continue;  // read the decision that stands
         s = wrote.status();
       } else if (!all.ok()) {
@@ -219,6 +226,56 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+Status GroupCommit::PublishPause(const std::string& key, const NodePause& pause) {
+  return etcd_->Put(Key(key + "/resumed/" + options_.node), NodePauseJson(pause).dump(),
+                    lease_.load());
+}
+
+StatusOr<GroupPauseView> GroupCommit::AwaitPauses(const std::string& key) {
+  const auto deadline = Clock::now() + options_.report_timeout;
+  const std::string prefix = Key(key + "/resumed/");
+  Status last;
+  bool answered = false;
+  GroupPauseView view;
+  view.missing = options_.members;
+  while (true) {
+    auto kvs = etcd_->List(prefix);
+    if (kvs.ok()) {
+      answered = true;
+      std::vector<NodePause> found;
+      for (const EtcdKv& kv : *kvs) {
+        auto p = ParseNodePause(kv.value);
+        // A record under another node's name is not that node's report.
+        if (p.ok() && kv.key == prefix + p->node) found.push_back(*p);
+      }
+      view = MakePauseView(options_.members, found);
+      if (view.missing.empty()) return view;
+      // Members that are gone will not report: stop waiting for them.
+      auto live = LiveMembers();
+      if (live.ok()) {
+        bool any_alive = false;
+        for (const std::string& m : view.missing) {
+          any_alive = any_alive || std::find(live->begin(), live->end(), m) != live->end();
+        }
+        if (!any_alive) return view;
+      }
+    } else {
+      last = kvs.status();
+    }
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!answered) return last;
+  return view;
+}
+
+StatusOr<std::optional<LatestCommit>> GroupCommit::Latest() {
+  ASSIGN_OR_RETURN(std::optional<EtcdKv> kv, etcd_->Get(Key("latest")));
+  if (!kv) return std::optional<LatestCommit>();
+  ASSIGN_OR_RETURN(LatestCommit l, ParseLatest(kv->value));
+  return std::optional<LatestCommit>(std::move(l));
 }
 
 }  // namespace deltakv::sidecar

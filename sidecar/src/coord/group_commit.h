@@ -3,8 +3,15 @@
 //
 // Keys, under <prefix>/<group>/ (docs/MULTINODE.md):
 //   members/<node>                      {"node", "pid", "started_unix"}, on the node's lease
-//   syncs/<sync key>/prepared/<node>    {"node", "version", "parent", "sync_id"}, on the lease
-//   syncs/<sync key>/decision           {"decision": "commit"|"abort", "by", "reason"}
+//   syncs/<sync key>/prepared/<node>    {"node", "version", "parent", "delta", "sync_id"}, on
+//                                       the lease
+//   syncs/<sync key>/decision           {"decision": "commit"|"abort", "by", "reason"; COMMIT:
+//                                       "version", "parent", "delta", "commit_at_unix_ns"}
+//   syncs/<sync key>/resumed/<node>     {"node", "pause_start_ns", "resume_ns", "pause_ms"}, on
+//                                       the lease
+//   latest                              {"key", "version", "parent", "delta"}: the last COMMIT,
+//                                       written in the decision's transaction
+// (coord/group_records.h has the records and their parsing.)
 // A sync key is "<version>@<parent>#<attempt>" (escaped): every node asked to move the group
 // from `parent` to `version` meets under it; an aborted attempt moves the next request to
 // attempt + 1, and a committed one is joined by a node that comes late.
@@ -19,6 +26,11 @@
 // node writes a byte. A node that loses etcd while it waits keeps its staged plan and retries
 // until in_doubt_timeout past the deadline; then it drops the plan and reports that the
 // group's decision is unknown (Admit checks the last attempt on the next sync).
+//
+// Commit point: a COMMIT carries commit_at_unix_ns = its writer's wall clock + commit_margin;
+// every node starts its pause then, never waiting longer than commit_margin (clocks are
+// assumed synchronized by NTP or PTP). After its commit each node publishes its pause times,
+// and reads the others' for at most report_timeout, not waiting for members that are gone.
 #pragma once
 
 #include <atomic>
@@ -31,6 +43,7 @@
 
 #include "base/status.h"
 #include "coord/etcd_client.h"
+#include "coord/group_records.h"
 
 namespace deltakv::sidecar {
 
@@ -43,12 +56,8 @@ struct GroupOptions {
   std::chrono::milliseconds prepare_timeout{60000};  // PREPARED from all, else ABORT
   std::chrono::milliseconds in_doubt_timeout{30000};  // etcd unreachable past the deadline
   int64_t lease_ttl_s = 10;                            // membership liveness
-};
-
-struct GroupDecision {
-  bool commit = false;
-  std::string by;      // the node that wrote it
-  std::string reason;  // for ABORT
+  std::chrono::milliseconds commit_margin{50};         // decision -> common commit point
+  std::chrono::milliseconds report_timeout{2000};      // waiting for the others' pause times
 };
 
 class GroupCommit {
@@ -67,14 +76,27 @@ class GroupCommit {
   // Records this node PREPARED for `key` and waits for the group's decision (written by
   // whichever node gets there first, this one included). IoError if etcd stayed unreachable
   // past the deadline and in_doubt_timeout: the decision is unknown.
+  // A COMMIT written here records version, parent and delta, the commit point, and moves
+  // `latest` to this key in the same transaction.
   StatusOr<GroupDecision> PrepareAndAwait(const std::string& key, const std::string& version,
-                                          const std::string& parent, uint64_t sync_id);
+                                          const std::string& parent, const std::string& delta,
+                                          uint64_t sync_id);
   // Writes ABORT for `key` unless a decision stands; returns the decision that stands.
   StatusOr<GroupDecision> Abort(const std::string& key, const std::string& reason);
   // The decision of `key`, if any.
   StatusOr<std::optional<GroupDecision>> Decision(const std::string& key);
   // Members whose membership key exists now (alive), in member order.
   StatusOr<std::vector<std::string>> LiveMembers();
+
+  // Publishes this node's pause for the committed `key` (on its lease).
+  Status PublishPause(const std::string& key, const NodePause& pause);
+  // The members' pauses for `key`: waits until every member has published, or those that have
+  // not are gone (no membership key), or report_timeout has passed, whichever comes first.
+  // Records that do not parse are left out (the node counts as missing). IoError if etcd does
+  // not answer at all.
+  StatusOr<GroupPauseView> AwaitPauses(const std::string& key);
+  // The group's most recent COMMIT (nullopt if none was recorded); DataLoss for a bad record.
+  StatusOr<std::optional<LatestCommit>> Latest();
 
  private:
   GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd);

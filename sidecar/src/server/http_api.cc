@@ -175,6 +175,7 @@ void HttpApi::Routes() {
               {"diverged", manager_->Diverged()},
               {"checksums", manager_->ChecksumsJson()},
               {"ranks", manager_->RanksJson()},
+              {"group", manager_->GroupJson()},
               {"history", history}});
   });
 
@@ -237,6 +238,32 @@ std::string HttpApi::Metrics() const {
     if (!r.finished()) continue;
     for (const auto& [phase, ms] : r.phase_ms) {
       o << "deltakv_last_sync_phase_seconds{phase=\"" << phase << "\"} " << ms / 1000.0 << "\n";
+    }
+    break;
+  }
+  // Multi-node: the most recent finished sync whose group view is in.
+  for (const SyncRecord& r : history) {
+    if (!r.finished() || !r.group || !r.group->view) continue;
+    const GroupPauseView& v = *r.group->view;
+    o << "# HELP deltakv_group_resume_skew_ms Spread of the group's resume times (max - min, "
+         "wall clocks of the nodes that reported, clock offsets included) in the most recent "
+         "multi-node sync.\n"
+      << "# TYPE deltakv_group_resume_skew_ms gauge\n"
+      << "deltakv_group_resume_skew_ms " << v.resume_skew_ms() << "\n"
+      << "# HELP deltakv_group_nodes_reported Nodes whose pause times the most recent "
+         "multi-node sync's view has.\n"
+      << "# TYPE deltakv_group_nodes_reported gauge\n"
+      << "deltakv_group_nodes_reported " << v.nodes.size() << "\n"
+      << "# HELP deltakv_group_node_pause_ms Each node's engine pause in the most recent "
+         "multi-node sync.\n"
+      << "# TYPE deltakv_group_node_pause_ms gauge\n";
+    for (const NodePause& p : v.nodes) {
+      std::string label;  // a node name may hold any character but '/'
+      for (char c : p.node) {
+        if (c == '\\' || c == '"') label += '\\';
+        label += c == '\n' ? std::string("\\n") : std::string(1, c);
+      }
+      o << "deltakv_group_node_pause_ms{node=\"" << label << "\"} " << p.pause_ms << "\n";
     }
     break;
   }

@@ -42,6 +42,12 @@ void MaybeStall(const char* point) {
   std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(spec.c_str() + colon + 1)));
 }
 
+int64_t UnixNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -126,6 +132,10 @@ class ShmSyncExecutor::Job {
   Status Stage();
   // Multi-node: PREPARED to the group, then its decision (FailedPrecondition for ABORT).
   Status GroupDecide(const std::string& key);
+  // Multi-node: waits for the decision's commit point, at most the commit margin.
+  void AwaitCommitPoint();
+  // Multi-node, after the commit: publishes this node's pause and records the group's view.
+  void ReportGroupPauses(const std::string& key);
   Status Commit();
   void Advance();
   Status AbortAll(const Status& why);
@@ -148,6 +158,8 @@ class ShmSyncExecutor::Job {
   double admit_ms_ = 0;
   uint64_t sync_id_ = 0;
   std::unique_ptr<PlanStreamer> streamer_;
+  GroupDecision decision_;  // multi-node: the group's COMMIT, as read from etcd
+  NodePause pause_;         // this node's pause (all ranks together), set by Commit()
 };
 
 // ------------------------------------------------------------------------------ shared parts
@@ -499,6 +511,7 @@ Status ShmSyncExecutor::Job::Stage() {
 
 Status ShmSyncExecutor::Job::Commit() {
   const auto t0 = Clock::now();
+  const int64_t decided_ns = UnixNs();
   RETURN_IF_ERROR(ex_.control_->DecideCommit(sync_id_));
   SetState(SyncState::kCommitting);
   for (RankRun& rr : runs_) {
@@ -506,6 +519,9 @@ Status ShmSyncExecutor::Job::Commit() {
     if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
   }
   uint64_t pause_us = 0;
+  // The node's pause: the first rank's pause start to the last rank's resume. A rank that does
+  // not report its times (an older shim) counts from the decision to its confirmation.
+  int64_t pause_start_ns = 0, resume_ns = 0;
   CollectSpec spec;
   spec.id = sync_id_;
   spec.want = shm::MessageType::kCommitted;
@@ -515,6 +531,11 @@ Status ShmSyncExecutor::Job::Commit() {
     ASSIGN_OR_RETURN(shm::CommittedReport rep, shm::ParseCommitted(msg));
     runs_[r].committed = true;
     pause_us = std::max(pause_us, rep.pause_us);
+    const bool timed = rep.pause_start_unix_ns > 0 && rep.resume_unix_ns >= rep.pause_start_unix_ns;
+    const int64_t start = timed ? rep.pause_start_unix_ns : decided_ns;
+    const int64_t end = timed ? rep.resume_unix_ns : UnixNs();
+    pause_start_ns = pause_start_ns == 0 ? start : std::min(pause_start_ns, start);
+    resume_ns = std::max(resume_ns, end);
     return true;
   };
   spec.on_error = [&](uint32_t r, const std::string& why) -> StatusOr<bool> {
@@ -534,6 +555,8 @@ Status ShmSyncExecutor::Job::Commit() {
   }
   Phase("commit", MsSince(t0));
   Phase("pause", static_cast<double>(pause_us) / 1000.0);
+  pause_ = NodePause{ex_.options_.group ? ex_.options_.group->options().node : "", pause_start_ns,
+                     resume_ns, static_cast<double>(pause_us) / 1000.0};
   if (!failed.empty()) {
     std::string served;
     for (const std::string& r : ok) served += (served.empty() ? "" : ", ") + r;
@@ -570,14 +593,51 @@ void ShmSyncExecutor::Job::Advance() {
 Status ShmSyncExecutor::Job::GroupDecide(const std::string& key) {
   GroupCommit& group = *ex_.options_.group;
   const auto t0 = Clock::now();
-  auto d = group.PrepareAndAwait(key, request_.version, live_, sync_id_);
+  auto d = group.PrepareAndAwait(key, request_.version, live_, request_.delta, sync_id_);
   Phase("group", MsSince(t0));
   RETURN_IF_ERROR(d.status());
+  decision_ = *d;
   if (!d->commit) {
     return FailedPrecondition("group '" + group.options().group + "' decided ABORT (written by node '" +
                               d->by + "'): " + d->reason);
   }
+  MaybeStall("decided");
   return Status::Ok();
+}
+
+void ShmSyncExecutor::Job::AwaitCommitPoint() {
+  const auto margin = ex_.options_.group->options().commit_margin;
+  const int64_t wait_ns =
+      std::clamp<int64_t>(decision_.commit_at_unix_ns - UnixNs(), 0,
+                          std::chrono::duration_cast<std::chrono::nanoseconds>(margin).count());
+  if (wait_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
+  update_([&](SyncRecord& r) {
+    if (!r.group) return;
+    r.group->commit_at_unix_ns = decision_.commit_at_unix_ns;
+    r.group->commit_wait_ms = static_cast<double>(wait_ns) / 1e6;
+  });
+}
+
+void ShmSyncExecutor::Job::ReportGroupPauses(const std::string& key) {
+  GroupCommit& group = *ex_.options_.group;
+  update_([&](SyncRecord& r) {
+    if (r.group) r.group->pause = pause_;
+  });
+  if (pause_.pause_start_ns <= 0) return;  // no rank confirmed: nothing to report
+  Status published = group.PublishPause(key, pause_);
+  auto view = group.AwaitPauses(key);
+  update_([&](SyncRecord& r) {
+    if (!r.group) return;
+    if (view.ok()) {
+      r.group->view = *view;
+    } else {
+      r.group->view_error = view.status().message();
+    }
+    if (!published.ok()) {
+      r.group->view_error = "this node's pause was not published: " + published.message() +
+                            (r.group->view_error.empty() ? "" : "; " + r.group->view_error);
+    }
+  });
 }
 
 Status ShmSyncExecutor::Job::RunSync() {
@@ -595,6 +655,10 @@ Status ShmSyncExecutor::Job::RunSync() {
     auto key = group->SyncKey(request_.version, live_);
     if (!key.ok()) return key.status().WithPrefix("group '" + group->options().group + "'");
     group_key = *key;
+    update_([&](SyncRecord& r) {
+      r.group = GroupSyncReport{group->options().group, group->options().node, group_key,
+                                request_.group_catch_up};
+    });
   }
   if (!admitted.ok()) return fail(admitted);
   if (Status s = CheckParents(); !s.ok()) return fail(s);
@@ -606,9 +670,15 @@ Status ShmSyncExecutor::Job::RunSync() {
   if (s.ok()) s = Stage();
   if (s.ok() && group != nullptr) s = GroupDecide(group_key);
   if (!s.ok()) return AbortAll(fail(s));
-  RETURN_IF_ERROR(Commit());
-  Advance();
-  return Status::Ok();
+  if (group != nullptr) AwaitCommitPoint();
+  Status committed = Commit();
+  if (committed.ok()) Advance();
+  // Every node reports its pause, even a diverged one: the others' views count it.
+  if (group != nullptr) {
+    ReportGroupPauses(group_key);
+    if (committed.ok()) ex_.convergence_.Committed(request_, group_key);
+  }
+  return committed;
 }
 
 // ------------------------------------------------------------------------------ verify, scrub
@@ -741,8 +811,11 @@ Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {
   RemoveTablesOf(options_.shm_name, control_->ReclaimDead());
   Job job(*this, request, update);
   switch (request.kind) {
-    case JobKind::kSync:
-      return job.RunSync();
+    case JobKind::kSync: {
+      Status s = job.RunSync();
+      if (!s.ok() && request.group_catch_up) convergence_.CatchUpFailed(request, s);
+      return s;
+    }
     case JobKind::kVerify:
       return job.RunVerify();
     case JobKind::kScrub:

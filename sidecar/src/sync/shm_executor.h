@@ -25,6 +25,12 @@
 // rebuilt from them and any divergence is cleared. Scrub: the same pass, at a rate limit,
 // compared with the table; a difference marks the table diverged.
 //
+// Multi-node (options.group set): after the stage check the node sends PREPARED and waits for
+// the group's decision; on COMMIT it starts its commit at the decision's commit point (waiting
+// at most the commit margin), then publishes its pause times and records the group's pauses
+// and resume skew in the sync record (the record finishes once every member reported or the
+// report timeout passed). GroupCatchUp joins a commit the group made without this node.
+//
 // Thread-safety: Run is called by the SyncManager's single worker; the accessors from any thread.
 #pragma once
 
@@ -37,6 +43,7 @@
 #include "coord/group_commit.h"
 #include "shm/control_block.h"
 #include "store/open_store.h"
+#include "sync/group_convergence.h"
 #include "sync/checksum_table.h"
 #include "sync/sync_manager.h"
 
@@ -77,11 +84,14 @@ class ShmSyncExecutor final : public SyncExecutor {
   bool TableCoversAttachedRanks() const override;
   bool CanScrub() const override;
   void StopScrub() override { stop_scrub_.store(true); }
+  std::optional<SyncRequest> GroupCatchUp() override { return convergence_.Check(LiveVersion()); }
+  nlohmann::json GroupJson() const override { return convergence_.Json(); }
 
  private:
   class Job;
   friend class Job;
-  explicit ShmSyncExecutor(ShmExecutorOptions options) : options_(std::move(options)) {}
+  explicit ShmSyncExecutor(ShmExecutorOptions options)
+      : options_(std::move(options)), convergence_(options_.group) {}
   ChecksumTable table() const;
   // Stores the table (and its version as the live version) and saves both in the state dir.
   void SetTable(ChecksumTable table);
@@ -92,6 +102,7 @@ class ShmSyncExecutor final : public SyncExecutor {
   std::string live_version_;  // GUARDED_BY(mu_)
   ChecksumTable table_;       // GUARDED_BY(mu_)
   std::atomic<bool> stop_scrub_{false};
+  GroupConvergence convergence_;
 };
 
 }  // namespace deltakv::sidecar

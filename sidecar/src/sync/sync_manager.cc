@@ -107,18 +107,32 @@ void SyncManager::WorkerLoop() {
   using Clock = std::chrono::steady_clock;
   auto next_scrub = Clock::now() + options_.scrub_interval;
   const bool auto_verify = !options_.verify_checkpoint.empty();
-  std::string seen_key, tried_key;  // the attached ranks at the last poll / the last auto verify
+  const bool poll_ranks = auto_verify || options_.group_catch_up;
+  // The attached ranks at the last poll / the last auto verify / the last catch-up check.
+  std::string seen_key, tried_key, caught_key;
   for (;;) {
     std::string id;
     SyncRequest request;
     // Outside mu_: the executor reads shared memory.
     std::string key;
     bool needs_verify = false;
-    if (auto_verify) {
+    std::optional<SyncRequest> catch_up;
+    if (poll_ranks) {
       key = executor_->AttachedRanksKey();
-      needs_verify = !key.empty() && key == seen_key && key != tried_key &&
+      const bool stable = !key.empty() && key == seen_key;
+      needs_verify = auto_verify && stable && key != tried_key &&
                      !executor_->TableCoversAttachedRanks();
       seen_key = key;
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        idle = !pending_ && !running_;
+      }
+      // After an auto verify, if one is due: the catch-up then starts from a verified table.
+      if (options_.group_catch_up && stable && !needs_verify && idle && key != caught_key) {
+        catch_up = executor_->GroupCatchUp();  // reads etcd: outside mu_
+        caught_key = key;
+      }
     }
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -130,9 +144,16 @@ void SyncManager::WorkerLoop() {
         QueueLocked(std::move(verify));
         tried_key = key;
       }
+      if (catch_up) {
+        if (!pending_ && !running_) {
+          QueueLocked(std::move(*catch_up));
+        } else {
+          caught_key.clear();  // a request came first: check again once it is done
+        }
+      }
       Clock::time_point wake = Clock::time_point::max();
       if (options_.scrub_interval.count() > 0) wake = next_scrub;
-      if (auto_verify) wake = std::min(wake, Clock::now() + options_.attach_poll);
+      if (poll_ranks) wake = std::min(wake, Clock::now() + options_.attach_poll);
       if (wake == Clock::time_point::max()) {
         cv_.wait(lock, ready);
       } else {

@@ -50,6 +50,12 @@ class SyncExecutor {
   virtual bool CanScrub() const { return true; }
   // Asks a running scrub to stop soon (a sync is waiting); called from any thread.
   virtual void StopScrub() {}
+  // Multi-node: the sync that makes this node join a commit its group made without it, asked
+  // once per complete set of attached ranks (nullopt: none is needed or possible; GroupJson
+  // says which).
+  virtual std::optional<SyncRequest> GroupCatchUp() { return std::nullopt; }
+  // Multi-node: the node's standing in its group for /v1/status (null for one node).
+  virtual nlohmann::json GroupJson() const { return nullptr; }
 };
 
 struct SyncManagerOptions {
@@ -64,6 +70,9 @@ struct SyncManagerOptions {
   // start-up, and after an engine restart. A failed verify is not retried for the same ranks.
   std::string verify_checkpoint;
   std::chrono::milliseconds attach_poll{500};
+  // Multi-node: whenever a complete set of ranks is attached (unchanged for one poll) that was
+  // not checked yet, ask the executor's GroupCatchUp and queue the sync it returns.
+  bool group_catch_up = false;
 };
 
 class SyncManager {
@@ -88,6 +97,7 @@ class SyncManager {
   nlohmann::json RanksJson() const { return executor_->RanksJson(); }
   nlohmann::json ChecksumsJson() const { return executor_->ChecksumsJson(); }
   std::string Diverged() const { return executor_->Diverged(); }
+  nlohmann::json GroupJson() const { return executor_->GroupJson(); }
   // Counters for /metrics: syncs that went live / did not.
   uint64_t succeeded() const;
   uint64_t failed() const;

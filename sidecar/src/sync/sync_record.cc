@@ -46,6 +46,19 @@ double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+nlohmann::json GroupSyncReport::ToJson() const {
+  nlohmann::json j = {{"group", group},
+                      {"node", node},
+                      {"key", key},
+                      {"catch_up", catch_up},
+                      {"commit_at_unix_ns", commit_at_unix_ns},
+                      {"commit_wait_ms", commit_wait_ms}};
+  if (pause) j["pause"] = NodePauseJson(*pause);
+  if (view) j["view"] = view->ToJson();
+  if (!view_error.empty()) j["view_error"] = view_error;
+  return j;
+}
+
 nlohmann::json SyncRecord::ToJson() const {
   nlohmann::json j = {{"id", id},
                       {"kind", JobKindName(request.kind)},
@@ -70,6 +83,7 @@ nlohmann::json SyncRecord::ToJson() const {
     j["bytes_checked"] = bytes_checked;
     j["mismatches"] = mismatches;
   }
+  if (group) j["group"] = group->ToJson();
   if (finished()) j["finished_unix"] = finished_unix;
   if (!error.empty()) j["error"] = error;
   return j;

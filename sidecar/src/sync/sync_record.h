@@ -17,8 +17,11 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "coord/group_records.h"
 
 namespace deltakv::sidecar {
 
@@ -47,6 +50,23 @@ struct SyncRequest {
   std::string delta;       // sync: delta location: "file:///dir", "/dir", "http://host:port/prefix"
   std::string checkpoint;  // verify: checkpoint location (same schemes)
   uint64_t rate_bytes_per_s = 0;  // verify/scrub: the ranks' read rate limit (0 = unlimited)
+  // sync, multi-node: queued by the sidecar itself to join a commit its group made without it
+  bool group_catch_up = false;
+};
+
+// A multi-node sync's part in its group's commit (docs/MULTINODE.md, "Pauses and skew").
+struct GroupSyncReport {
+  std::string group;
+  std::string node;
+  std::string key;               // the sync key in etcd
+  bool catch_up = false;         // queued at start to join a commit the group made without it
+  int64_t commit_at_unix_ns = 0;  // the decision's commit point (0 = none)
+  double commit_wait_ms = 0;     // how long this node waited for it
+  std::optional<NodePause> pause;  // this node's pause, once committed
+  // The group's pauses, once every member published or the bounded wait passed.
+  std::optional<GroupPauseView> view;
+  std::string view_error;  // why there is no view (etcd unreachable)
+  nlohmann::json ToJson() const;
 };
 
 struct SyncRecord {
@@ -71,6 +91,7 @@ struct SyncRecord {
   uint64_t tensors_checked = 0;
   uint64_t bytes_checked = 0;
   std::vector<std::string> mismatches;
+  std::optional<GroupSyncReport> group;  // multi-node syncs only
   double created_unix = 0;
   double finished_unix = 0;
   double total_ms = 0;
