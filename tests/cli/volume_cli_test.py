@@ -278,6 +278,37 @@ class VolumeCli(unittest.TestCase):
             vol(self.store, "pull", r["ref"], out, "-q")
             self.assertEqual(tree(out), tree(dirs[i]))
 
+    def test_read_only_http_store(self):
+        src = self.small_dir()
+        r = vol_json(self.store, "push", src, "demo/web", "--tag", "prod", "-q")
+        server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind",
+                                   "127.0.0.1", "--directory", self.store],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            port = int(server.stdout.readline().split("port ")[1].split()[0])
+            web = f"http://127.0.0.1:{port}"
+            # Show and pull by digest and by tag (the directory store's tag file form).
+            shown = vol_json(web, "show", "demo/web:prod")
+            self.assertEqual(shown["digest"], r["digest"])
+            vol(web, "pull", r["ref"], self.path("out"), "-q")
+            self.assertEqual(tree(self.path("out")), tree(src))
+            # Copy from the web store into another store, chunk by chunk, verified.
+            other = self.path("other")
+            c = vol_json(other, "sync", "demo/web:prod", "demo/web", "--from", web, "-q")
+            self.assertEqual(c["digest"], r["digest"])
+            vol(other, "pull", "demo/web@" + r["digest"], self.path("out2"), "-q")
+            self.assertEqual(tree(self.path("out2")), tree(src))
+            # Writes and listings are refused, naming the store; missing tags are NotFound.
+            p = vol(web, "push", src, "demo/web", "-q", expect=2)
+            self.assertIn("read-only", p.stderr)
+            p = vol(web, "ls", expect=2)
+            self.assertIn("cannot list", p.stderr)
+            vol(web, "show", "demo/web:nope", expect=2)
+        finally:
+            server.kill()
+            server.wait()
+            server.stdout.close()
+
     def test_push_killed_midway_leaves_no_version(self):
         src = self.path("src")
         for i in range(8):

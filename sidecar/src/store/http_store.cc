@@ -269,6 +269,21 @@ class HttpStore final : public deltasync::ObjectStore {
     return Status::Ok();
   }
 
+  // A safe object name, or with opt_.object_paths a '/'-separated path of safe names.
+  bool SafeName(const std::string& name) const {
+    if (!opt_.object_paths) return deltasync::IsSafeObjectName(name);
+    size_t start = 0;
+    while (true) {
+      const size_t slash = name.find('/', start);
+      const std::string_view part =
+          std::string_view(name).substr(start, slash == std::string::npos ? std::string::npos
+                                                                          : slash - start);
+      if (!deltasync::IsSafeObjectName(part)) return false;
+      if (slash == std::string::npos) return true;
+      start = slash + 1;
+    }
+  }
+
   std::string CaHint() const {
     if (opt_.ca_file.empty()) {
       return "checked against the system CA store; set the CA that signed it with "
@@ -279,9 +294,7 @@ class HttpStore final : public deltasync::ObjectStore {
 
   // Runs the request, retrying transient failures. OK means a 200 or 206 answer is in `t`.
   Status Fetch(const std::string& name, Transfer& t) {
-    if (!deltasync::IsSafeObjectName(name)) {
-      return InvalidArgument("unsafe object name '" + name + "'");
-    }
+    if (!SafeName(name)) return InvalidArgument("unsafe object name '" + name + "'");
     RETURN_IF_ERROR(CurlGlobalInit());
     CurlHandle handle = pool_.Acquire();
     if (!handle) return Internal("curl_easy_init failed");

@@ -39,6 +39,9 @@ struct HttpStoreOptions {
   int total_timeout_seconds = 1800;
   // PEM file of CA certificates that verify https:// servers; "" = the system CA store.
   std::string ca_file;
+  // Object names may be '/'-separated paths of safe names (volume keys); otherwise a name is
+  // one safe name ([A-Za-z0-9._-], not "." or "..").
+  bool object_paths = false;
 };
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,

@@ -1,6 +1,7 @@
 // OpenVolumeStoreUrl: the volume store a URL names, for the deltakv CLI.
 //   "s3://BUCKET[/PREFIX]"              -> an S3 store (s3_volume_store.h), configured from the
 //                                          environment and the AWS shared files (s3_config.h)
+//   "http://..." or "https://..."       -> a read-only store over HTTP (http_volume_store.h)
 //   "dir:///abs/path" or a plain path   -> deltasync::OpenVolumeStore (a directory store)
 #pragma once
 
@@ -14,7 +15,7 @@
 namespace deltakv::sidecar {
 
 // Errors: as ParseS3Url, ResolveS3Config and MakeS3VolumeStore for s3://, as
-// deltasync::OpenVolumeStore otherwise.
+// OpenHttpVolumeStore for http(s)://, as deltasync::OpenVolumeStore otherwise.
 StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenVolumeStoreUrl(const std::string& url,
                                                                      const S3StoreOptions& s3 = {});
 
