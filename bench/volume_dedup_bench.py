@@ -3,11 +3,14 @@ chunking alone and with parent-XOR chunks (push --parent), next to the XOR delta
 publish` writes for the same step, measured in the same run. JSON lines.
 
   python3 bench/volume_dedup_bench.py --deltakv build/sidecar/deltakv [--size-mib 1024]
-      [--densities 0.001,0.01] [--dir $TMPDIR]
+      [--densities 0.001,0.01] [--tensor-fractions 1,0.1] [--dir $TMPDIR]
 
-For each element density d (`deltakv checkpoint mutate --density d`: that fraction of every
-tensor's elements changed, scattered), the bench pushes checkpoint v1, then v2 three ways into
-fresh directory stores: whole (no parent), and with --parent (delta objects against v1). It
+For each element density d and tensor fraction f (`deltakv checkpoint mutate --density d/f
+--tensor-fraction f`: a fraction f of the tensors changes, d/f of their elements each, so d of
+all elements, scattered within those tensors; f = 1 spreads the change over every tensor), the
+bench pushes checkpoint v1, then v2 two ways into fresh directory stores: whole (no parent:
+only the tensor-aligned chunks that did not change dedup), and with --parent (delta objects
+against v1). It
 prints the bytes each push uploaded and their ratios to v1's upload and to the size of the
 publisher's delta directory (shards + manifest), and the push times against `deltakv publish`
 of the same pair. A missing figure stops the bench with an error.
@@ -40,6 +43,7 @@ def main():
     ap.add_argument("--deltakv", required=True)
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--densities", default="0.001,0.01")
+    ap.add_argument("--tensor-fractions", default="1,0.1")
     ap.add_argument("--dir", default=None)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="deltakv-vdedup-", dir=a.dir)
@@ -47,11 +51,15 @@ def main():
         t = lambda *p: os.path.join(work, *p)
         run([a.deltakv, "checkpoint", "generate", "--out", t("v1"), "--size-mib", str(a.size_mib)])
         run([a.deltakv, "checkpoint", "manifest", t("v1")])
-        for d in [float(x) for x in a.densities.split(",")]:
-            name = f"v2-{d}"
+        cases = [(float(d), float(f)) for f in a.tensor_fractions.split(",")
+                 for d in a.densities.split(",")]
+        for d, frac in cases:
+            if d / frac > 1:
+                sys.exit(f"volume_dedup_bench: density {d} cannot fit in {frac} of the tensors")
+            name = f"v2-{d}-{frac}"
             shutil.rmtree(t(name), ignore_errors=True)
             run([a.deltakv, "checkpoint", "mutate", "--parent", t("v1"), "--out", t(name),
-                 "--density", str(d), "--seed", "7"])
+                 "--density", str(d / frac), "--tensor-fraction", str(frac), "--seed", "7"])
             run([a.deltakv, "checkpoint", "manifest", t(name)])
             _, publish_s = run([a.deltakv, "publish", "--parent", t("v1"), "--new", t(name),
                                 "--out", t("delta-" + name)])
@@ -68,7 +76,7 @@ def main():
             xor_up = B.figure(xor, "bytes_uploaded", "push v2 --parent")
             delta_bytes = B.figure({"b": delta_bytes}, "b", "publish output")
             print(json.dumps({
-                "bench": "volume_dedup", "size_mib": a.size_mib, "element_density": d,
+                "bench": "volume_dedup", "size_mib": a.size_mib, "element_density": d, "tensor_fraction": frac,
                 "model_bytes": first["bytes"], "v1_uploaded": v1_up,
                 "v2_whole_uploaded": whole_up, "v2_xor_uploaded": xor_up,
                 "v2_xor_chunks": xor["chunks_xor"], "publish_delta_bytes": delta_bytes,

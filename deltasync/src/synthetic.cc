@@ -148,6 +148,17 @@ StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const st
   if (!(opt.density >= 0 && opt.density <= 1)) {
     return InvalidArgument("density must be in [0, 1]");
   }
+  if (!(opt.tensor_fraction > 0 && opt.tensor_fraction <= 1)) {
+    return InvalidArgument("tensor fraction must be in (0, 1]");
+  }
+  // FNV-1a of the name mixed with the seed, as a fraction in [0, 1).
+  auto picked = [&](const std::string& name) {
+    if (opt.tensor_fraction >= 1) return true;
+    uint64_t h = 0xcbf29ce484222325ull ^ (opt.seed * 0x9e3779b97f4a7c15ull);
+    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+    h ^= h >> 29;
+    return static_cast<double>(h >> 11) * 0x1.0p-53 < opt.tensor_fraction;
+  };
   ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(parent_dir));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -177,7 +188,7 @@ StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const st
                                   std::span<const uint8_t> src = pf.TensorBytes(t);
                                   std::memcpy(d.data() + off, src.data(), src.size());
                                   const size_t esz = DTypeSize(t.dtype);
-                                  const uint64_t n = src.size() / esz;
+                                  const uint64_t n = picked(t.name) ? src.size() / esz : 0;
                                   for (uint64_t i = next_gap(); i < n;) {
                                     // +-1 or +-2 in the lowest byte's bits, carried into the
                                     // element (little endian).

@@ -2,6 +2,8 @@
 // new one byte for byte (safetensors files and manifest), for every dtype and layout shape.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "deltasync/applier.h"
 #include "deltasync/checkpoint.h"
 #include "deltasync/publisher.h"
@@ -199,6 +201,44 @@ TEST(DeltaRoundTrip, ShardsRotateAtTheirSizeLimit) {
   ASSERT_TRUE(app.ok()) << app.status().ToString();
   EXPECT_EQ(ReadAll(tmp / "out/model-00001-of-00001.safetensors"),
             ReadAll(tmp / "v2/model-00001-of-00001.safetensors"));
+}
+
+TEST(Mutate, TensorFractionChangesOnlyPickedTensorsAndOneByDefault) {
+  TempDir tmp;
+  ASSERT_TRUE(GenerateCheckpoint(tmp / "v1", ModelLikeLayout(4 << 20, 1), 3).ok());
+  auto changed = [&](const std::string& dir) {
+    auto a = Checkpoint::Open(tmp / "v1");
+    auto b = Checkpoint::Open(tmp / dir);
+    size_t tensors = 0, total = 0;
+    for (size_t f = 0; f < a->files().size(); ++f) {
+      for (const TensorInfo& t : a->files()[f].header().tensors) {
+        const auto pa = a->files()[f].TensorBytes(t);
+        const auto pb = b->files()[f].TensorBytes(t);
+        if (pa.empty()) continue;
+        ++total;
+        tensors += std::memcmp(pa.data(), pb.data(), pa.size()) != 0 ? 1 : 0;
+      }
+    }
+    return std::make_pair(tensors, total);
+  };
+  MutationOptions all;
+  all.density = 0.05;
+  ASSERT_TRUE(MutateCheckpoint(tmp / "v1", tmp / "all", all).ok());
+  const auto [every, total] = changed("all");
+  EXPECT_EQ(every, total);
+  MutationOptions few = all;
+  few.tensor_fraction = 0.25;
+  ASSERT_TRUE(MutateCheckpoint(tmp / "v1", tmp / "few", few).ok());
+  const auto [some, total2] = changed("few");
+  EXPECT_GT(some, 0u);
+  EXPECT_LT(some, total2 / 2);
+  // Deterministic, and refused outside (0, 1].
+  ASSERT_TRUE(MutateCheckpoint(tmp / "v1", tmp / "few2", few).ok());
+  EXPECT_EQ(ReadAll(tmp / "few/model-00001-of-00001.safetensors"),
+            ReadAll(tmp / "few2/model-00001-of-00001.safetensors"));
+  few.tensor_fraction = 0;
+  EXPECT_EQ(MutateCheckpoint(tmp / "v1", tmp / "bad", few).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // In-memory tensors give the same frames and shards as the same tensors in checkpoint files.

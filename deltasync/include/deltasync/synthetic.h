@@ -33,6 +33,9 @@ Status GenerateCheckpoint(const std::string& dir, const std::vector<SyntheticFil
 
 struct MutationOptions {
   double density = 0.01;  // fraction of elements changed, in [0, 1]
+  // Fraction of tensors that change at all, in (0, 1]; a tensor is picked by a hash of its
+  // name and the seed. `density` applies within the picked tensors. 1 = every tensor.
+  double tensor_fraction = 1.0;
   uint64_t seed = 1;
   // Extra metadata written into the new files' "__metadata__" (changes their headers).
   std::string step_metadata;

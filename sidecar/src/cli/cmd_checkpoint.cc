@@ -80,6 +80,7 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
     unsigned files = 2;
     uint64_t seed = 1;
     double density = 0.01;
+    double tensor_fraction = 1.0;
     std::string step;
     bool json = false;
   };
@@ -110,6 +111,11 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   mut->add_option("--density", o->density, "Fraction of elements changed")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  mut->add_option("--tensor-fraction", o->tensor_fraction,
+                  "Fraction of tensors that change (picked by name and seed); --density applies "
+                  "within them")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
   mut->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   mut->add_option("--step-metadata", o->step,
                   "Record this in the files' __metadata__ (changes their headers)");
@@ -117,6 +123,7 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   mut->callback([o, rc] {
     deltasync::MutationOptions mo;
     mo.density = o->density;
+    mo.tensor_fraction = o->tensor_fraction;
     mo.seed = o->seed;
     mo.step_metadata = o->step;
     auto r = deltasync::MutateCheckpoint(o->parent, o->out, mo);
