@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "deltasync/safetensors.h"
+#include "deltasync/volume_files.h"
 #include "test_util.h"
 
 namespace deltakv::deltasync {
@@ -1261,6 +1262,35 @@ TEST(VolumeXor, ManifestChainsParseStrictly) {
   }
   EXPECT_EQ(ParseVolumeManifest(manifest(longest + "]")).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(VolumeFilesStore, RangesAcrossChunksAndRefusals) {
+  Fixture f;
+  WriteModelDir(f.tmp / "src", 0);
+  PushOptions small;
+  small.piece_size = 16 << 10;  // the tensors span several pieces
+  const PushResult r = f.Push(f.tmp / "src", "model", small);
+  auto files = OpenVolumeFiles(MakeDirVolumeStore(f.tmp / "store").value(), r.ref);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  const std::string whole = ReadAll(f.tmp / "src/model.safetensors");
+  EXPECT_EQ((*files)->Size("model.safetensors").value(), whole.size());
+  for (uint64_t off : {uint64_t{0}, uint64_t{100}, uint64_t{16383}, uint64_t{40000}}) {
+    for (uint64_t len : {uint64_t{0}, uint64_t{1}, uint64_t{20000}, uint64_t{70001}}) {
+      if (off + len > whole.size()) continue;
+      EXPECT_EQ((*files)->ReadRange("model.safetensors", off, len).value(),
+                whole.substr(off, len)) << off << "+" << len;
+    }
+  }
+  EXPECT_EQ((*files)->ReadObject("tokenizer/vocab.bin", 1 << 30).value(),
+            ReadAll(f.tmp / "src/tokenizer/vocab.bin"));
+  EXPECT_EQ((*files)->ReadObject("model.safetensors", 10).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ((*files)->ReadRange("model.safetensors", whole.size(), 1).status().code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ((*files)->Size("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(OpenVolumeFiles(MakeDirVolumeStore(f.tmp / "store").value(),
+                            Ref("team/model:missing")).status().code(),
+            StatusCode::kNotFound);
 }
 
 }  // namespace deltakv::deltasync

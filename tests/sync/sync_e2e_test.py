@@ -323,6 +323,10 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertGreater(v2["chunks_xor"], 0, v2)
         v3 = self.push_volume(store, "team/model", "v3", "--parent", v2["ref"], "--tag", "next")
         c = self.cluster(tp=2, sidecar_args=["--volume-store", store])
+        # The engine's bytes are verified against the checkpoint kept in the volume.
+        rec = c.verify("vol://" + v1["ref"])
+        self.assertEqual(rec["state"], "verified", rec)
+        self.assertTrue(self.wait_verified(c)["checkpoint_verified"])
         rec = c.wait(c.sync("v2", "vol://" + v2["ref"]))
         self.assertEqual(rec["state"], "live", rec)
         c.assert_serves(self, self.t("v2"))

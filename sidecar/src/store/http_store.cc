@@ -19,6 +19,7 @@
 
 #include "deltasync/delta_manifest.h"
 #include "deltasync/volume_delta.h"
+#include "deltasync/volume_files.h"
 #include "store/curl_util.h"
 #include "store/open_volume_store.h"
 #include "store/open_store.h"
@@ -416,7 +417,8 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::strin
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
                                                             const HttpStoreOptions& http,
-                                                            const std::string& volume_store) {
+                                                            const std::string& volume_store,
+                                                            VolumeView view) {
   if (location.rfind("vol://", 0) == 0) {
     if (volume_store.empty()) {
       return FailedPrecondition("delta location '" + location +
@@ -424,6 +426,7 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
     }
     ASSIGN_OR_RETURN(deltasync::VolumeRef ref, deltasync::ParseVolumeRef(location.substr(6)));
     ASSIGN_OR_RETURN(auto store, OpenVolumeStoreUrl(volume_store));
+    if (view == VolumeView::kFiles) return deltasync::OpenVolumeFiles(std::move(store), ref);
     return deltasync::OpenVolumeDelta(std::move(store), ref);
   }
   if (location.rfind("file://", 0) == 0) return deltasync::MakeFileStore(location.substr(7));

@@ -14,9 +14,11 @@
 // ResourceExhausted, and its transfer is stopped as soon as the cap is passed.
 // InvalidArgument for other schemes, a malformed location or an unreadable ca_file.
 //
-//   "vol://NS/NAME@sha256:<hex>" or "vol://NS/NAME:TAG" -> a sealed version pushed with a parent,
-//        read from the volume store `volume_store` as the delta parent -> version
-//        (deltasync/volume_delta.h); FailedPrecondition when no volume store is configured.
+//   "vol://NS/NAME@sha256:<hex>" or "vol://NS/NAME:TAG" -> a sealed version in the volume store
+//        `volume_store` (any URL store/open_volume_store.h opens): as the delta parent -> version
+//        of a version pushed with a parent (VolumeView::kDelta, deltasync/volume_delta.h), or as
+//        its files (VolumeView::kFiles, deltasync/volume_files.h: a checkpoint to verify
+//        against); FailedPrecondition when no volume store is configured.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +46,11 @@ struct HttpStoreOptions {
   bool object_paths = false;
 };
 
+enum class VolumeView { kDelta, kFiles };
+
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
                                                             const HttpStoreOptions& http = {},
-                                                            const std::string& volume_store = "");
+                                                            const std::string& volume_store = "",
+                                                            VolumeView view = VolumeView::kDelta);
 
 }  // namespace deltakv::sidecar
