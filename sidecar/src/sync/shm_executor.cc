@@ -666,8 +666,14 @@ Status ShmSyncExecutor::Job::RunSync() {
   // From here on, every failure before the decision must decide ABORT so no rank keeps a
   // staged plan; after it, Commit() reports divergence itself. In a group, the decision is the
   // group's: this node commits only once etcd holds COMMIT.
-  Status s = Decode();
+  // A sidecar that is shutting down takes no new decision: before it, the sync aborts.
+  auto running = [&] {
+    return ex_.shutting_down_.load() ? FailedPrecondition("sidecar shutting down") : Status::Ok();
+  };
+  Status s = running();
+  if (s.ok()) s = Decode();
   if (s.ok()) s = Stage();
+  if (s.ok()) s = running();
   if (s.ok() && group != nullptr) s = GroupDecide(group_key);
   if (!s.ok()) return AbortAll(fail(s));
   if (group != nullptr) AwaitCommitPoint();
