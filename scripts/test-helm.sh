@@ -12,7 +12,7 @@
 # wheel; there is none for linux aarch64), takes about 30 s and leaves ~400 MB (the wheel
 # unpacks its library three times); later runs take about 5 s.
 #
-# The flags the chart gives the sidecar are checked against cmd_sidecar.cc, and also against
+# The flags the chart gives the sidecar are checked against cmd_sidecar.cc and sidecar_config.cc, and against
 # `deltakv sidecar --help` when ${DELTAKV_BIN:-${BUILD_DIR:-build}/sidecar/deltakv} exists (this
 # script builds nothing).
 #

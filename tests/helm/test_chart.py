@@ -1,6 +1,6 @@
 """helm/deltakv: the rendered manifests against the Kubernetes API schemas (kubernetes-validate,
 offline), the values files against values.schema.json, and the pod against the sidecar itself:
-its flags (cmd_sidecar.cc, or `deltakv sidecar --help` when a build is there) and its HTTP
+its flags (cmd_sidecar.cc and sidecar_config.cc, or `deltakv sidecar --help` when a build is there) and its HTTP
 routes (http_api.cc).
 
 Run through scripts/test-helm.sh, which makes the pinned virtual environment."""
@@ -70,10 +70,17 @@ def with_required(**override):
 # --- what the sidecar really accepts -------------------------------------------------------
 
 def sidecar_flags_from_source():
-    """{flag: takes_value} from the add_option/add_flag calls of cmd_sidecar.cc."""
-    text = (REPO / "sidecar/src/cli/cmd_sidecar.cc").read_text()
-    found = re.findall(r'add_(option|flag)\(\s*"(--[a-z0-9-]+)"', text)
-    return {flag: kind == "option" for kind, flag in found}
+    """{flag: takes_value}: the add_option/add_flag calls of cmd_sidecar.cc and
+    sidecar_config.cc, and the key table of sidecar_config.cc (a key "shm_name" is the flag
+    --shm-name; a kBool key takes no value)."""
+    out = {}
+    for name in ("cmd_sidecar.cc", "sidecar_config.cc"):
+        text = (REPO / "sidecar/src/cli" / name).read_text()
+        for kind, flag in re.findall(r'add_(option|flag)\(\s*"(--[a-z0-9-]+)"', text):
+            out[flag] = kind == "option"
+        for key, kind in re.findall(r'\{"([a-z0-9_]+)",\s*K::k(\w+),', text):
+            out["--" + key.replace("_", "-")] = kind != "Bool"
+    return out
 
 
 def sidecar_binary():

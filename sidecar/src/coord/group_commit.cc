@@ -6,6 +6,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "log/log.h"
+
 namespace deltakv::sidecar {
 namespace {
 
@@ -177,7 +179,13 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
     }
     if (s.ok()) {
       auto d = Decision(key);
-      if (d.ok() && d->has_value()) return **d;
+      if (d.ok() && d->has_value()) {
+        const GroupDecision& g = **d;
+        log::Fields f = {{"group", options_.group}, {"key", key}, {"by", g.by}};
+        if (!g.commit) f.emplace_back("reason", g.reason);
+        log::Info(g.commit ? "group decided COMMIT" : "group decided ABORT", f);
+        return g;
+      }
       s = d.status();
     }
     if (s.ok() && Clock::now() > deadline) {

@@ -93,6 +93,11 @@ void HttpApi::Routes() {
 
   // Syncs, verifies and scrubs are jobs: 202 with an id, polled at /v1/syncs/{id}.
   auto submit = [this](httplib::Response& res, SyncRequest r) {
+    if (shutting_down_.load()) {
+      res.set_header("Retry-After", "10");
+      return SendError(res, 503, "UNAVAILABLE",
+                       "sidecar shutting down: no new syncs, verifies or scrubs are accepted");
+    }
     auto id = manager_->Submit(std::move(r));
     if (!id.ok()) {
       return SendError(res, HttpStatusFor(id.status()),

@@ -54,6 +54,9 @@ class HttpApi {
   // Serves until Stop(). REQUIRES: Bind() succeeded.
   void Serve();
   void Stop();
+  // From now on POST /v1/sync, /v1/verify and /v1/scrub answer 503 UNAVAILABLE ("sidecar
+  // shutting down"); reads are still served until Stop(). Any thread.
+  void BeginShutdown() { shutting_down_.store(true); }
   int port() const { return port_; }
 
  private:
@@ -65,6 +68,7 @@ class HttpApi {
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   std::atomic<uint64_t> requests_{0};
+  std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> unauthorized_{0};
 };
 

@@ -32,7 +32,8 @@ using namespace std::chrono_literals;
 using deltasync::FormatChecksum;
 
 // Fault injection for tests: DELTAKV_FAULT_STALL="<point>:<ms>" sleeps at that point of a
-// sync ("planned": plans built, not yet sent; "staged": verified, not yet decided).
+// sync ("planned": plans built, not yet sent; "staged": verified, not yet decided;
+// "committing": COMMIT decided, not yet sent to the ranks).
 void MaybeStall(const char* point) {
   const char* env = std::getenv("DELTAKV_FAULT_STALL");
   if (env == nullptr) return;
@@ -514,6 +515,7 @@ Status ShmSyncExecutor::Job::Commit() {
   const int64_t decided_ns = UnixNs();
   RETURN_IF_ERROR(ex_.control_->DecideCommit(sync_id_));
   SetState(SyncState::kCommitting);
+  MaybeStall("committing");
   for (RankRun& rr : runs_) {
     auto bytes = shm::EncodeMessage(shm::MakeCommit(sync_id_));
     if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
@@ -666,8 +668,14 @@ Status ShmSyncExecutor::Job::RunSync() {
   // From here on, every failure before the decision must decide ABORT so no rank keeps a
   // staged plan; after it, Commit() reports divergence itself. In a group, the decision is the
   // group's: this node commits only once etcd holds COMMIT.
-  Status s = Decode();
+  // A sidecar that is shutting down takes no new decision: before it, the sync aborts.
+  auto running = [&] {
+    return ex_.shutting_down_.load() ? FailedPrecondition("sidecar shutting down") : Status::Ok();
+  };
+  Status s = running();
+  if (s.ok()) s = Decode();
   if (s.ok()) s = Stage();
+  if (s.ok()) s = running();
   if (s.ok() && group != nullptr) s = GroupDecide(group_key);
   if (!s.ok()) return AbortAll(fail(s));
   if (group != nullptr) AwaitCommitPoint();

@@ -84,6 +84,10 @@ class ShmSyncExecutor final : public SyncExecutor {
   bool TableCoversAttachedRanks() const override;
   bool CanScrub() const override;
   void StopScrub() override { stop_scrub_.store(true); }
+  void BeginShutdown() override {
+    shutting_down_.store(true);
+    StopScrub();
+  }
   std::optional<SyncRequest> GroupCatchUp() override { return convergence_.Check(LiveVersion()); }
   nlohmann::json GroupJson() const override { return convergence_.Json(); }
 
@@ -102,6 +106,7 @@ class ShmSyncExecutor final : public SyncExecutor {
   std::string live_version_;  // GUARDED_BY(mu_)
   ChecksumTable table_;       // GUARDED_BY(mu_)
   std::atomic<bool> stop_scrub_{false};
+  std::atomic<bool> shutting_down_{false};  // BeginShutdown: no new commit decision
   GroupConvergence convergence_;
 };
 

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "log/log.h"
+
 namespace deltakv::sidecar {
 
 SyncManager::SyncManager(std::unique_ptr<SyncExecutor> executor, SyncManagerOptions options)
@@ -27,6 +29,7 @@ StatusOr<std::string> SyncManager::Submit(SyncRequest request) {
     return InvalidArgument("'checkpoint' must be a non-empty string");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (draining_) return FailedPrecondition("sidecar shutting down: no new jobs are accepted");
   if (request.kind == JobKind::kSync && !pending_ && running_ &&
       running_kind_ == JobKind::kScrub) {
     // A scrub yields to a sync: the sync waits in the queue while the ranks stop reading.
@@ -97,6 +100,27 @@ uint64_t SyncManager::failed() const {
   return n;
 }
 
+bool SyncManager::Shutdown(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  if (pending_) {
+    auto it = records_.find(*pending_);
+    if (it != records_.end()) {
+      const JobKind kind = it->second.request.kind;
+      it->second.state = kind == JobKind::kSync ? SyncState::kAborted : SyncState::kFailed;
+      it->second.error = "sidecar shutting down";
+      it->second.finished_unix = UnixNow();
+      finished_[JobKindName(kind)][SyncStateName(it->second.state)]++;
+      log::Warn(std::string(JobKindName(kind)) + " " + SyncStateName(it->second.state),
+                {{"sync_id", *pending_}, {"error", it->second.error}});
+    }
+    pending_.reset();
+  }
+  executor_->BeginShutdown();
+  cv_.notify_all();
+  return cv_.wait_until(lock, deadline, [&] { return !running_.has_value(); });
+}
+
 std::map<std::string, std::map<std::string, uint64_t>> SyncManager::Finished() const {
   std::lock_guard<std::mutex> lock(mu_);
   return finished_;
@@ -126,7 +150,7 @@ void SyncManager::WorkerLoop() {
       bool idle;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        idle = !pending_ && !running_;
+        idle = !pending_ && !running_ && !draining_;
       }
       // After an auto verify, if one is due: the catch-up then starts from a verified table.
       if (options_.group_catch_up && stable && !needs_verify && idle && key != caught_key) {
@@ -137,14 +161,14 @@ void SyncManager::WorkerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] { return stop_ || pending_.has_value(); };
-      if (needs_verify && !pending_ && !running_) {
+      if (needs_verify && !pending_ && !running_ && !draining_) {
         SyncRequest verify;
         verify.kind = JobKind::kVerify;
         verify.checkpoint = options_.verify_checkpoint;
         QueueLocked(std::move(verify));
         tried_key = key;
       }
-      if (catch_up) {
+      if (catch_up && !draining_) {
         if (!pending_ && !running_) {
           QueueLocked(std::move(*catch_up));
         } else {
@@ -159,7 +183,7 @@ void SyncManager::WorkerLoop() {
       } else {
         cv_.wait_until(lock, wake, ready);
       }
-      if (!stop_ && !pending_ && options_.scrub_interval.count() > 0 &&
+      if (!stop_ && !pending_ && !draining_ && options_.scrub_interval.count() > 0 &&
           Clock::now() >= next_scrub) {
         next_scrub = Clock::now() + options_.scrub_interval;
         if (executor_->CanScrub()) {
@@ -176,6 +200,18 @@ void SyncManager::WorkerLoop() {
       running_ = id;
       request = records_.at(id).request;
       running_kind_ = request.kind;
+    }
+    // Every line the job logs on this thread carries its id (and version).
+    log::Fields context = {{"sync_id", id}};
+    if (!request.version.empty()) context.emplace_back("version", request.version);
+    log::ScopedContext log_context(std::move(context));
+    const std::string kind_name(JobKindName(request.kind));
+    if (request.kind == JobKind::kSync) {
+      log::Info("sync started", {{"delta", request.delta}});
+    } else if (request.kind == JobKind::kVerify) {
+      log::Info("verify started", {{"checkpoint", request.checkpoint}});
+    } else {
+      log::Info("scrub started");
     }
     auto start = Clock::now();
     auto update = [&](const std::function<void(SyncRecord&)>& fn) {
@@ -210,7 +246,15 @@ void SyncManager::WorkerLoop() {
       }
     }
     finished_[JobKindName(request.kind)][SyncStateName(final_state)]++;
+    if (s.ok()) {
+      log::Info(kind_name + " " + SyncStateName(final_state), {{"ms", ms}});
+    } else {
+      log::Fields f = {{"ms", ms}, {"error", it != records_.end() ? it->second.error : s.message()}};
+      log::Write(final_state == SyncState::kDiverged ? log::Level::kError : log::Level::kWarn,
+                 kind_name + " " + SyncStateName(final_state), f);
+    }
     running_.reset();
+    cv_.notify_all();  // Shutdown waits for the running job
     if (request.kind == JobKind::kScrub) next_scrub = Clock::now() + options_.scrub_interval;
   }
 }

@@ -50,6 +50,10 @@ class SyncExecutor {
   virtual bool CanScrub() const { return true; }
   // Asks a running scrub to stop soon (a sync is waiting); called from any thread.
   virtual void StopScrub() {}
+  // The process is stopping: a sync whose commit is not decided yet ends aborted ("sidecar
+  // shutting down", no engine byte changed); one past its decision finishes; a scrub stops.
+  // Called from any thread; irreversible.
+  virtual void BeginShutdown() {}
   // Multi-node: the sync that makes this node join a commit its group made without it, asked
   // once per complete set of attached ranks (nullopt: none is needed or possible; GroupJson
   // says which).
@@ -101,6 +105,11 @@ class SyncManager {
   // Counters for /metrics: syncs that went live / did not.
   uint64_t succeeded() const;
   uint64_t failed() const;
+  // Stops taking jobs: Submit refuses from now on ("sidecar shutting down"), a queued job ends
+  // aborted (sync) or failed with that message, no verify, catch-up or scrub is started any
+  // more, and the executor's BeginShutdown ends the running job early where it safely can.
+  // Waits until no job runs or `deadline` passes; returns whether none runs.
+  bool Shutdown(std::chrono::steady_clock::time_point deadline);
   // Finished jobs by kind and final state ("sync" -> {"live": n, "aborted": m, ...}).
   std::map<std::string, std::map<std::string, uint64_t>> Finished() const;
 
@@ -121,6 +130,7 @@ class SyncManager {
   uint64_t next_id_ = 1;                       // GUARDED_BY(mu_)
   std::map<std::string, std::map<std::string, uint64_t>> finished_;  // GUARDED_BY(mu_)
   bool stop_ = false;                          // GUARDED_BY(mu_)
+  bool draining_ = false;                      // GUARDED_BY(mu_), set by Shutdown
   std::thread worker_;
 };
 

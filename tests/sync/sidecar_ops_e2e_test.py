@@ -1,0 +1,170 @@
+"""End-to-end tests of the sidecar's operations: JSON logs through a sync, and graceful
+shutdown on SIGTERM (idle, before a sync's commit decision, after it). The real sidecar and
+demo engine processes, as in sync_e2e_test.py (whose Cluster this reuses).
+
+Run: python3 tests/sync/sidecar_ops_e2e_test.py --deltakv build/sidecar/deltakv \
+        --engine build/shim/deltakv-demo-engine
+"""
+import argparse, json, os, re, shutil, signal, sys, tempfile, time, unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sync_e2e_test as e2e  # noqa: E402
+from sync_e2e_test import TOKEN, http  # noqa: E402
+
+RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
+    PREFIX = "deltakv-ops-e2e-"
+
+    def setUp(self):
+        self.clusters = []
+        # Each test its own directory: the sidecar's log is read back whole.
+        self.run_dir = tempfile.mkdtemp(prefix="run-", dir=self.tmp)
+
+    def tearDown(self):
+        for c in self.clusters:
+            c.stop()
+
+    def cluster(self, env=None, **kw):
+        c = e2e.Cluster(self.run_dir, self.t("v1"), sidecar_args=["--log-format", "json"], **kw)
+        self.clusters.append(c)
+        if env is not None:
+            self.restart_sidecar(c, env)
+        return c
+
+    def restart_sidecar(self, c, env):
+        c.sidecar.send_signal(signal.SIGTERM)
+        self.assertEqual(c.sidecar.wait(timeout=30), 0)
+        os.remove(os.path.join(self.run_dir, "sidecar.log"))
+        c.start_sidecar(env)
+
+    def log_lines(self):
+        """Every stderr line of the sidecar, each parsed as JSON (the test fails on one that is
+        not)."""
+        with open(os.path.join(self.run_dir, "sidecar.log")) as f:
+            text = f.read()
+        out = []
+        for line in text.splitlines():
+            try:
+                j = json.loads(line)
+            except ValueError:
+                self.fail(f"not a JSON log line: {line!r}")
+            self.assertIsInstance(j, dict, line)
+            self.assertRegex(j["ts"], RFC3339_UTC)
+            self.assertIn(j["level"], ("info", "warn", "error"))
+            self.assertIsInstance(j["msg"], str)
+            out.append(j)
+        return out
+
+    def wait_state(self, c, sid, state, timeout=30):
+        deadline = time.time() + timeout
+        while http("GET", f"{c.url}/v1/syncs/{sid}")[1]["state"] != state:
+            self.assertLess(time.time(), deadline, f"sync {sid} never reached {state}")
+            time.sleep(0.02)
+
+    def terminate(self, c, timeout=30):
+        c.sidecar.send_signal(signal.SIGTERM)
+        rc = c.sidecar.wait(timeout=timeout)
+        return rc
+
+    def test_json_logs_through_a_sync(self):
+        c = self.cluster(tp=2)
+        sid = c.sync("v2", self.t("d12"))
+        self.assertEqual(c.wait(sid)["state"], "live")
+        bad = c.sync("v9", self.t("d12"))  # wrong parent now: aborted
+        self.assertEqual(c.wait(bad)["state"], "aborted")
+        self.assertEqual(self.terminate(c), 0)
+        lines = self.log_lines()
+        msgs = [j["msg"] for j in lines]
+        self.assertEqual(msgs[0], "listening", msgs)
+        self.assertRegex(lines[0]["addr"], r"^127\.0\.0\.1:\d+$")
+        self.assertEqual(lines[0]["shm"], c.shm)
+        self.assertEqual(msgs[-2:], ["shutting down", "stopped"])
+        by_sync = [j for j in lines if j["msg"].startswith("sync ")]
+        self.assertEqual([(j["msg"], j["sync_id"]) for j in by_sync],
+                         [("sync started", sid), ("sync live", sid),
+                          ("sync started", bad), ("sync aborted", bad)])
+        self.assertEqual(by_sync[0]["version"], "v2")
+        self.assertEqual(by_sync[0]["delta"], self.t("d12"))
+        self.assertGreater(by_sync[1]["ms"], 0)
+        self.assertEqual(by_sync[3]["level"], "warn")
+        self.assertTrue(by_sync[3]["error"])
+        # Every line a job wrote carries its id.
+        for j in lines:
+            if j["msg"].startswith(("sync ", "verify ", "scrub ")):
+                self.assertIn("sync_id", j)
+
+    def segments(self, c):
+        return {f for f in os.listdir("/dev/shm") if f.startswith(c.shm)}
+
+    def test_sigterm_when_idle(self):
+        c = self.cluster(tp=1)
+        before = self.segments(c)
+        self.assertEqual(self.terminate(c, timeout=10), 0)
+        after = self.segments(c)
+        # What stays is what the engine still maps (its control block and tensor tables); the
+        # sidecar leaves no plan arena or segment of its own behind.
+        self.assertLessEqual(after, before)
+        self.assertFalse([f for f in after if "-plan-" in f], after)
+        self.assertEqual([j["msg"] for j in self.log_lines()][-2:], ["shutting down", "stopped"])
+
+    def test_sigterm_before_the_decision_aborts(self):
+        c = self.cluster(tp=2, env={"DELTAKV_FAULT_STALL": "staged:3000"})
+        before = c.answers()
+        sid = c.sync("v2", self.t("d12"))
+        self.wait_state(c, sid, "staged")
+        c.sidecar.send_signal(signal.SIGTERM)
+        # While it drains: no new job, a clear answer.
+        deadline = time.time() + 2
+        while True:
+            code, body = http("POST", c.url + "/v1/sync", {"version": "v3", "delta": self.t("d23")},
+                              TOKEN)
+            if code == 503 or time.time() > deadline:
+                break
+            time.sleep(0.02)
+        self.assertEqual(code, 503, body)
+        self.assertEqual(body["error"]["code"], "UNAVAILABLE")
+        self.assertIn("shutting down", body["error"]["message"])
+        self.assertEqual(c.sidecar.wait(timeout=30), 0)
+        lines = self.log_lines()
+        end = [j for j in lines if j.get("sync_id") == sid and j["msg"] != "sync started"]
+        self.assertEqual([j["msg"] for j in end], ["sync aborted"], end)
+        self.assertEqual(end[0]["error"], "sidecar shutting down")
+        # Nothing written: the ranks serve v1 and dropped the plan.
+        self.assertEqual(c.answers(), before)
+        for r in range(c.tp):
+            self.assertEqual(c.rank_state(r)["policy_version"], 0)
+        c.assert_serves(self, self.t("v1"))
+
+    def test_sigterm_after_the_decision_finishes_the_commit(self):
+        c = self.cluster(tp=2, env={"DELTAKV_FAULT_STALL": "committing:1500"})
+        sid = c.sync("v2", self.t("d12"))
+        self.wait_state(c, sid, "committing")
+        self.assertEqual(self.terminate(c), 0)
+        msgs = [(j["msg"], j.get("sync_id")) for j in self.log_lines()]
+        self.assertIn(("sync live", sid), msgs)
+        self.assertLess(msgs.index(("sync live", sid)), msgs.index(("stopped", None)))
+        c.assert_serves(self, self.t("v2"))
+
+    def test_second_signal_exits_at_once(self):
+        c = self.cluster(tp=1, env={"DELTAKV_FAULT_STALL": "staged:20000"})
+        sid = c.sync("v2", self.t("d12"))
+        self.wait_state(c, sid, "staged")
+        c.sidecar.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        t0 = time.time()
+        c.sidecar.send_signal(signal.SIGTERM)
+        self.assertEqual(c.sidecar.wait(timeout=10), 1)
+        self.assertLess(time.time() - t0, 5)
+        time.sleep(2.5)  # the ranks notice the sidecar is gone and drop the staged plan
+        self.assertEqual(c.rank_state(0)["policy_version"], 0)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deltakv", required=True)
+    ap.add_argument("--engine", required=True)
+    args, rest = ap.parse_known_args()
+    e2e.DELTAKV, e2e.ENGINE = os.path.abspath(args.deltakv), os.path.abspath(args.engine)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
