@@ -114,6 +114,7 @@ struct SidecarOpts {
   uint64_t group_in_doubt_timeout_ms = 30000;
   uint64_t group_commit_margin_ms = 50;
   uint64_t group_report_timeout_ms = 2000;
+  std::string topology;  // JSON file: which global ranks each node serves
 };
 
 // Fills unset options from a JSON config file (flags given on the command line win).
@@ -169,6 +170,7 @@ Status LoadConfig(SidecarOpts& o, const CLI::App& cmd) {
   RETURN_IF_ERROR(str("node", o.node, "--node"));
   RETURN_IF_ERROR(str("group_members", o.group_members, "--group-members"));
   RETURN_IF_ERROR(str("etcd_endpoints", o.etcd_endpoints, "--etcd-endpoints"));
+  RETURN_IF_ERROR(str("topology", o.topology, "--topology"));
   RETURN_IF_ERROR(uint("group_prepare_timeout_ms", o.group_prepare_timeout_ms,
                        "--group-prepare-timeout-ms"));
   RETURN_IF_ERROR(uint("group_in_doubt_timeout_ms", o.group_in_doubt_timeout_ms,
@@ -222,6 +224,10 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
   g.in_doubt_timeout = std::chrono::milliseconds(o.group_in_doubt_timeout_ms);
   g.commit_margin = std::chrono::milliseconds(o.group_commit_margin_ms);
   g.report_timeout = std::chrono::milliseconds(o.group_report_timeout_ms);
+  if (!o.topology.empty()) {
+    ASSIGN_OR_RETURN(sidecar::Topology topology, sidecar::LoadTopology(o.topology, g.members));
+    g.topology = std::move(topology);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<sidecar::GroupCommit> group, sidecar::GroupCommit::Create(g));
   return std::shared_ptr<sidecar::GroupCommit>(std::move(group));
 }
@@ -331,7 +337,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
                        InvalidArgument("--scrub-interval-s and --scrub-rate-gbps must be >= 0"),
                        false);
   }
-  if (!o.group.empty() || !o.group_members.empty() || !o.node.empty()) {
+  if (!o.group.empty() || !o.group_members.empty() || !o.node.empty() || !o.topology.empty()) {
     auto group = GroupFrom(o);
     if (!group.ok()) return ReportError("sidecar", group.status().WithPrefix("group"), false);
     eo.group = std::move(group).value();
@@ -438,6 +444,8 @@ void AddSidecarCommand(CLI::App& app, int* rc) {
   cmd->add_option("--node", o->node, "Multi-node: this node's name in the group");
   cmd->add_option("--group-members", o->group_members,
                   "Multi-node: every node of the group, comma-separated (this one included)");
+  cmd->add_option("--topology", o->topology,
+                  "Multi-node: JSON file of the global ranks each node serves (docs/MULTINODE.md)");
   cmd->add_option("--etcd-endpoints", o->etcd_endpoints,
                   "Multi-node: etcd http://host:port list (default $DELTAKV_ETCD_ENDPOINTS)");
   cmd->add_option("--group-prepare-timeout-ms", o->group_prepare_timeout_ms,

@@ -44,6 +44,7 @@
 #include "base/status.h"
 #include "coord/etcd_client.h"
 #include "coord/group_records.h"
+#include "coord/topology.h"
 
 namespace deltakv::sidecar {
 
@@ -58,6 +59,9 @@ struct GroupOptions {
   int64_t lease_ttl_s = 10;                            // membership liveness
   std::chrono::milliseconds commit_margin{50};         // decision -> common commit point
   std::chrono::milliseconds report_timeout{2000};      // waiting for the others' pause times
+  // Which global ranks each node serves (validated against `members`); none: every node
+  // serves a whole replica of the model.
+  std::optional<Topology> topology;
 };
 
 class GroupCommit {
