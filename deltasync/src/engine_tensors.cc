@@ -21,12 +21,16 @@ std::string EngineTensorTableToJson(const EngineTensorTable& t) {
                        {"local_bytes", e.local_bytes},
                        {"layout", Json::parse(e.layout.ToJson())}});
   }
-  return Json{{"format", kEngineTensorsFormat},
-              {"rank", t.rank},
-              {"world_size", t.world_size},
-              {"version", t.version},
-              {"tensors", std::move(tensors)}}
-      .dump();
+  Json j{{"format", kEngineTensorsFormat},
+         {"rank", t.rank},
+         {"world_size", t.world_size},
+         {"version", t.version},
+         {"tensors", std::move(tensors)}};
+  if (t.global_world > 0) {
+    j["global_rank"] = t.global_rank;
+    j["global_world"] = t.global_world;
+  }
+  return j.dump();
 }
 
 StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text) {
@@ -44,6 +48,17 @@ StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text) {
   }
   t.rank = static_cast<uint32_t>(rank);
   t.world_size = static_cast<uint32_t>(world);
+  if (j.contains("global_rank") || j.contains("global_world")) {
+    ASSIGN_OR_RETURN(uint64_t grank, jf::Uint(j, "global_rank", where));
+    ASSIGN_OR_RETURN(uint64_t gworld, jf::Uint(j, "global_world", where));
+    if (gworld == 0 || gworld > kLayoutMaxWorld || grank < rank || grank - rank + world > gworld) {
+      return InvalidArgument(where + ": global rank " + std::to_string(grank) + " of " +
+                             std::to_string(gworld) + " does not fit local rank " +
+                             std::to_string(rank) + " of " + std::to_string(world));
+    }
+    t.global_rank = static_cast<uint32_t>(grank);
+    t.global_world = static_cast<uint32_t>(gworld);
+  }
   ASSIGN_OR_RETURN(t.version, jf::OptionalString(j, "version", where, ""));
   ASSIGN_OR_RETURN(const Json* tensors, jf::Array(j, "tensors", where));
   for (size_t i = 0; i < tensors->size(); ++i) {
@@ -58,11 +73,11 @@ StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text) {
     auto layout = TensorLayout::FromJson(layout_json->dump());
     if (!layout.ok()) return layout.status().WithPrefix(w + " '" + name + "'");
     EngineTensor et{std::move(name), *dt, local_bytes, std::move(layout).value()};
-    if (et.layout.LocalBytes(t.rank).total != et.local_bytes) {
+    if (et.layout.LocalBytes(t.LayoutRank()).total != et.local_bytes) {
       return InvalidArgument(w + " '" + et.name + "': local_bytes " +
                              std::to_string(et.local_bytes) + " but the layout gives rank " +
-                             std::to_string(t.rank) + " " +
-                             std::to_string(et.layout.LocalBytes(t.rank).total));
+                             std::to_string(t.LayoutRank()) + " " +
+                             std::to_string(et.layout.LocalBytes(t.LayoutRank()).total));
     }
     t.tensors.push_back(std::move(et));
   }
@@ -80,6 +95,16 @@ StatusOr<RankTensorTables> ToRankTensorTables(const std::vector<EngineTensorTabl
   std::vector<bool> seen(world, false);
   for (const EngineTensorTable& t : tables) {
     if (t.world_size != world) return InvalidArgument("engine ranks disagree on the world size");
+    if (t.LayoutWorld() != tables[0].LayoutWorld() ||
+        t.LayoutRank() - t.rank != tables[0].LayoutRank() - tables[0].rank) {
+      return InvalidArgument("engine rank " + std::to_string(t.rank) + " names global rank " +
+                             std::to_string(t.LayoutRank()) + " of " +
+                             std::to_string(t.LayoutWorld()) + ", rank " +
+                             std::to_string(tables[0].rank) + " global rank " +
+                             std::to_string(tables[0].LayoutRank()) + " of " +
+                             std::to_string(tables[0].LayoutWorld()) +
+                             ": a node's ranks must be consecutive global ranks of one group");
+    }
     if (seen[t.rank])
       return InvalidArgument("engine rank " + std::to_string(t.rank) + " registered twice");
     seen[t.rank] = true;

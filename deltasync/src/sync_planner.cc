@@ -6,6 +6,8 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 
@@ -118,10 +120,20 @@ struct FetchWindow {
 };
 
 // Frames grouped by object (each object read once, front to back) and cut into windows.
-std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_bytes) {
+// Frames `keep` rejects are left out (and the objects holding them named in *partial); a gap
+// between kept frames starts a new window, so skipped bytes are never read.
+std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_bytes,
+                                     const PlannerOptions::FrameFilter& keep,
+                                     std::set<std::string>* partial) {
   std::map<std::string, std::vector<FrameRef>> by_object;
   for (uint32_t i = 0; i < m.tensors.size(); ++i) {
-    for (const DeltaFrame& f : m.tensors[i].frames) by_object[f.object].push_back({i, &f});
+    for (const DeltaFrame& f : m.tensors[i].frames) {
+      if (keep && !keep(i, f.offset, f.length)) {
+        partial->insert(f.object);
+        continue;
+      }
+      by_object[f.object].push_back({i, &f});
+    }
   }
   std::vector<FetchWindow> out;
   for (auto& [object, frames] : by_object) {
@@ -132,7 +144,8 @@ std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_byt
     for (const FrameRef& fr : frames) {
       const uint64_t begin = fr.frame->object_offset;
       const uint64_t end = begin + fr.frame->compressed_length;
-      if (w == nullptr || begin < w->offset || end - w->offset > window_bytes) {
+      if (w == nullptr || begin < w->offset || end - w->offset > window_bytes ||
+          (!partial->empty() && begin > w->offset + w->length)) {
         out.push_back({object, begin, 0, {}});
         w = &out.back();
       }
@@ -148,10 +161,12 @@ std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_byt
 // are read from the store, so every byte of the object is hashed exactly once.
 class StreamDigests {
  public:
-  StreamDigests(const DeltaManifest& m, ObjectStore& store, bool enabled) : store_(store) {
+  StreamDigests(const DeltaManifest& m, ObjectStore& store, bool enabled,
+                const std::set<std::string>& skip)
+      : store_(store) {
     if (!enabled) return;
     for (const DeltaObject& o : m.objects) {
-      if (!o.sha256.empty()) objects_.emplace(o.name, Digest{&o, std::make_unique<Sha256>(), 0});
+      if (!o.sha256.empty() && skip.count(o.name) == 0) objects_.emplace(o.name, Digest{&o, std::make_unique<Sha256>(), 0});
     }
   }
 
@@ -221,7 +236,9 @@ Status WriterPlanOutput::Add(uint32_t rank, uint32_t tensor, uint64_t local_offs
 }
 
 StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManifest& m,
-                                                                const RankTensorTables& ranks) {
+                                                                const RankTensorTables& ranks,
+                                                                uint32_t layout_world) {
+  if (layout_world == 0) layout_world = static_cast<uint32_t>(ranks.size());
   if (ranks.empty()) return FailedPrecondition("no engine ranks are registered");
   std::vector<std::vector<PlanTensor>> out(ranks.size());
   for (const DeltaTensor& t : m.tensors) {
@@ -240,10 +257,10 @@ StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManif
                                  std::to_string(t.length) + " bytes, the engine's layout " +
                                  std::to_string(e.layout.canonical_bytes()));
         }
-        if (e.layout.world() != ranks.size()) {
+        if (e.layout.world() != layout_world) {
           return InvalidArgument("tensor '" + t.name + "': layout spans " +
-                                 std::to_string(e.layout.world()) + " ranks, " +
-                                 std::to_string(ranks.size()) + " are registered");
+                                 std::to_string(e.layout.world()) + " ranks, the group has " +
+                                 std::to_string(layout_world));
         }
       } else if (!(e.layout.spec() == first->layout.spec())) {
         return InvalidArgument("tensor '" + t.name + "': ranks registered different layouts");
@@ -279,11 +296,13 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
                       (size < o.size ? " (truncated)" : ""));
     }
   }
+  std::set<std::string> partial;
   const std::vector<FetchWindow> windows =
-      PlanWindows(m, std::max<uint64_t>(opt.fetch_window_bytes, 1));
+      PlanWindows(m, std::max<uint64_t>(opt.fetch_window_bytes, 1), opt.frame_filter, &partial);
   // Windows are fetched one at a time (at most one prefetch in flight), so the digests are fed
-  // in window order, each call ordered after the previous by the future's get().
-  StreamDigests digests(m, store, opt.verify_sha256);
+  // in window order, each call ordered after the previous by the future's get(). An object read
+  // only in part has no digest to check (the ranks' Adler-32 sums cover what is applied).
+  StreamDigests digests(m, store, opt.verify_sha256, partial);
   std::atomic<uint64_t> gap_bytes{0};
   auto fetch = [&store, &digests, &gap_bytes](const FetchWindow& w) -> StatusOr<std::string> {
     ASSIGN_OR_RETURN(std::string bytes, store.ReadRange(w.object, w.offset, w.length));

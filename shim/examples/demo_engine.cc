@@ -26,7 +26,9 @@
 // the engine.
 //
 //   deltakv-demo-engine --checkpoint DIR --tp N [--backend cpu|cuda] [--shm NAME] [--port P]
-//                       [--port-dir D] [--poll]
+//                       [--port-dir D] [--poll] [--tp-world W --first-rank R]
+// With --tp-world the N ranks are global ranks R..R+N-1 of a W-rank tensor-parallel group that
+// spans nodes: each holds exactly the shards of its global rank.
 #include <httplib.h>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -392,9 +394,12 @@ std::string Sha256Hex(const Weights& w) {
   return out;
 }
 
-int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::string& backend,
-            const std::string& shm, int port, const std::string& port_dir, bool poll,
-            std::string version) {
+int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_world,
+            uint32_t first_rank, const std::string& backend, const std::string& shm, int port,
+            const std::string& port_dir, bool poll, std::string version) {
+  // This process is global rank `grank` of a `gworld`-rank group: layouts and shards use it.
+  const uint32_t gworld = tp_world > 0 ? tp_world : tp;
+  const uint32_t grank = first_rank + rank;
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) {
     std::fprintf(stderr, "rank %u: %s\n", rank, ckpt.status().ToString().c_str());
@@ -405,6 +410,10 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
   p.shm_name = shm.c_str();
   p.rank = static_cast<int32_t>(rank);
   p.world_size = static_cast<int32_t>(tp);
+  if (tp_world > 0) {
+    p.first_global_rank = static_cast<int32_t>(first_rank);
+    p.global_world_size = static_cast<int32_t>(tp_world);
+  }
   p.initial_version = version.c_str();
   p.poll_mode = poll ? 1 : 0;
   p.backend = backend.c_str();
@@ -414,7 +423,7 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
     return 3;
   }
   Weights w;
-  Status loaded = LoadShards(*ckpt, rank, tp, &w, /*existing=*/false);
+  Status loaded = LoadShards(*ckpt, grank, gworld, &w, /*existing=*/false);
   if (!loaded.ok()) {
     std::fprintf(stderr, "rank %u: %s\n", rank, loaded.ToString().c_str());
     return 2;
@@ -437,7 +446,7 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
   }
   for (size_t i = 0; i < w.names.size(); ++i) {
     const TensorInfo& t = *ckpt->Find(w.names[i])->info;
-    auto layout = LayoutFor(t, tp);
+    auto layout = LayoutFor(t, gworld);
     int64_t elements = static_cast<int64_t>(w.sizes[i] / DTypeSize(t.dtype));
     std::string json = layout->ToJson();
     if (deltakv_engine_register_tensor(engine, w.names[i].c_str(), w.live(i),
@@ -462,6 +471,8 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
   auto state = [&](bool full) {
     std::shared_lock<std::shared_mutex> lock(g_serving);
     nlohmann::json j = {{"rank", rank},
+                        {"global_rank", grank},
+                        {"global_world", gworld},
                         {"answer", Sha256Hex(w)},
                         {"version", deltakv_engine_version_id(engine)},
                         {"policy_version", deltakv_engine_policy_version(engine)},
@@ -578,7 +589,7 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
                       "application/json");
     };
     auto start = std::chrono::steady_clock::now();
-    auto other = LoadLike(j["checkpoint"].get<std::string>(), rank, tp, w);
+    auto other = LoadLike(j["checkpoint"].get<std::string>(), grank, gworld, w);
     if (!other.ok()) return fail(400, other.status());
     const Weights& next = *other;
     double pause_ms = 0;
@@ -623,7 +634,7 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
       return fail(400, FailedPrecondition("touch-bound times host memory lines (the cpu backend); "
                                           "on cuda use /v1/copy-bound"));
     }
-    auto parent = LoadLike(j["parent"].get<std::string>(), rank, tp, w);
+    auto parent = LoadLike(j["parent"].get<std::string>(), grank, gworld, w);
     if (!parent.ok()) return fail(400, parent.status());
     const Weights& old = *parent;
     const unsigned threads = DefaultThreads();
@@ -710,11 +721,16 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, const std::strin
 int main(int argc, char** argv) {
   CLI::App app{"deltakv reference engine (tensor parallel rank processes)"};
   std::string dir, shm = "deltakv", port_dir, version, backend = "cpu";
-  uint32_t tp = 1;
+  uint32_t tp = 1, tp_world = 0, first_rank = 0;
   int rank = -1, port = 0;
   bool poll = false;
   app.add_option("--checkpoint", dir, "Checkpoint directory")->required();
   app.add_option("--tp", tp, "Tensor-parallel degree (rank processes)")->check(CLI::Range(1u, 64u));
+  app.add_option("--tp-world", tp_world,
+                 "Serve a slice of a larger tensor-parallel group of this many ranks (default: --tp)")
+      ->check(CLI::Range(1u, 4096u));
+  app.add_option("--first-rank", first_rank,
+                 "With --tp-world: this engine's ranks are global ranks first-rank..first-rank+tp-1");
   app.add_option("--backend", backend, "Device backend: cpu (host memory) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--shm", shm, "The sidecar's shared-memory name");
@@ -726,9 +742,18 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
+  if (tp_world > 0 && first_rank + tp > tp_world) {
+    std::fprintf(stderr, "--first-rank %u + --tp %u exceeds --tp-world %u\n", first_rank, tp,
+                 tp_world);
+    return 2;
+  }
+  if (tp_world == 0 && first_rank != 0) {
+    std::fprintf(stderr, "--first-rank needs --tp-world\n");
+    return 2;
+  }
   if (rank >= 0)
-    return RunRank(dir, static_cast<uint32_t>(rank), tp, backend, shm, port, port_dir, poll,
-                   version);
+    return RunRank(dir, static_cast<uint32_t>(rank), tp, tp_world, first_rank, backend, shm, port,
+                   port_dir, poll, version);
 
   // Parent: one process per rank, as real engines run tensor parallelism.
   std::vector<pid_t> children;

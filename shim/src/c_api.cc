@@ -1,5 +1,6 @@
 // The engine half of the C ABI (include/deltakv/deltakv.h): thin wrappers over shim::Engine that
 // follow the ABI's conventions (c_abi.h).
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -19,7 +20,8 @@ using deltakv::Status;
 using deltakv::shim::RunC;
 
 // Both structs as of ABI 1: every caller passes at least this much.
-constexpr size_t kEngineParamsV1Size = sizeof(deltakv_engine_params);
+// ABI 1 ended at attach_timeout_ms; the global slice fields came later and default to 0.
+constexpr size_t kEngineParamsV1Size = offsetof(deltakv_engine_params, first_global_rank);
 constexpr size_t kCallbacksV1Size = sizeof(deltakv_callbacks);
 constexpr size_t kSyncStatsV1Size = sizeof(deltakv_sync_stats);
 
@@ -45,6 +47,16 @@ deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltak
       return InvalidArgument("rank " + std::to_string(p.rank) + " of world_size " +
                              std::to_string(p.world_size) +
                              " (expected world_size > 0 and 0 <= rank < world_size)");
+    }
+    if (p.global_world_size < 0 || (p.global_world_size > 0 &&
+                                     (p.first_global_rank < 0 ||
+                                      int64_t{p.first_global_rank} + p.world_size >
+                                          p.global_world_size))) {
+      return InvalidArgument("global ranks " + std::to_string(p.first_global_rank) + ".." +
+                             std::to_string(int64_t{p.first_global_rank} + p.world_size - 1) +
+                             " of global_world_size " + std::to_string(p.global_world_size) +
+                             " (expected 0 <= first_global_rank and first_global_rank + "
+                             "world_size <= global_world_size)");
     }
     *out = new deltakv_engine(p);
     return Status::Ok();

@@ -18,6 +18,9 @@ Engine::Engine(const deltakv_engine_params& p)
     : shm_name_(p.shm_name ? p.shm_name : "deltakv"),
       rank_(p.rank < 0 ? 0 : static_cast<uint32_t>(p.rank)),
       world_(p.world_size <= 0 ? 1 : static_cast<uint32_t>(p.world_size)),
+      first_global_(p.global_world_size > 0 ? static_cast<uint32_t>(p.first_global_rank) : 0),
+      global_world_(p.global_world_size > 0 ? static_cast<uint32_t>(p.global_world_size)
+                                            : world_),
       backend_name_(p.backend ? p.backend : "cpu"),
       poll_mode_(p.poll_mode != 0),
       attach_timeout_ms_(p.attach_timeout_ms == 0 ? 10000 : p.attach_timeout_ms),
@@ -99,18 +102,18 @@ Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
   }
   auto layout = layout_json != nullptr && *layout_json != '\0'
                     ? deltasync::TensorLayout::FromJson(layout_json)
-                    : deltasync::TensorLayout::Replicated(dims, *dt, world_);
+                    : deltasync::TensorLayout::Replicated(dims, *dt, global_world_);
   if (!layout.ok()) return layout.status().WithPrefix("tensor '" + std::string(name) + "'");
-  if (layout->world() != world_) {
+  if (layout->world() != global_world_) {
     return InvalidArgument("tensor '" + std::string(name) + "': layout spans " +
-                           std::to_string(layout->world()) + " ranks, the engine has " +
-                           std::to_string(world_));
+                           std::to_string(layout->world()) + " ranks, the engine's group has " +
+                           std::to_string(global_world_));
   }
-  if (layout->LocalBytes(rank_).total != bytes) {
+  if (layout->LocalBytes(layout_rank()).total != bytes) {
     return InvalidArgument("tensor '" + std::string(name) + "': local shape holds " +
                            std::to_string(bytes) + " bytes, the layout gives rank " +
-                           std::to_string(rank_) + " " +
-                           std::to_string(layout->LocalBytes(rank_).total));
+                           std::to_string(layout_rank()) + " " +
+                           std::to_string(layout->LocalBytes(layout_rank()).total));
   }
   for (const auto& t : table_) {
     if (t.name == name)
@@ -123,6 +126,10 @@ Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
 
 Status Engine::PublishTensorTable() {
   deltasync::EngineTensorTable t{rank_, world_, version_id(), table_};
+  if (global_world_ != world_) {
+    t.global_rank = layout_rank();
+    t.global_world = global_world_;
+  }
   std::string json = deltasync::EngineTensorTableToJson(t);
   // Drop (and unlink) the table this handle published before, so that destroying it cannot
   // unlink its successor; a stale table of a dead predecessor is replaced.
@@ -354,7 +361,8 @@ void Engine::HandleVerify(const shm::Message& msg) {
     return !aborted;
   };
   uint64_t bytes_read = 0;
-  auto sums = ChecksumWeights(locals_, table_, rank_, *backend_, opts, &bytes_read);
+  auto sums = ChecksumWeights(locals_, table_, layout_rank(), *backend_, opts, &bytes_read,
+                              first_global_, world_);
   SetState(before);
   if (!sums.ok()) {
     if (aborted) {

@@ -123,8 +123,13 @@ class Engine {
 
   // Parameters.
   std::string shm_name_;
-  uint32_t rank_ = 0;
-  uint32_t world_ = 1;
+  uint32_t rank_ = 0;   // the node-local rank (control block slot, table segment)
+  uint32_t world_ = 1;  // the node's ranks
+  // The global rank of local rank 0 and the global world, when this engine serves a slice of a
+  // larger tensor-parallel group; layouts use global ranks (layout_rank() = first_global_ + rank_).
+  uint32_t first_global_ = 0;
+  uint32_t global_world_ = 1;
+  uint32_t layout_rank() const { return first_global_ + rank_; }
   std::string backend_name_;
   bool poll_mode_ = false;
   uint32_t attach_timeout_ms_ = 10000;

@@ -90,20 +90,32 @@ class JobRunner {
 };
 
 // Sums for one tensor.
+// Only ranks [node_lo, node_lo + node_count) count (the node's ranks); the owner of a byte is
+// the lowest of them holding it, and other holders are named relative to node_lo.
 Status ChecksumTensor(const LocalTensor& local, const deltasync::TensorLayout& layout,
-                      uint32_t rank, JobRunner& runner, TensorSums* out) {
+                      uint32_t rank, uint32_t node_lo, uint32_t node_count, JobRunner& runner,
+                      TensorSums* out) {
   std::vector<Piece> owned, replica;
   std::map<uint32_t, std::vector<Piece>> others;  // other ranks' non-owned pieces
+  // Pieces come in (canonical offset, rank) order: the holders of one run are consecutive.
+  bool any = false;
+  uint64_t owner_offset = 0;
   RETURN_IF_ERROR(layout.ForEachPiece(0, layout.canonical_bytes(),
                                       [&](const deltasync::LayoutPiece& p) -> Status {
-    Piece piece{p.canonical_offset, p.length, p.local_offset};
-    if (p.local_offset > local.bytes || p.length > local.bytes - p.local_offset) {
-      return Internal("layout piece outside the local tensor '" + local.name + "'");
+    if (p.rank < node_lo || p.rank - node_lo >= node_count) return Status::Ok();
+    const bool owner = !any || p.canonical_offset != owner_offset;
+    if (owner) {
+      any = true;
+      owner_offset = p.canonical_offset;
     }
+    Piece piece{p.canonical_offset, p.length, p.local_offset};
     if (p.rank == rank) {
-      (p.owner ? owned : replica).push_back(piece);
-    } else if (!p.owner) {
-      others[p.rank].push_back(piece);
+      if (p.local_offset > local.bytes || p.length > local.bytes - p.local_offset) {
+        return Internal("layout piece outside the local tensor '" + local.name + "'");
+      }
+      (owner ? owned : replica).push_back(piece);
+    } else if (!owner) {
+      others[p.rank - node_lo].push_back(piece);
     }
     return Status::Ok();
   }));
@@ -155,12 +167,14 @@ StatusOr<std::vector<TensorSums>> ChecksumWeights(const std::vector<LocalTensor>
                                                   const std::vector<deltasync::EngineTensor>& table,
                                                   uint32_t rank, DeviceBackend& backend,
                                                   const ChecksumOptions& options,
-                                                  uint64_t* bytes_read) {
+                                                  uint64_t* bytes_read, uint32_t node_lo,
+                                                  uint32_t node_count) {
   if (tensors.size() != table.size()) return Internal("tensor lists disagree");
   JobRunner runner(backend, options);
   std::vector<TensorSums> sums(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    RETURN_IF_ERROR(ChecksumTensor(tensors[i], table[i].layout, rank, runner, &sums[i])
+    RETURN_IF_ERROR(ChecksumTensor(tensors[i], table[i].layout, rank, node_lo, node_count, runner,
+                                   &sums[i])
                         .WithPrefix("tensor '" + tensors[i].name + "'"));
   }
   if (bytes_read != nullptr) *bytes_read = runner.bytes_read();

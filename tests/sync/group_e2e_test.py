@@ -6,7 +6,7 @@ Run: python3 tests/sync/group_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 Skips when /usr/bin/etcd (Debian's etcd-server) is missing.
 """
-import argparse, os, shutil, signal, socket, subprocess, sys, tempfile, time, unittest
+import argparse, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sync_e2e_test as base  # noqa: E402
@@ -62,13 +62,16 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
             c.stop()
         self.etcd.stop()
 
-    def node(self, name, tp, prepare_ms=3000, members="a,b", checkpoint="v1", env=None):
+    def node(self, name, tp, prepare_ms=3000, members="a,b", checkpoint="v1", env=None,
+             first_rank=0, tp_world=0, topology=None):
         d = os.path.join(self.dir, "node-" + name)
         os.makedirs(d, exist_ok=True)
-        c = base.Cluster(d, self.t(checkpoint), tp=tp, env=env, sidecar_args=[
+        extra = ["--topology", topology] if topology else []
+        c = base.Cluster(d, self.t(checkpoint), tp=tp, env=env, first_rank=first_rank,
+                         tp_world=tp_world, sidecar_args=[
             "--group", self.group, "--node", name, "--group-members", members,
             "--etcd-endpoints", self.etcd.url, "--group-prepare-timeout-ms", str(prepare_ms),
-            "--group-in-doubt-timeout-ms", "500"])
+            "--group-in-doubt-timeout-ms", "500", *extra])
         self.nodes[name] = c
         return c
 
@@ -239,6 +242,53 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
             self.assertEqual(rec["state"], "aborted", (n, rec))
             self.assertIn("etcd", rec["error"])
         self.assertEqual(a.answers() + b.answers(), before)
+
+    def topology(self, nodes, world=4):
+        path = os.path.join(self.dir, "topology.json")
+        base.write(path, json.dumps({"format": "deltakv.topology/1", "world": world, "tp": world,
+                                     "pp": 1, "nodes": nodes}).encode())
+        return path
+
+    def split_nodes(self, env_b=None):
+        """One TP-4 model over two nodes: a serves global ranks 0-1, b ranks 2-3."""
+        topo = self.topology({"a": [0, 1], "b": [2, 3]})
+        a = self.node("a", tp=2, first_rank=0, tp_world=4, topology=topo)
+        b = self.node("b", tp=2, first_rank=2, tp_world=4, topology=topo, env=env_b)
+        return a, b
+
+    def delta_bytes(self, delta):
+        m = json.loads(base.read(os.path.join(delta, "manifest.json")))
+        return sum(o["size"] for o in m["objects"])
+
+    def test_two_nodes_serve_one_tp4_model(self):
+        a, b = self.split_nodes()
+        whole = self.delta_bytes(self.t("d12"))
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "live", (n, rec))
+            # Each node reads only frames that overlap its ranks' bytes. The test model's tensors
+            # are each one frame (< 1 MiB, the smallest frame size), so here every changed
+            # tensor has a frame both nodes need: no node reads more than the delta.
+            self.assertLessEqual(rec["bytes_fetched"], whole, (n, rec))
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+        recs = self.sync_all("v3", {"a": self.t("d23"), "b": self.t("d23")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        a.assert_serves(self, self.t("v3"))
+        b.assert_serves(self, self.t("v3"))
+
+    def test_a_bad_topology_is_refused_at_start(self):
+        for nodes, why in (({"a": [0, 1, 2], "b": [2, 3]}, "served by two nodes"),
+                           ({"a": [0, 1], "b": [3]}, "served by no node"),
+                           ({"a": [0, 1], "b": [2, 3], "c": []}, "not among the group's members"),
+                           ({"a": [0, 1], "b": [2, 3, 4]}, "outside the world")):
+            r = subprocess.run([base.DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--token", "x",
+                                "--group", "g", "--node", "a", "--group-members", "a,b",
+                                "--etcd-endpoints", self.etcd.url,
+                                "--topology", self.topology(nodes)],
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, nodes)
+            self.assertIn(why, r.stderr, nodes)
 
     def test_group_flags_are_checked_at_start(self):
         r = subprocess.run([base.DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--token", "x",

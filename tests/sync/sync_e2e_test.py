@@ -78,8 +78,10 @@ class Cluster:
     """A sidecar and an engine with `tp` rank processes."""
 
     def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None, sidecar_args=(),
-                 engine_prefix=()):
+                 engine_prefix=(), first_rank=0, tp_world=0):
         self.tmp, self.tp, self.poll = tmp, tp, poll
+        # A slice of a larger group: ranks are global ranks first_rank.. of tp_world.
+        self.first_rank, self.tp_world = first_rank, tp_world or tp
         self.sidecar_args = list(sidecar_args)
         self.shm = f"dkv-e2e-{os.getpid()}-{int(time.time() * 1000) % 100000}"
         self.token_file = os.path.join(tmp, "token")
@@ -92,6 +94,8 @@ class Cluster:
                 "--port-dir", self.ports]
         if poll:
             args.append("--poll")
+        if tp_world:
+            args += ["--tp-world", str(tp_world), "--first-rank", str(first_rank)]
         self.engine = subprocess.Popen(args, stderr=open(os.path.join(tmp, "engine.log"), "ab"))
         self.rank_ports = []
         deadline = time.time() + 30
@@ -176,7 +180,8 @@ class Cluster:
             local = self.dump(r)
             test.assertEqual(set(local), set(tensors))
             for name, (info, data) in tensors.items():
-                test.assertEqual(local[name], expected_local(name, info, data, r, self.tp),
+                test.assertEqual(local[name], expected_local(name, info, data,
+                                                             self.first_rank + r, self.tp_world),
                                  f"rank {r} tensor {name}")
 
     def stop(self):

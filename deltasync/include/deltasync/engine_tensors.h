@@ -5,6 +5,10 @@
 //    "tensors": [{"name": "model.layers.0.mlp.up_proj.weight", "dtype": "BF16",
 //                 "local_bytes": 4194304, "layout": {...TensorLayout JSON...}}, ...]}
 //
+// A node serving a slice of a larger tensor-parallel group adds "global_rank" and
+// "global_world" (both or neither): its local rank `rank` is global rank `global_rank`, and
+// layouts name global ranks. Without them global_rank = rank and global_world = world_size.
+//
 // `index` of each entry is its position in "tensors" (the shim's registration order).
 // Parsing validates everything and rejects bad input with InvalidArgument naming the field.
 //
@@ -30,10 +34,17 @@ struct EngineTensor {
 };
 
 struct EngineTensorTable {
-  uint32_t rank = 0;
-  uint32_t world_size = 1;
+  uint32_t rank = 0;        // node-local rank (the control block slot)
+  uint32_t world_size = 1;  // the node's ranks
   std::string version;
   std::vector<EngineTensor> tensors;
+  // A slice of a larger group: the layouts' rank of this rank and the group's world. 0: the
+  // node serves the whole group (the layouts' rank is `rank`).
+  uint32_t global_rank = 0;
+  uint32_t global_world = 0;
+
+  uint32_t LayoutRank() const { return global_world > 0 ? global_rank : rank; }
+  uint32_t LayoutWorld() const { return global_world > 0 ? global_world : world_size; }
 };
 
 // Name of the shared-memory segment where rank `rank` publishes its table: a Scratch segment
@@ -43,8 +54,9 @@ std::string EngineTensorTableSegmentName(const std::string& shm_name, uint32_t r
 std::string EngineTensorTableToJson(const EngineTensorTable& t);
 StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text);
 
-// Builds the planner's per-rank tables. InvalidArgument if ranks are missing or duplicated,
-// world sizes disagree, or a name repeats within a rank.
+// Builds the planner's per-rank tables (index = node-local rank). InvalidArgument if ranks are
+// missing or duplicated, world sizes disagree, the ranks are not consecutive global ranks of
+// one group, or a name repeats within a rank.
 StatusOr<RankTensorTables> ToRankTensorTables(const std::vector<EngineTensorTable>& tables);
 
 }  // namespace deltakv::deltasync

@@ -58,9 +58,12 @@ struct PlanStats {
 
 // The plan tensor table shared by every rank's plan: one PlanTensor per manifest tensor,
 // in manifest order (PlanTensor::rank_tensor is filled per rank). Checks that every rank
-// registered every changed tensor with the same layout and the right canonical length.
+// registered every changed tensor with the same layout and the right canonical length, and that
+// each layout spans `layout_world` ranks (0: ranks.size(); a node serving a slice of a larger
+// group passes the group's world).
 StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManifest& m,
-                                                                const RankTensorTables& ranks);
+                                                                const RankTensorTables& ranks,
+                                                                uint32_t layout_world = 0);
 
 struct PlannerOptions {
   std::string decoder;  // "" = default XorDecoder
@@ -75,10 +78,17 @@ struct PlannerOptions {
   // at most N ahead of the one being planned) to the calling thread, which hands them to the
   // PlanOutput in frame order. An output error stops the walkers and is returned.
   unsigned decode_threads = 1;
+  // Which frames to fetch: called with (manifest tensor index, frame's canonical offset, frame's
+  // canonical length); a frame it rejects is neither read nor decoded (its pieces go nowhere).
+  // A node serving a slice of a group keeps the frames that overlap its ranks' bytes. Objects
+  // read only in part are not sha256-checked. Empty: every frame.
+  using FrameFilter = std::function<bool(uint32_t tensor, uint64_t offset, uint64_t length)>;
+  FrameFilter frame_filter;
   // Called after each fetch window with (windows done, windows total).
   std::function<void(size_t, size_t)> progress;
   // Check every object's sha256 (when the manifest records one) over the bytes as they are
-  // fetched; bytes no frame covers are read at the end. A mismatch fails the call (DataLoss),
+  // fetched; bytes no frame covers are read at the end (not for objects frame_filter reads in
+  // part). A mismatch fails the call (DataLoss),
   // so a caller that commits only after BuildSyncPlans returns never commits unverified bytes.
   bool verify_sha256 = true;
 };

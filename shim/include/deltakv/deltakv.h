@@ -77,6 +77,11 @@ typedef struct deltakv_engine_params {
   const char* initial_version; /* the policy version the engine loaded, e.g. "v1" */
   int32_t poll_mode;           /* 1: commits are applied in deltakv_engine_poll() */
   uint32_t attach_timeout_ms;  /* how long start() waits for the sidecar; default 10000 */
+  /* A node serving a slice of a larger tensor-parallel group (docs/MULTINODE.md): this process
+   * is global rank first_global_rank + rank of global_world_size ranks, and layouts name global
+   * ranks. global_world_size 0 (the default): the node serves the whole group. */
+  int32_t first_global_rank;
+  int32_t global_world_size;
 } deltakv_engine_params;
 
 /* A changed byte range of a registered tensor, in rank-local bytes. */
@@ -110,6 +115,8 @@ static inline deltakv_engine_params deltakv_engine_default_params(void) {
   p.initial_version = "";
   p.poll_mode = 0;
   p.attach_timeout_ms = 10000;
+  p.first_global_rank = 0;
+  p.global_world_size = 0;
   return p;
 }
 
@@ -125,8 +132,9 @@ static inline deltakv_callbacks deltakv_default_callbacks(void) {
 }
 
 /* Creates a handle. Nothing is attached until deltakv_engine_start. NULL params = the defaults.
- * INVALID_ARGUMENT for a bad struct_size (deltakv_base.h), world_size <= 0 or a rank outside
- * [0, world_size). */
+ * INVALID_ARGUMENT for a bad struct_size (deltakv_base.h), world_size <= 0, a rank outside
+ * [0, world_size), or (global_world_size > 0) a slice [first_global_rank, + world_size) outside
+ * [0, global_world_size). */
 deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltakv_engine** out);
 void deltakv_engine_free(deltakv_engine* engine);
 

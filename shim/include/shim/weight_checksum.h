@@ -47,11 +47,15 @@ struct ChecksumOptions {
 // One TensorSums per registered tensor (same order), and the bytes read in *bytes_read.
 // REQUIRES: tensors[i] and table[i] describe the same registered tensor, whose layout's
 // local size for `rank` is tensors[i].bytes (Engine::RegisterTensor checks this).
+// `rank` is the layout's (global) rank. Only ranks [node_lo, node_lo + node_count) count: a
+// node serving a slice of a larger group owns each byte it holds at its lowest rank holding it,
+// and refs name the other holders relative to node_lo (the node's local ranks).
 // Errors of the backend's ChecksumRanges; FailedPrecondition if keep_going said stop.
 StatusOr<std::vector<TensorSums>> ChecksumWeights(const std::vector<LocalTensor>& tensors,
                                                   const std::vector<deltasync::EngineTensor>& table,
                                                   uint32_t rank, DeviceBackend& backend,
                                                   const ChecksumOptions& options,
-                                                  uint64_t* bytes_read);
+                                                  uint64_t* bytes_read, uint32_t node_lo = 0,
+                                                  uint32_t node_count = UINT32_MAX);
 
 }  // namespace deltakv::shim

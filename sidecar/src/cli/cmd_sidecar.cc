@@ -73,6 +73,10 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
   g.in_doubt_timeout = std::chrono::milliseconds(o.group_in_doubt_timeout_ms);
   g.commit_margin = std::chrono::milliseconds(o.group_commit_margin_ms);
   g.report_timeout = std::chrono::milliseconds(o.group_report_timeout_ms);
+  if (!o.topology.empty()) {
+    ASSIGN_OR_RETURN(sidecar::Topology topology, sidecar::LoadTopology(o.topology, g.members));
+    g.topology = std::move(topology);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<sidecar::GroupCommit> group, sidecar::GroupCommit::Create(g));
   return std::shared_ptr<sidecar::GroupCommit>(std::move(group));
 }
@@ -153,7 +157,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   eo.decode_threads = static_cast<unsigned>(o.decode_threads);
   eo.http = *http_store;
   eo.volume_store = o.volume_store;
-  if (!o.group.empty() || !o.group_members.empty() || !o.node.empty()) {
+  if (!o.group.empty() || !o.group_members.empty() || !o.node.empty() || !o.topology.empty()) {
     auto group = GroupFrom(o);
     if (!group.ok()) return ReportError("sidecar", group.status().WithPrefix("group"), false);
     eo.group = std::move(group).value();

@@ -188,6 +188,8 @@ const std::vector<SidecarKey>& SidecarKeys() {
       {"node", K::kString, &O::node, "Multi-node: this node's name in the group"},
       {"group_members", K::kString, &O::group_members,
        "Multi-node: every node of the group, comma-separated (this one included)"},
+      {"topology", K::kString, &O::topology,
+       "Multi-node: JSON file of the global ranks each node serves (docs/MULTINODE.md)"},
       {"etcd_endpoints", K::kString, &O::etcd_endpoints,
        "Multi-node: etcd http://host:port list", 0, 0, {}, false, "DELTAKV_ETCD_ENDPOINTS"},
       {"group_prepare_timeout_ms", K::kUint, &O::group_prepare_timeout_ms,

@@ -59,6 +59,7 @@ struct SidecarOpts {
   uint64_t group_in_doubt_timeout_ms = 30000;
   uint64_t group_commit_margin_ms = 50;
   uint64_t group_report_timeout_ms = 2000;
+  std::string topology;  // JSON file: which global ranks each node serves
   // Operations.
   std::string log_format = "text";
   uint64_t shutdown_timeout_s = 30;

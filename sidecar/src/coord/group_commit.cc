@@ -149,20 +149,19 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
                                                      const std::string& version,
                                                      const std::string& parent,
                                                      const std::string& delta,
-                                                     uint64_t sync_id) {
+                                                     uint64_t sync_id,
+                                                     const nlohmann::json& partial,
+                                                     const PartialCheck& check_partials) {
   const auto deadline = Clock::now() + options_.prepare_timeout;
   const auto give_up = deadline + options_.in_doubt_timeout;
   const std::string prepared_prefix = Key(key + "/prepared/");
   const std::string decision_key = Key(key + "/decision");
   std::vector<std::string> must_exist;
   for (const std::string& m : options_.members) must_exist.push_back(prepared_prefix + m);
-  const std::string mine = json{{"node", options_.node},
-                                {"version", version},
-                                {"parent", parent},
-                                {"delta", delta},
-                                {"sync_id", sync_id},
-                                {"unix", UnixNow()}}
-                               .dump();
+  json mine_json{{"node", options_.node}, {"version", version}, {"parent", parent},
+                 {"delta", delta},           {"sync_id", sync_id}, {"unix", UnixNow()}};
+  if (!partial.is_null()) mine_json["partial"] = partial;
+  const std::string mine = mine_json.dump();
   bool prepared = false;
   Status last;
   while (true) {
@@ -207,7 +206,20 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
     }
     if (s.ok()) {
       auto all = etcd_->List(prepared_prefix);
-      if (all.ok() && all->size() >= options_.members.size()) {
+      if (all.ok() && all->size() >= options_.members.size() && check_partials) {
+        // Tensors split over nodes are verified here, from every node's sums, before COMMIT.
+        std::vector<json> partials;
+        for (const EtcdKv& kv : *all) {
+          json r = json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+          partials.push_back(r.is_object() && r.contains("partial") ? r["partial"] : json());
+        }
+        if (Status ok = check_partials(partials); !ok.ok()) {
+          auto d = Abort(key, "node '" + options_.node + "': " + ok.message());
+          if (d.ok()) return *d;
+          s = d.status();
+        }
+      }
+      if (s.ok() && all.ok() && all->size() >= options_.members.size()) {
         GroupDecision commit;
         commit.commit = true;
         commit.by = options_.node;

@@ -35,6 +35,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,7 @@
 #include "base/status.h"
 #include "coord/etcd_client.h"
 #include "coord/group_records.h"
+#include "coord/topology.h"
 
 namespace deltakv::sidecar {
 
@@ -58,6 +60,9 @@ struct GroupOptions {
   int64_t lease_ttl_s = 10;                            // membership liveness
   std::chrono::milliseconds commit_margin{50};         // decision -> common commit point
   std::chrono::milliseconds report_timeout{2000};      // waiting for the others' pause times
+  // Which global ranks each node serves (validated against `members`); none: every node
+  // serves a whole replica of the model.
+  std::optional<Topology> topology;
 };
 
 class GroupCommit {
@@ -78,9 +83,16 @@ class GroupCommit {
   // past the deadline and in_doubt_timeout: the decision is unknown.
   // A COMMIT written here records version, parent and delta, the commit point, and moves
   // `latest` to this key in the same transaction.
+  // `partial` (if not null) goes into this node's PREPARED record as "partial": the sums of the
+  // tensors this node holds only part of. A node about to write COMMIT first calls
+  // check_partials with every member's "partial" (null where a record has none); if it fails,
+  // the node writes ABORT with its message instead.
+  using PartialCheck = std::function<Status(const std::vector<nlohmann::json>& partials)>;
   StatusOr<GroupDecision> PrepareAndAwait(const std::string& key, const std::string& version,
                                           const std::string& parent, const std::string& delta,
-                                          uint64_t sync_id);
+                                          uint64_t sync_id,
+                                          const nlohmann::json& partial = nullptr,
+                                          const PartialCheck& check_partials = nullptr);
   // Writes ABORT for `key` unless a decision stands; returns the decision that stands.
   StatusOr<GroupDecision> Abort(const std::string& key, const std::string& reason);
   // The decision of `key`, if any.

@@ -20,6 +20,7 @@
 #include "shm/messages.h"
 #include "shm/plan_arena.h"
 #include "sync/live_checksums.h"
+#include "sync/node_slice.h"
 #include "sync/plan_stream.h"
 #include "sync/rank_collect.h"
 
@@ -159,6 +160,15 @@ class ShmSyncExecutor::Job {
   double admit_ms_ = 0;
   uint64_t sync_id_ = 0;
   std::unique_ptr<PlanStreamer> streamer_;
+  // The global ranks the attached ranks serve, and per delta tensor whether this node holds only
+  // part of it (then the group verifies it from every node's sums, see GroupDecide).
+  NodeSlice slice_;
+  std::vector<bool> partial_;
+  std::vector<deltasync::AdlerDelta> partial_parent_, partial_inc_, partial_full_;
+  // The sums of the tensors split over nodes, as this node publishes them with PREPARED.
+  nlohmann::json PartialJson() const;
+  // Every member's PREPARED sums combined, against the delta's checksums.
+  Status CheckPartials(const std::vector<nlohmann::json>& partials) const;
   GroupDecision decision_;  // multi-node: the group's COMMIT, as read from etcd
   NodePause pause_;         // this node's pause (all ranks together), set by Commit()
 };
@@ -191,6 +201,20 @@ Status ShmSyncExecutor::Job::AttachRanks() {
   // ToRankTensorTables checks that ranks 0..world-1 are each present once.
   ASSIGN_OR_RETURN(rank_tables_, deltasync::ToRankTensorTables(tables));
   world_ = static_cast<uint32_t>(rank_tables_.size());
+  slice_ = NodeSlice{tables[0].LayoutRank() - tables[0].rank, world_, tables[0].LayoutWorld()};
+  if (ex_.options_.group != nullptr && ex_.options_.group->options().topology) {
+    const Topology& topo = *ex_.options_.group->options().topology;
+    const std::string& node = ex_.options_.group->options().node;
+    std::vector<uint32_t> attached;
+    for (uint32_t r = 0; r < world_; ++r) attached.push_back(slice_.first + r);
+    if (topo.world != slice_.world || topo.RanksOf(node) != attached) {
+      return FailedPrecondition(
+          "the engine's ranks are global ranks " + std::to_string(slice_.first) + ".." +
+          std::to_string(slice_.first + world_ - 1) + " of " + std::to_string(slice_.world) +
+          ", but the topology gives node '" + node + "' " +
+          std::to_string(topo.RanksOf(node).size()) + " rank(s) of " + std::to_string(topo.world));
+    }
+  }
   infos_.assign(world_, {});
   tables_.assign(world_, {});
   for (size_t i = 0; i < infos.size(); ++i) {
@@ -365,7 +389,28 @@ Status ShmSyncExecutor::Job::Admit() {
     return FailedPrecondition("the engine serves version '" + live + "' but the delta is '" +
                               m_.parent_version + "' -> '" + m_.version + "'");
   }
-  ASSIGN_OR_RETURN(plan_tables_, deltasync::PlanTensorTables(m_, rank_tables_));
+  ASSIGN_OR_RETURN(plan_tables_, deltasync::PlanTensorTables(m_, rank_tables_, slice_.world));
+  partial_.assign(m_.tensors.size(), false);
+  if (!slice_.whole()) {
+    for (size_t i = 0; i < m_.tensors.size(); ++i) {
+      const deltasync::DeltaTensor& t = m_.tensors[i];
+      const deltasync::TensorLayout& layout = rank_tables_[0].find(t.name)->second.layout;
+      ASSIGN_OR_RETURN(NodeHolding h, HoldingOf(layout, slice_));
+      partial_[i] = h.bytes < t.length;
+      if (partial_[i] && h.shared) {
+        return InvalidArgument("tensor '" + t.name + "': this node holds part of it and ranks "
+                               "of another node hold some of the same bytes; no node could "
+                               "verify its copy of those bytes (place each replica set on one node)");
+      }
+      if (partial_[i] && ex_.options_.group == nullptr) {
+        return FailedPrecondition("the engine's ranks hold only part of tensor '" + t.name +
+                                  "' (global ranks " + std::to_string(slice_.first) + ".." +
+                                  std::to_string(slice_.first + world_ - 1) + " of " +
+                                  std::to_string(slice_.world) +
+                                  "): a slice of a group syncs only with --group");
+      }
+    }
+  }
   if (!live.empty() && table_.version != live) table_ = ChecksumTable{};  // another version's
   admit_ms_ = MsSince(t0);
   return Status::Ok();
@@ -374,7 +419,13 @@ Status ShmSyncExecutor::Job::Admit() {
 Status ShmSyncExecutor::Job::CheckParents() {
   const auto t0 = Clock::now();
   bool covered = table_.CurrentFor(infos_);
-  for (const deltasync::DeltaTensor& t : m_.tensors) covered &= table_.adler32.count(t.name) > 0;
+  for (size_t i = 0; i < m_.tensors.size(); ++i) {
+    const deltasync::DeltaTensor& t = m_.tensors[i];
+    covered &= table_.adler32.count(t.name) > 0;
+    // A tensor split over nodes needs this node's parent sums from the table.
+    auto owned = table_.owned.find(t.name);
+    if (partial_[i]) covered &= owned != table_.owned.end() && owned->second.size() == world_;
+  }
   std::vector<std::string> wrong;
   if (!covered) {
     // Early check: the table cannot vouch for these ranks (it is absent, for another version,
@@ -387,7 +438,19 @@ Status ShmSyncExecutor::Job::CheckParents() {
     rebuilt.checkpoint_verified = table_.checkpoint_verified && wrong.empty();
     table_ = std::move(rebuilt);
   }
-  for (const deltasync::DeltaTensor& t : m_.tensors) {
+  partial_parent_.assign(m_.tensors.size(), {});
+  for (size_t i = 0; i < m_.tensors.size(); ++i) {
+    const deltasync::DeltaTensor& t = m_.tensors[i];
+    if (partial_[i]) {
+      // Only the group can compare these with the delta's parent (CheckPartials).
+      auto owned = table_.owned.find(t.name);
+      if (owned == table_.owned.end() || owned->second.size() != world_) {
+        wrong.push_back("tensor '" + t.name + "': no sums of this node's part");
+        continue;
+      }
+      for (const deltasync::AdlerDelta& d : owned->second) partial_parent_[i].Merge(d);
+      continue;
+    }
     auto it = table_.adler32.find(t.name);
     if (it == table_.adler32.end()) continue;  // PlanTensorTables refused unregistered tensors
     if (it->second != t.parent_adler32) {
@@ -449,8 +512,20 @@ Status ShmSyncExecutor::Job::Decode() {
     po.decode_threads = cpus >= 4 ? static_cast<unsigned>(cpus) : 1;
   }
   po.decode_threads = std::clamp(po.decode_threads, 1u, 256u);
+  deltasync::PlanOutput* out = streamer_.get();
+  std::unique_ptr<NodePlanOutput> node_out;
+  if (!slice_.whole()) {
+    // A slice of a group: fetch only the frames that overlap bytes this node's ranks hold, and
+    // plan only for them.
+    node_out = std::make_unique<NodePlanOutput>(*streamer_, slice_, m_.tensors.size());
+    out = node_out.get();
+    po.frame_filter = [this](uint32_t tensor, uint64_t offset, uint64_t length) {
+      return Overlaps(rank_tables_[0].find(m_.tensors[tensor].name)->second.layout, slice_,
+                      offset, length);
+    };
+  }
   ASSIGN_OR_RETURN(deltasync::PlanStats stats,
-                   deltasync::BuildSyncPlans(m_, *store_, rank_tables_, *streamer_, po));
+                   deltasync::BuildSyncPlans(m_, *store_, rank_tables_, *out, po));
   Phase("fetch", admit_ms_ + stats.fetch_ms);
   Phase("decode", stats.decode_ms);
   Phase("plan", MsSince(t_plan));
@@ -500,7 +575,15 @@ Status ShmSyncExecutor::Job::Stage() {
     return ++runs_[r].staged_parts == rep.part_count;
   };
   RETURN_IF_ERROR(CollectFromRanks(Channels(), spec));
+  partial_inc_.assign(n, {});
+  partial_full_.assign(n, {});
   for (size_t t = 0; t < n; ++t) {
+    if (partial_[t]) {
+      // Verified by the group from every node's sums before COMMIT (CheckPartials).
+      partial_inc_[t] = inc[t];
+      partial_full_[t] = full[t];
+      continue;
+    }
     RETURN_IF_ERROR(deltasync::VerifyStagedTensor(m_.tensors[t].name, plan_tables_[0][t], inc[t],
                                                   full[t]));
   }
@@ -583,6 +666,16 @@ void ShmSyncExecutor::Job::Advance() {
       continue;
     }
     for (uint32_t r = 0; r < world_; ++r) owned->second[r].Merge(runs_[r].inc[i]);
+    if (partial_[i]) {
+      // The node's table holds what its ranks serve of a split tensor: their sums' checksum.
+      deltasync::AdlerDelta node;
+      for (const deltasync::AdlerDelta& o : owned->second) node.Merge(o);
+      t.adler32[d.name] = node.Apply(deltasync::Adler32OfZeros(d.length), d.length);
+    }
+  }
+  for (size_t i = 0; i < m_.tensors.size(); ++i) {
+    auto owned = t.owned.find(m_.tensors[i].name);
+    if (partial_[i] && owned == t.owned.end()) t.adler32.erase(m_.tensors[i].name);
   }
   t.version = request_.version;
   t.source = "sync " + std::to_string(sync_id_) + " on " + (table_.source.empty() ? "?" : table_.source);
@@ -592,10 +685,65 @@ void ShmSyncExecutor::Job::Advance() {
   ex_.SetTable(std::move(t));
 }
 
+nlohmann::json ShmSyncExecutor::Job::PartialJson() const {
+  // [[tensor index, parent s1, s2, change s1, s2, full s1, s2], ...] over the bytes this node holds.
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < partial_.size(); ++i) {
+    if (!partial_[i]) continue;
+    out.push_back({i, partial_parent_[i].s1(), partial_parent_[i].s2(), partial_inc_[i].s1(),
+                   partial_inc_[i].s2(), partial_full_[i].s1(), partial_full_[i].s2()});
+  }
+  return out;
+}
+
+Status ShmSyncExecutor::Job::CheckPartials(const std::vector<nlohmann::json>& partials) const {
+  const size_t n = m_.tensors.size();
+  std::vector<deltasync::AdlerDelta> parent(n), inc(n), full(n);
+  std::vector<bool> seen(n, false);
+  for (const nlohmann::json& p : partials) {
+    if (p.is_null()) continue;
+    if (!p.is_array()) return DataLoss("a PREPARED record's 'partial' is not an array");
+    for (const nlohmann::json& e : p) {
+      if (!e.is_array() || e.size() != 7) return DataLoss("a 'partial' entry is not 7 numbers");
+      for (const nlohmann::json& v : e) {
+        if (!v.is_number_unsigned()) return DataLoss("a 'partial' entry holds a non-integer");
+      }
+      const uint64_t i = e[0].get<uint64_t>();
+      if (i >= n) return DataLoss("a 'partial' entry names tensor " + std::to_string(i));
+      auto sums = [&](size_t k) {
+        return deltasync::AdlerDelta::FromSums(static_cast<uint32_t>(e[k].get<uint64_t>() % 65521),
+                                               static_cast<uint32_t>(e[k + 1].get<uint64_t>() % 65521));
+      };
+      parent[i].Merge(sums(1));
+      inc[i].Merge(sums(3));
+      full[i].Merge(sums(5));
+      seen[i] = true;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!partial_[i]) continue;
+    const deltasync::DeltaTensor& t = m_.tensors[i];
+    if (!seen[i]) return DataLoss("tensor '" + t.name + "': no node's sums");
+    const uint32_t held = parent[i].Apply(deltasync::Adler32OfZeros(t.length), t.length);
+    if (held != t.parent_adler32) {
+      return FailedPrecondition("tensor '" + t.name + "' (split over nodes): the nodes hold "
+                                "Adler-32 " + Hex(held) + ", the delta's parent is " +
+                                Hex(t.parent_adler32));
+    }
+    RETURN_IF_ERROR(deltasync::VerifyStagedTensor(t.name + "' (split over nodes", plan_tables_[0][i],
+                                                  inc[i], full[i]));
+  }
+  return Status::Ok();
+}
+
 Status ShmSyncExecutor::Job::GroupDecide(const std::string& key) {
   GroupCommit& group = *ex_.options_.group;
   const auto t0 = Clock::now();
-  auto d = group.PrepareAndAwait(key, request_.version, live_, request_.delta, sync_id_);
+  const bool split = std::find(partial_.begin(), partial_.end(), true) != partial_.end();
+  auto d = group.PrepareAndAwait(
+      key, request_.version, live_, request_.delta, sync_id_,
+      split ? PartialJson() : nlohmann::json(),
+      [this](const std::vector<nlohmann::json>& partials) { return CheckPartials(partials); });
   Phase("group", MsSince(t0));
   RETURN_IF_ERROR(d.status());
   decision_ = *d;

@@ -1,0 +1,73 @@
+#include "sync/node_slice.h"
+
+namespace deltakv::sidecar {
+
+StatusOr<NodeHolding> HoldingOf(const deltasync::TensorLayout& layout, const NodeSlice& slice) {
+  NodeHolding h;
+  // Pieces come in (canonical offset, rank) order: one run's holders are consecutive.
+  bool have = false, in = false, out = false;
+  uint64_t at = 0, len = 0;
+  auto close = [&] {
+    if (!have) return;
+    if (in) h.bytes += len;
+    h.shared = h.shared || (in && out);
+  };
+  Status s = layout.ForEachPiece(0, layout.canonical_bytes(), [&](const deltasync::LayoutPiece& p) {
+    if (!have || p.canonical_offset != at) {
+      close();
+      have = true;
+      at = p.canonical_offset;
+      in = out = false;
+      len = 0;
+    }
+    if (slice.Has(p.rank)) {
+      if (!in) len = p.length;
+      in = true;
+    } else {
+      out = true;
+    }
+  });
+  if (!s.ok()) return s;
+  close();
+  return h;
+}
+
+bool Overlaps(const deltasync::TensorLayout& layout, const NodeSlice& slice, uint64_t offset,
+              uint64_t length) {
+  bool found = false;
+  Status s = layout.ForEachPiece(offset, length, [&](const deltasync::LayoutPiece& p) -> Status {
+    if (!slice.Has(p.rank)) return Status::Ok();
+    found = true;
+    return FailedPrecondition("found");  // stops the walk
+  });
+  // An error other than the stop (a frame past the tensor) keeps the frame: the planner reports it.
+  return found || !s.ok();
+}
+
+StatusOr<deltasync::AdlerDelta> NodeSums(const deltasync::TensorLayout& layout,
+                                         const NodeSlice& slice, std::span<const uint8_t> bytes) {
+  if (bytes.size() != layout.canonical_bytes()) return InvalidArgument("tensor size differs");
+  deltasync::AdlerDelta sums;
+  bool have = false;
+  uint64_t last = 0;
+  Status s = layout.ForEachPiece(0, layout.canonical_bytes(), [&](const deltasync::LayoutPiece& p) {
+    if (!slice.Has(p.rank) || (have && p.canonical_offset == last)) return;
+    have = true;
+    last = p.canonical_offset;
+    sums.AddBytes(p.canonical_offset, bytes.subspan(p.canonical_offset, p.length));
+  });
+  if (!s.ok()) return s;
+  return sums;
+}
+
+Status NodePlanOutput::Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
+                           uint64_t canonical_offset, std::span<const uint8_t> xor_bytes,
+                           bool /*owner*/) {
+  if (!slice_.Has(rank)) return Status::Ok();
+  if (tensor >= last_.size()) return Internal("plan piece names an unknown tensor");
+  const bool owner = last_[tensor] != canonical_offset;
+  if (owner) last_[tensor] = canonical_offset;
+  return out_.Add(rank - slice_.first, tensor, local_offset, canonical_offset, xor_bytes, owner);
+}
+
+}  // namespace deltakv::sidecar
