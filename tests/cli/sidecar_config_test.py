@@ -18,6 +18,7 @@ GOOD = {
     "port_file": "/tmp/port", "kv_block_bytes": 4096, "kv_capacity_slots": 8,
     "kv_host_fraction": 0.25, "kv_hugepages": True, "kv_numa_node": "auto",
     "kv_gpu_pci_bus_id": "0000:3b:00.0", "group": "g", "node": "a", "group_members": "a,b",
+    "topology": "/tmp/topology.json",
     "etcd_endpoints": "http://127.0.0.1:2379", "group_prepare_timeout_ms": 1000,
     "group_in_doubt_timeout_ms": 0, "group_commit_margin_ms": 10,
     "group_report_timeout_ms": 100, "log_format": "json", "shutdown_timeout_s": 5,
