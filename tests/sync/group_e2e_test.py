@@ -277,6 +277,48 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         a.assert_serves(self, self.t("v3"))
         b.assert_serves(self, self.t("v3"))
 
+    def test_split_nodes_fetch_only_their_frames_and_a_frame_only_b_reads_aborts_both(self):
+        # A model whose row-sharded tensors span several 1 MiB frames.
+        big = {v: self.t("big-" + v) for v in ("v1", "v2")}
+        if not os.path.exists(big["v2"]):
+            self.k("checkpoint", "generate", "--out", big["v1"], "--size-mib", "128", "--files", "1")
+            self.k("checkpoint", "mutate", "--parent", big["v1"], "--out", big["v2"],
+                   "--density", "0.02", "--seed", "5")
+            self.k("publish", "--parent", big["v1"], "--new", big["v2"], "--out",
+                   self.t("big-d12"), "--frame-mib", "1")
+        delta = self.t("big-d12")
+        m = json.loads(base.read(os.path.join(delta, "manifest.json")))
+        # The last frame of a tensor split by rows belongs to the last global rank (node b).
+        gate = next(t for t in m["tensors"] if t["name"].endswith("mlp.gate_proj.weight")
+                    and len(t["frames"]) >= 2)
+        last = gate["frames"][-1]
+        bad = self.t("big-d12-bad-" + str(time.time_ns()))
+        shutil.copytree(delta, bad)
+        path = os.path.join(bad, last["object"])
+        data = bytearray(base.read(path))
+        data[last["object_offset"] + last["compressed_length"] // 2] ^= 0x40
+        base.write(path, bytes(data))
+
+        topo = self.topology({"a": [0, 1], "b": [2, 3]})
+        a = self.node("a", tp=2, first_rank=0, tp_world=4, topology=topo, checkpoint="big-v1")
+        b = self.node("b", tp=2, first_rank=2, tp_world=4, topology=topo, checkpoint="big-v1")
+        before = a.answers() + b.answers()
+        recs = self.sync_all("big-v2", {"a": bad, "b": bad})
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "aborted", (n, rec))
+        # b read the bad frame and failed; a read none of it and aborted on b's word.
+        self.assertEqual(recs["a"]["bytes_fetched"] < self.delta_bytes(delta), True, recs["a"])
+        self.assertIn("node 'b'", recs["a"]["error"], recs["a"])
+        self.assertEqual(a.answers() + b.answers(), before)  # nothing written on either node
+
+        recs = self.sync_all("big-v2", {"a": delta, "b": delta})
+        whole = self.delta_bytes(delta)
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "live", (n, rec))
+            self.assertLess(rec["bytes_fetched"], whole, (n, rec))
+        a.assert_serves(self, big["v2"])
+        b.assert_serves(self, big["v2"])
+
     def test_a_bad_topology_is_refused_at_start(self):
         for nodes, why in (({"a": [0, 1, 2], "b": [2, 3]}, "served by two nodes"),
                            ({"a": [0, 1], "b": [3]}, "served by no node"),
