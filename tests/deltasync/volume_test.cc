@@ -606,6 +606,10 @@ TEST(VolumeStoreUrl, DirUrlsAndPathsOpenOthersAreRefused) {
   EXPECT_EQ((*b)->Describe(), "dir://" + std::string(tmp / "b"));
   EXPECT_EQ(OpenVolumeStore("").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(OpenVolumeStore("dir://relative").status().code(), StatusCode::kInvalidArgument);
+  auto c = OpenVolumeStore("file://" + std::string(tmp / "a"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)->Describe(), "dir://" + std::string(tmp / "a"));
+  EXPECT_EQ(OpenVolumeStore("file://relative").status().code(), StatusCode::kInvalidArgument);
   auto gs = OpenVolumeStore("gs://bucket/x");
   EXPECT_EQ(gs.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(gs.status().message().find("unknown scheme 'gs'"), std::string::npos);

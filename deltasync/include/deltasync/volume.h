@@ -117,7 +117,8 @@ class VolumeStore {
 // IoError if `dir` cannot be created.
 StatusOr<std::unique_ptr<VolumeStore>> MakeDirVolumeStore(const std::string& dir);
 
-// Opens the store a URL names: "dir:///abs/path" or a plain path (a directory store).
+// Opens the store a URL names: "dir:///abs/path", "file:///abs/path" or a plain path (a
+// directory store).
 // InvalidArgument for another scheme or an empty URL; errors of the store otherwise.
 StatusOr<std::unique_ptr<VolumeStore>> OpenVolumeStore(const std::string& url);
 

@@ -308,18 +308,19 @@ StatusOr<std::unique_ptr<VolumeStore>> MakeDirVolumeStore(const std::string& dir
 
 StatusOr<std::unique_ptr<VolumeStore>> OpenVolumeStore(const std::string& url) {
   if (url.empty()) return InvalidArgument("volume store URL is empty");
-  constexpr std::string_view kDir = "dir://";
-  if (url.starts_with(kDir)) {
-    const std::string path = url.substr(kDir.size());
+  for (std::string_view scheme : {std::string_view("dir://"), std::string_view("file://")}) {
+    if (!url.starts_with(scheme)) continue;
+    const std::string path = url.substr(scheme.size());
     if (!path.starts_with('/')) {
-      return InvalidArgument("volume store '" + url + "': a dir:// URL names an absolute path");
+      return InvalidArgument("volume store '" + url + "': a " + std::string(scheme) +
+                             " URL names an absolute path");
     }
     return MakeDirVolumeStore(path);
   }
   const size_t scheme = url.find("://");
   if (scheme != std::string::npos) {
     return InvalidArgument("volume store '" + url + "': unknown scheme '" +
-                           url.substr(0, scheme) + "' (dir:// or a path)");
+                           url.substr(0, scheme) + "' (dir://, file:// or a path)");
   }
   return MakeDirVolumeStore(url);
 }
