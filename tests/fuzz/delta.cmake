@@ -1,3 +1,6 @@
 # Fuzz targets of the manifest parsers.
 deltakv_add_fuzzer(manifest_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/manifest_fuzz.cc deltakv_deltasync)
 deltakv_add_fuzzer(write_plan_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/write_plan_fuzz.cc deltakv_deltasync)
+# The sidecar's group records, topology file and S3 XML answers. Seeds: corpus/sidecar_records/.
+deltakv_add_fuzzer(sidecar_records_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/sidecar_records_fuzz.cc
+                   deltakv_sidecar)
