@@ -92,6 +92,18 @@ class PeerE2ETest(group.GroupE2ETest):
         self.assertEqual(code, 404)
         self.assertEqual(a.status()["history"], [])  # nothing started
 
+    def test_a_peer_with_another_group_token_refuses_and_the_sync_aborts(self):
+        a = self.node("a", tp=1)
+        other = os.path.join(self.dir, "other-token")
+        base.write(other, b"another-group-token\n")
+        b = self.node("b", tp=1, args=["--group-token-file", other])
+        before = a.answers() + b.answers()
+        rec = a.wait(self.post("a", "v2", self.t("d12"))["id"])
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("node 'b' refused the prepare: 401", rec["error"])
+        self.assertEqual(b.status()["history"], [])
+        self.assertEqual(a.answers() + b.answers(), before)
+
     def test_posting_to_every_node_still_converges_on_one_sync(self):
         self.node("a", tp=1)
         self.node("b", tp=2)

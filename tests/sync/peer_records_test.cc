@@ -32,23 +32,22 @@ TEST(PeerRecords, BadPreparesAreRejectedWithTheField) {
       ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":2,"delta":"d","attempt":0})")
           .status(),
       kBad, "'version' is not a string");
-  ExpectError(ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":"v2","attempt":0})")
-                  .status(),
-              kBad, "'delta' is missing");
   ExpectError(
-      ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":"v2","delta":"d"})").status(),
-      kBad, "'attempt' is missing");
-  ExpectError(ParsePeerPrepare(
-                  R"({"sync_key":"syncs/v2@v1#0","version":"v2","delta":"d","attempt":-1})")
-                  .status(),
-              kBad, "'attempt' is not a non-negative integer");
-  ExpectError(ParsePeerPrepare(
-                  R"({"sync_key":"syncs/v2@v1#0","version":"v2","delta":"d","attempt":1})")
-                  .status(),
-              kBad, "is not the sync key's (0)");
+      ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":"v2","attempt":0})").status(), kBad,
+      "'delta' is missing");
   ExpectError(
-      ParsePeerPrepare(R"({"sync_key":"v2@v1#0","version":"v2","delta":"d","attempt":0})")
+      ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":"v2","delta":"d"})").status(), kBad,
+      "'attempt' is missing");
+  ExpectError(
+      ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":"v2","delta":"d","attempt":-1})")
           .status(),
+      kBad, "'attempt' is not a non-negative integer");
+  ExpectError(
+      ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":"v2","delta":"d","attempt":1})")
+          .status(),
+      kBad, "is not the sync key's (0)");
+  ExpectError(
+      ParsePeerPrepare(R"({"sync_key":"v2@v1#0","version":"v2","delta":"d","attempt":0})").status(),
       kBad, "is not syncs/<version>@<parent>#<attempt>");
   ExpectError(
       ParsePeerPrepare(R"({"sync_key":"syncs/v2@v1#0","version":"","delta":"d","attempt":0})")
@@ -59,8 +58,8 @@ TEST(PeerRecords, BadPreparesAreRejectedWithTheField) {
 TEST(PeerRecords, SyncKeyAttempt) {
   EXPECT_EQ(SyncKeyAttempt("syncs/v2@v1#0").value(), 0);
   EXPECT_EQ(SyncKeyAttempt("syncs/v%23@v1#12").value(), 12);
-  for (const char* bad : {"syncs/v2@v1#", "syncs/v2@v1", "syncs/@v1#0", "syncs/v2@v1#x",
-                          "v2@v1#0", "syncs/v2v1#0"}) {
+  for (const char* bad :
+       {"syncs/v2@v1#", "syncs/v2@v1", "syncs/@v1#0", "syncs/v2@v1#x", "v2@v1#0", "syncs/v2v1#0"}) {
     EXPECT_FALSE(SyncKeyAttempt(bad).ok()) << bad;
   }
 }

@@ -22,8 +22,8 @@ Status FieldError(bool request, const std::string& msg) {
   return request ? InvalidArgument(msg) : DataLoss(msg);
 }
 
-StatusOr<std::string> StringField(const json& j, const char* what, const char* field,
-                                  bool required, bool request) {
+StatusOr<std::string> StringField(const json& j, const char* what, const char* field, bool required,
+                                  bool request) {
   if (!j.contains(field)) {
     if (required) return FieldError(request, std::string(what) + ": '" + field + "' is missing");
     return std::string();
@@ -45,8 +45,8 @@ bool AllDigits(std::string_view s) {
 }  // namespace
 
 std::string PeerPrepareToJson(const PeerPrepare& p) {
-  return json{{"sync_key", p.sync_key}, {"version", p.version}, {"delta", p.delta},
-              {"attempt", p.attempt}}
+  return json{
+      {"sync_key", p.sync_key}, {"version", p.version}, {"delta", p.delta}, {"attempt", p.attempt}}
       .dump();
 }
 

@@ -63,8 +63,8 @@ StatusOr<json> PeerSync::StartSync(const std::string& version, const std::string
   auto claim = group_->ClaimCoordinator(*key);
   if (!claim.ok()) {
     // etcd failed between two calls: the sync's own etcd calls decide its fate.
-    log::Warn("could not claim the sync's coordination", {{"key", *key},
-                                                          {"error", claim.status().message()}});
+    log::Warn("could not claim the sync's coordination",
+              {{"key", *key}, {"error", claim.status().message()}});
     return out;
   }
   out["group"]["coordinator"] = claim->node;
@@ -130,8 +130,8 @@ void PeerSync::PrepareMember(const PeerPrepare& p, const std::string& member,
     if (!url.empty()) {
       auto answer = client_.Prepare(url, p);
       if (answer.ok() && answer->status >= 200 && answer->status < 300) {
-        log::Info("peer prepared", {{"key", p.sync_key}, {"node", member},
-                                    {"status", answer->status}});
+        log::Info("peer prepared",
+                  {{"key", p.sync_key}, {"node", member}, {"status", answer->status}});
         return;
       }
       if (answer.ok() && answer->status >= 400 && answer->status < 500) {
@@ -155,9 +155,10 @@ PeerSyncAnswer PeerSync::Prepare(const PeerPrepare& p) {
   }
   if (d->has_value() && !(*d)->commit) {
     return {409,
-            {{"error", {{"code", "ABORTED"},
-                        {"message", "the group decided ABORT for '" + p.sync_key + "' (by '" +
-                                        (*d)->by + "'): " + (*d)->reason}}}}};
+            {{"error",
+              {{"code", "ABORTED"},
+               {"message", "the group decided ABORT for '" + p.sync_key + "' (by '" + (*d)->by +
+                               "'): " + (*d)->reason}}}}};
   }
   SyncRequest r;
   r.version = p.version;
@@ -167,8 +168,9 @@ PeerSyncAnswer PeerSync::Prepare(const PeerPrepare& p) {
   if (!id.ok()) {
     const int status = id.status().code() == StatusCode::kInvalidArgument ? 400 : 409;
     return {status,
-            {{"error", {{"code", std::string(StatusCodeName(id.status().code()))},
-                        {"message", id.status().message()}}}}};
+            {{"error",
+              {{"code", std::string(StatusCodeName(id.status().code()))},
+               {"message", id.status().message()}}}}};
   }
   return {202, {{"node", self}, {"sync_key", p.sync_key}, {"id", *id}, {"state", "queued"}}};
 }
@@ -176,9 +178,10 @@ PeerSyncAnswer PeerSync::Prepare(const PeerPrepare& p) {
 PeerSyncAnswer PeerSync::Status(const std::string& key) const {
   auto rec = manager_->FindGroupSync(key);
   if (!rec) {
-    return {404, {{"error", {{"code", "NOT_FOUND"},
-                             {"message", "no sync '" + key + "' on node '" +
-                                             group_->options().node + "'"}}}}};
+    return {404,
+            {{"error",
+              {{"code", "NOT_FOUND"},
+               {"message", "no sync '" + key + "' on node '" + group_->options().node + "'"}}}}};
   }
   return {200, RecordState(group_->options().node, key, *rec)};
 }

@@ -86,8 +86,8 @@ class PeerSync {
   PeerClient status_client_;
   std::mutex submit_mu_;  // one find-or-submit at a time
   mutable std::mutex mu_;
-  std::set<std::string> coordinated_;   // GUARDED_BY(mu_)
-  std::vector<std::thread> fan_outs_;   // GUARDED_BY(mu_)
+  std::set<std::string> coordinated_;  // GUARDED_BY(mu_)
+  std::vector<std::thread> fan_outs_;  // GUARDED_BY(mu_)
   std::atomic<bool> stopping_{false};
 };
 

@@ -813,6 +813,12 @@ Status ShmSyncExecutor::Job::RunSync() {
         r.group = GroupSyncReport{group->options().group, group->options().node, asked,
                                   request_.group_catch_up};
       });
+      // Most often the group already aborted the asked key (a refused or late peer).
+      if (auto d = group->Decision(asked); d.ok() && d->has_value() && !(*d)->commit) {
+        return FailedPrecondition("group '" + group->options().group +
+                                  "' decided ABORT (written by node '" + (*d)->by + "'): " +
+                                  (*d)->reason);
+      }
       return fail(FailedPrecondition("asked to run sync '" + asked + "', but from version '" +
                                      live_ + "' this node's sync key is '" + *key + "'"));
     }
