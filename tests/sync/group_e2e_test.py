@@ -198,7 +198,10 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         self.assertEqual(b.rank_state(0)["version"], "v3")
 
     def test_one_node_failing_aborts_every_node(self):
-        a, b = self.node("a", tp=1), self.node("b", tp=1)
+        # Each node runs the delta posted to it: no peer prepare may bring the other's first
+        # (their peer URLs lead nowhere; the coordinator would give up only after 3 s).
+        a, b = (self.node(n, tp=1, args=["--peer-url", f"http://127.0.0.1:{free_port()}"])
+                for n in ("a", "b"))
         before = a.answers() + b.answers()
         # Node b's copy of the delta has a corrupt shard: b fails, so a must not commit.
         bad = self.t("d12-bad-" + str(time.time_ns()))
