@@ -21,7 +21,8 @@ GOOD = {
     "topology": "/tmp/topology.json",
     "etcd_endpoints": "http://127.0.0.1:2379", "group_prepare_timeout_ms": 1000,
     "group_in_doubt_timeout_ms": 0, "group_commit_margin_ms": 10,
-    "group_report_timeout_ms": 100, "log_format": "json", "shutdown_timeout_s": 5,
+    "group_report_timeout_ms": 100, "peer_url": "http://10.0.0.7:8470", "group_token_file": None,
+    "log_format": "json", "shutdown_timeout_s": 5,
 }
 
 
@@ -46,7 +47,7 @@ class SidecarConfigTest(unittest.TestCase):
 
     def good(self):
         g = dict(GOOD)
-        g["token_file"] = g["http_ca_file"] = self.readable
+        g["token_file"] = g["http_ca_file"] = g["group_token_file"] = self.readable
         return g
 
     def test_every_key_is_accepted_and_printed(self):
@@ -127,6 +128,8 @@ class SidecarConfigTest(unittest.TestCase):
         self.refused({}, "--http-attempts: must be 1..100, not 0", flags=("--http-attempts", "0"))
         self.refused({}, "--log-format: must be one of text, json", flags=("--log-format", "x"))
         self.refused({}, "--token-file: cannot read", flags=("--token-file", "/no/such"))
+        self.refused({}, "must be http://host:port", flags=("--peer-url", "https://a:1"))
+        self.refused({"peer_url": "http://a"}, "must be http://host:port")
 
     def test_readme_table_is_the_code_table(self):
         table = subprocess.run([DELTAKV, "sidecar", "--config-keys-markdown"], capture_output=True,

@@ -20,6 +20,7 @@
 #include "kv/kv_pool_owner.h"
 #include "log/log.h"
 #include "server/http_api.h"
+#include "server/peer_sync.h"
 #include "sync/shm_executor.h"
 #include "sync/sync_manager.h"
 
@@ -73,6 +74,7 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
   g.in_doubt_timeout = std::chrono::milliseconds(o.group_in_doubt_timeout_ms);
   g.commit_margin = std::chrono::milliseconds(o.group_commit_margin_ms);
   g.report_timeout = std::chrono::milliseconds(o.group_report_timeout_ms);
+  g.peer_url = o.peer_url;
   if (!o.topology.empty()) {
     ASSIGN_OR_RETURN(sidecar::Topology topology, sidecar::LoadTopology(o.topology, g.members));
     g.topology = std::move(topology);
@@ -112,6 +114,17 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
                        InvalidArgument("a bearer token is required (--token-file, "
                                        "--token or DELTAKV_TOKEN)"),
                        false);
+  }
+  std::string group_token = o.token;
+  if (!o.group_token_file.empty()) {
+    auto t = ReadFileToString(o.group_token_file, 4096);
+    if (!t.ok()) return ReportError("sidecar", t.status(), false);
+    group_token = *t;
+    while (!group_token.empty() && (group_token.back() == '\n' || group_token.back() == '\r'))
+      group_token.pop_back();
+    if (group_token.empty()) {
+      return ReportError("sidecar", InvalidArgument("--group-token-file is empty"), false);
+    }
   }
   auto cores = ParseCpuList(o.serving_cores);
   if (!cores.ok()) return ReportError("sidecar", cores.status(), false);
@@ -177,9 +190,30 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   mo.verify_checkpoint = o.verify_checkpoint;
   mo.group_catch_up = eo.group != nullptr;
   sidecar::SyncManager manager(std::move(executor).value(), std::move(mo));
+  std::unique_ptr<sidecar::PeerSync> peer;
+  if (eo.group != nullptr) {
+    sidecar::PeerSyncOptions po;
+    po.group_token = group_token;
+    peer = std::make_unique<sidecar::PeerSync>(eo.group, &manager, po);
+    http.peer = peer.get();
+    http.group_token = group_token;
+  }
   sidecar::HttpApi api(http, &manager);
   s = api.Bind();
   if (!s.ok()) return ReportError("sidecar", s, false);
+  if (eo.group != nullptr && o.peer_url.empty()) {
+    // The peer URL other sidecars use: the listen address with the bound port, unless it is a
+    // wildcard address (then --peer-url must name this host).
+    if (http.host == "0.0.0.0" || http.host == "::" || http.host == "[::]" || http.host.empty()) {
+      log::Warn("no peer URL: listening on a wildcard address, so a sync must be posted to "
+                "every node (give --peer-url http://<this host>:<port>)");
+    } else {
+      const std::string url = "http://" + http.host + ":" + std::to_string(api.port());
+      if (Status ps = eo.group->SetPeerUrl(url); !ps.ok()) {
+        return ReportError("sidecar", ps.WithPrefix("group: peer URL"), false);
+      }
+    }
+  }
   if (!o.port_file.empty()) (void)WriteFileAtomic(o.port_file, std::to_string(api.port()) + "\n");
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -195,6 +229,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   // decision, finished after it), then stop serving.
   log::Info("shutting down", {{"timeout_s", o.shutdown_timeout_s}});
   api.BeginShutdown();
+  if (peer) peer->BeginShutdown();
   const bool drained =
       manager.Shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(o.shutdown_timeout_s));
   api.Stop();

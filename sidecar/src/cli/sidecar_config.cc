@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "coord/peer_records.h"
 
 namespace deltakv::cli {
 
@@ -22,6 +23,11 @@ Status CheckListen(const O& o) {
     return InvalidArgument("must be HOST:PORT with a port 0..65535, not '" + o.listen + "'");
   }
   return Status::Ok();
+}
+
+Status CheckPeerUrl(const O& o) {
+  if (o.peer_url.empty()) return Status::Ok();
+  return sidecar::ParsePeerUrl(o.peer_url).status();
 }
 
 Status CheckServingCores(const O& o) { return ParseCpuList(o.serving_cores).status(); }
@@ -203,6 +209,13 @@ const std::vector<SidecarKey>& SidecarKeys() {
       {"group_report_timeout_ms", K::kUint, &O::group_report_timeout_ms,
        "Multi-node: how long a node waits for the others' pause times after its commit", 0,
        600000},
+      {"peer_url", K::kString, &O::peer_url,
+       "Multi-node: http://host:port where the other sidecars reach this one's peer API "
+       "(default: http://<listen> with the bound port, unless listen is 0.0.0.0 or ::)",
+       0, 0, {}, false, nullptr, CheckPeerUrl},
+      {"group_token_file", K::kFile, &O::group_token_file,
+       "Multi-node: file holding the bearer token of calls between the group's sidecars "
+       "(default: the sidecar's own token, then every node needs the same one)"},
       {"log_format", K::kChoice, &O::log_format,
        "Log lines on stderr: text, or json (one object per line: ts, level, msg, fields)", 0, 0,
        {"text", "json"}},

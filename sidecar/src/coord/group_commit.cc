@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<GroupCommit>> GroupCommit::Create(GroupOptions o) {
 }
 
 GroupCommit::GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd)
-    : options_(std::move(options)), etcd_(std::move(etcd)) {}
+    : options_(std::move(options)), etcd_(std::move(etcd)), peer_url_(options_.peer_url) {}
 
 GroupCommit::~GroupCommit() {
   stop_.store(true);
@@ -86,12 +86,59 @@ GroupCommit::~GroupCommit() {
 Status GroupCommit::Join() {
   ASSIGN_OR_RETURN(int64_t lease, etcd_->GrantLease(options_.lease_ttl_s));
   lease_.store(lease);
-  return etcd_->Put(Key("members/" + options_.node),
-                    json{{"node", options_.node},
-                         {"pid", static_cast<int64_t>(getpid())},
-                         {"started_unix", UnixNow()}}
-                        .dump(),
-                    lease);
+  MemberRecord m;
+  m.node = options_.node;
+  m.pid = static_cast<int64_t>(getpid());
+  m.started_unix = UnixNow();
+  {
+    std::lock_guard<std::mutex> lock(peer_url_mu_);
+    m.peer_url = peer_url_;
+  }
+  return etcd_->Put(Key("members/" + options_.node), MemberToJson(m), lease);
+}
+
+Status GroupCommit::SetPeerUrl(const std::string& url) {
+  if (!url.empty()) RETURN_IF_ERROR(ParsePeerUrl(url).status());
+  ASSIGN_OR_RETURN(std::optional<EtcdKv> kv, etcd_->Get(Key("members/" + options_.node)));
+  MemberRecord m;
+  m.node = options_.node;
+  m.pid = static_cast<int64_t>(getpid());
+  m.started_unix = UnixNow();
+  if (kv) {
+    if (auto old = ParseMember(kv->value); old.ok()) m = *old;
+  }
+  m.peer_url = url;
+  {
+    std::lock_guard<std::mutex> lock(peer_url_mu_);
+    peer_url_ = url;
+  }
+  return etcd_->Put(Key("members/" + options_.node), MemberToJson(m), lease_.load());
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> GroupCommit::PeerUrls() {
+  ASSIGN_OR_RETURN(std::vector<EtcdKv> kvs, etcd_->List(Key("members/")));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& m : options_.members) {
+    for (const EtcdKv& kv : kvs) {
+      if (kv.key != Key("members/" + m)) continue;
+      auto rec = ParseMember(kv.value);
+      out.emplace_back(m, rec.ok() ? rec->peer_url : "");
+    }
+  }
+  return out;
+}
+
+StatusOr<CoordinatorRecord> GroupCommit::ClaimCoordinator(const std::string& key) {
+  CoordinatorRecord mine;
+  mine.node = options_.node;
+  mine.unix = UnixNow();
+  {
+    std::lock_guard<std::mutex> lock(peer_url_mu_);
+    mine.peer_url = peer_url_;
+  }
+  ASSIGN_OR_RETURN(EtcdKv kv, etcd_->PutIfAbsent(Key(key + "/coordinator"),
+                                                 CoordinatorToJson(mine), lease_.load()));
+  return ParseCoordinator(kv.value);
 }
 
 std::string GroupCommit::Key(const std::string& rest) const {

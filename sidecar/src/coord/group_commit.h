@@ -2,7 +2,10 @@
 // new version together or not at all. The decision lives in etcd; no delta byte goes there.
 //
 // Keys, under <prefix>/<group>/ (docs/MULTINODE.md):
-//   members/<node>                      {"node", "pid", "started_unix"}, on the node's lease
+//   members/<node>                      {"node", "pid", "started_unix"[, "peer_url"]}, on the
+//                                       node's lease
+//   syncs/<sync key>/coordinator        {"node", "peer_url", "unix"}: the node that fans the sync
+//                                       out to its peers, created once, on its lease
 //   syncs/<sync key>/prepared/<node>    {"node", "version", "parent", "delta", "sync_id"}, on
 //                                       the lease
 //   syncs/<sync key>/decision           {"decision": "commit"|"abort", "by", "reason"; COMMIT:
@@ -37,14 +40,17 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 #include "coord/etcd_client.h"
 #include "coord/group_records.h"
+#include "coord/peer_records.h"
 #include "coord/topology.h"
 
 namespace deltakv::sidecar {
@@ -63,6 +69,9 @@ struct GroupOptions {
   // Which global ranks each node serves (validated against `members`); none: every node
   // serves a whole replica of the model.
   std::optional<Topology> topology;
+  // Where the other sidecars reach this one's peer API ("http://host:port"; "" = nowhere yet,
+  // see SetPeerUrl). Advertised in the membership record.
+  std::string peer_url;
 };
 
 class GroupCommit {
@@ -110,6 +119,16 @@ class GroupCommit {
   // The group's most recent COMMIT (nullopt if none was recorded); DataLoss for a bad record.
   StatusOr<std::optional<LatestCommit>> Latest();
 
+  // Peer protocol (coord/peer_records.h).
+  // Advertises `url` as this node's peer URL from now on (rewrites the membership record).
+  Status SetPeerUrl(const std::string& url);
+  // The peer URL of each live member ("" for one that advertises none), in member order;
+  // members without a membership key are left out. Records that do not parse count as "".
+  StatusOr<std::vector<std::pair<std::string, std::string>>> PeerUrls();
+  // Claims the coordination of `key` for this node, on its lease, unless another node holds it;
+  // returns the record that stands (this node's if the claim won).
+  StatusOr<CoordinatorRecord> ClaimCoordinator(const std::string& key);
+
  private:
   GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd);
   std::string Key(const std::string& rest) const;
@@ -119,6 +138,8 @@ class GroupCommit {
 
   GroupOptions options_;
   std::unique_ptr<EtcdClient> etcd_;
+  std::mutex peer_url_mu_;
+  std::string peer_url_;  // GUARDED_BY(peer_url_mu_)
   std::atomic<int64_t> lease_{0};
   std::atomic<bool> stop_{false};
   std::thread keepalive_;

@@ -77,12 +77,15 @@ void HttpApi::Routes() {
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     requests_.fetch_add(1, std::memory_order_relaxed);
-    if (req.method == "GET" || req.method == "HEAD")
+    // Peer calls, reads included, carry the group token; other reads need none.
+    const bool peer_call = req.path.rfind("/v1/peer/", 0) == 0;
+    if (!peer_call && (req.method == "GET" || req.method == "HEAD"))
       return httplib::Server::HandlerResponse::Unhandled;
+    const std::string& want = peer_call ? options_.group_token : options_.token;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    if (options_.token.empty() || auth.rfind(prefix, 0) != 0 ||
-        !TokenMatches(auth.substr(prefix.size()), options_.token)) {
+    if (want.empty() || auth.rfind(prefix, 0) != 0 ||
+        !TokenMatches(auth.substr(prefix.size()), want)) {
       unauthorized_.fetch_add(1, std::memory_order_relaxed);
       res.set_header("WWW-Authenticate", "Bearer");
       SendError(res, 401, "UNAUTHENTICATED", "a valid bearer token is required");
@@ -106,7 +109,7 @@ void HttpApi::Routes() {
     res.set_header("Location", "/v1/syncs/" + *id);
     SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
   };
-  s.Post("/v1/sync", [submit](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/v1/sync", [this, submit](const httplib::Request& req, httplib::Response& res) {
     Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
       return SendError(res, 400, "INVALID_ARGUMENT", "body must be a JSON object");
@@ -121,7 +124,43 @@ void HttpApi::Routes() {
     }
     r.version = body["version"].get<std::string>();
     r.delta = body["delta"].get<std::string>();
-    submit(res, std::move(r));
+    if (options_.peer == nullptr) return submit(res, std::move(r));
+    if (shutting_down_.load()) return submit(res, std::move(r));  // answers 503
+    auto started = options_.peer->StartSync(r.version, r.delta);
+    if (!started.ok()) {
+      return SendError(res, HttpStatusFor(started.status()),
+                       std::string(StatusCodeName(started.status().code())),
+                       started.status().message());
+    }
+    res.set_header("Location", "/v1/syncs/" + (*started)["id"].get<std::string>());
+    SendJson(res, 202, *started);
+  });
+
+  // The peer protocol (server/peer_sync.h), authenticated with the group token above.
+  s.Post("/v1/peer/prepare", [this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.peer == nullptr) {
+      return SendError(res, 404, "NOT_FOUND", "this sidecar is not in a group");
+    }
+    if (req.body.size() > options_.max_peer_body_bytes) {
+      return SendError(res, 413, "RESOURCE_EXHAUSTED",
+                       "peer request body above " + std::to_string(options_.max_peer_body_bytes) +
+                           " bytes");
+    }
+    if (shutting_down_.load()) {
+      res.set_header("Retry-After", "10");
+      return SendError(res, 503, "UNAVAILABLE", "sidecar shutting down");
+    }
+    auto p = ParsePeerPrepare(req.body);
+    if (!p.ok()) return SendError(res, 400, "INVALID_ARGUMENT", p.status().message());
+    PeerSyncAnswer a = options_.peer->Prepare(*p);
+    SendJson(res, a.http_status, a.body);
+  });
+  s.Get(R"(/v1/peer/status/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.peer == nullptr) {
+      return SendError(res, 404, "NOT_FOUND", "this sidecar is not in a group");
+    }
+    PeerSyncAnswer a = options_.peer->Status(req.matches[1]);
+    SendJson(res, a.http_status, a.body);
   });
 
   // Optional "rate_gbps" (number >= 0): the ranks' read rate limit; false if it is malformed.
@@ -169,7 +208,12 @@ void HttpApi::Routes() {
         auto rec = manager_->Get(req.matches[1]);
         if (!rec)
           return SendError(res, 404, "NOT_FOUND", "no job '" + std::string(req.matches[1]) + "'");
-        SendJson(res, 200, rec->ToJson());
+        Json j = rec->ToJson();
+        // The coordinator's record shows every member's state: a trainer polls one node.
+        if (options_.peer != nullptr && rec->group && options_.peer->Coordinates(rec->group->key)) {
+          j["group"]["members"] = options_.peer->MembersJson(rec->group->key);
+        }
+        SendJson(res, 200, j);
       });
 
   s.Get("/v1/status", [this](const httplib::Request&, httplib::Response& res) {

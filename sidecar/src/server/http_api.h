@@ -7,9 +7,16 @@
 //   GET  /v1/status      live version, divergence, checksum table, ranks, recent jobs
 //   GET  /healthz        "ok"
 //   GET  /metrics        Prometheus text format
+// In a group with the peer protocol (server/peer_sync.h; docs/MULTINODE.md):
+//   POST /v1/peer/prepare      {"sync_key", "version", "delta", "attempt"} -> 202 (started),
+//                              200 (already known: its state), 409 (decided ABORT, or busy)
+//   GET  /v1/peer/status/{key} this node's state for a sync key, 404 if it has none
+// and POST /v1/sync makes this node the sync's coordinator; the coordinator's GET /v1/syncs/{id}
+// has "group.members": {node: state}.
 //
-// Mutating calls need "Authorization: Bearer <token>" (401 otherwise). Bodies above
-// max_body_bytes get 413; malformed JSON or fields 400; a sync while another runs 409.
+// Mutating calls need "Authorization: Bearer <token>" (401 otherwise); /v1/peer/ calls, reads
+// included, need the group token instead. Bodies above max_body_bytes (peer calls:
+// max_peer_body_bytes) get 413; malformed JSON or fields 400; a sync while another runs 409.
 // Every error body is {"error": {"code", "message"}}.
 //
 // Thread-safety: httplib serves requests on its own thread pool; the handlers only touch the
@@ -24,6 +31,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/peer_sync.h"
 #include "sync/sync_manager.h"
 
 namespace httplib {
@@ -43,6 +51,10 @@ struct HttpApiOptions {
   uint64_t scrub_rate_bytes_per_s = 0;  // POST /v1/scrub without "rate_gbps"
 
   std::vector<MetricsProvider> metrics;
+  // Multi-node peer protocol: null = none (the /v1/peer/ endpoints answer 404).
+  PeerSync* peer = nullptr;
+  std::string group_token;  // bearer token of /v1/peer/ calls
+  uint64_t max_peer_body_bytes = 16 << 10;
 };
 
 class HttpApi {

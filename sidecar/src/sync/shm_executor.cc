@@ -805,6 +805,23 @@ Status ShmSyncExecutor::Job::RunSync() {
     auto key = group->SyncKey(request_.version, live_);
     if (!key.ok()) return key.status().WithPrefix("group '" + group->options().group + "'");
     group_key = *key;
+    if (!request_.group_key.empty() && request_.group_key != group_key) {
+      // Asked to join a sync this node cannot run under that key: the group must not wait.
+      const std::string asked = request_.group_key;
+      group_key = asked;
+      update_([&](SyncRecord& r) {
+        r.group = GroupSyncReport{group->options().group, group->options().node, asked,
+                                  request_.group_catch_up};
+      });
+      // Most often the group already aborted the asked key (a refused or late peer).
+      if (auto d = group->Decision(asked); d.ok() && d->has_value() && !(*d)->commit) {
+        return FailedPrecondition("group '" + group->options().group +
+                                  "' decided ABORT (written by node '" + (*d)->by + "'): " +
+                                  (*d)->reason);
+      }
+      return fail(FailedPrecondition("asked to run sync '" + asked + "', but from version '" +
+                                     live_ + "' this node's sync key is '" + *key + "'"));
+    }
     update_([&](SyncRecord& r) {
       r.group = GroupSyncReport{group->options().group, group->options().node, group_key,
                                 request_.group_catch_up};

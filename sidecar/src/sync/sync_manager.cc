@@ -76,6 +76,16 @@ std::optional<SyncRecord> SyncManager::Get(const std::string& id) const {
   return it->second;
 }
 
+std::optional<SyncRecord> SyncManager::FindGroupSync(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    const SyncRecord& r = records_.at(*it);
+    if (r.request.kind != JobKind::kSync) continue;
+    if (r.request.group_key == key || (r.group && r.group->key == key)) return r;
+  }
+  return std::nullopt;
+}
+
 std::vector<SyncRecord> SyncManager::History() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<SyncRecord> out;

@@ -95,6 +95,9 @@ class SyncManager {
   // or delta, or a verify without checkpoint.
   StatusOr<std::string> Submit(SyncRequest request);
   std::optional<SyncRecord> Get(const std::string& id) const;
+  // The newest sync record of the group sync `key` (its request's group_key, or the key the
+  // executor ran it under), if one is kept.
+  std::optional<SyncRecord> FindGroupSync(const std::string& key) const;
   // Newest first.
   std::vector<SyncRecord> History() const;
   std::string LiveVersion() const { return executor_->LiveVersion(); }

@@ -52,6 +52,10 @@ struct SyncRequest {
   uint64_t rate_bytes_per_s = 0;  // verify/scrub: the ranks' read rate limit (0 = unlimited)
   // sync, multi-node: queued by the sidecar itself to join a commit its group made without it
   bool group_catch_up = false;
+  // sync, multi-node: the sync key the group runs this sync under (set when it came through
+  // the peer protocol); a node whose own key differs (another parent, a later attempt) writes
+  // ABORT for this one and runs nothing. "" = the node's own key.
+  std::string group_key;
 };
 
 // A multi-node sync's part in its group's commit (docs/MULTINODE.md, "Pauses and skew").
