@@ -38,7 +38,12 @@ REQUIRED = {
 EVERYTHING = render.merge_values(REQUIRED, {
     "podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000},
     "state": {"existingClaim": "deltakv-state"},
+    "terminationGracePeriodSeconds": 150,
     "sidecar": {"servingCores": "0-15,32-47", "decoder": "walker", "decodeThreads": 2,
+                "logFormat": "json", "shutdownTimeoutSeconds": 120,
+                "volumeStore": "s3://volumes.example.com/deltakv",
+                "env": [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
+                    "name": "volume-store", "key": "access-key-id"}}}],
                 "extraArgs": ["--port-file=/var/lib/deltakv/port"]},
     "kvPool": {"enabled": True, "blockBytes": 2048, "capacitySlots": 1024, "hugepages": True,
                "numaNode": 1},
@@ -46,13 +51,21 @@ EVERYTHING = render.merge_values(REQUIRED, {
     "verify": {"checkpoint": "/models/ckpt", "scrubIntervalSeconds": 0.5, "scrubRateGbps": 1.5},
     "multiNode": {"group": "llama-70b", "node": "node-b", "members": ["node-a", "node-b"],
                   "etcdEndpoints": ["http://etcd-0.etcd:2379", "http://10.0.0.7:2379"],
-                  "prepareTimeoutMs": 120000, "inDoubtTimeoutMs": 0},
+                  "prepareTimeoutMs": 120000, "inDoubtTimeoutMs": 0, "commitMarginMs": 200,
+                  "reportTimeoutMs": 5000, "peerUrl": "http://node-b.example.com:8470",
+                  "groupTokenSecret": {"name": "llama-70b-group", "key": "group-token"},
+                  "topology": {"format": "deltakv.topology/1", "world": 4, "tp": 4, "pp": 1,
+                               "nodes": {"node-a": [0, 1], "node-b": [2, 3]}}},
     "metrics": {"serviceMonitor": {"enabled": True, "namespace": "monitoring"}},
 })
-# One node of a three-node group (docs/MULTINODE.md), the sidecar's default timeouts.
+TOPOLOGY = {"format": "deltakv.topology/1", "world": 4, "tp": 4, "pp": 1,
+            "nodes": {"node-a": [0, 1], "node-b": [2, 3]}}
+# One node of a three-node group (docs/MULTINODE.md), the sidecar's default timeouts, the peer
+# URL from the pod's IP and the group token from its own Secret.
 MULTI_NODE = render.merge_values(REQUIRED, {"multiNode": {
     "group": "llama-70b", "node": "node-b", "members": ["node-a", "node-b", "node-c"],
-    "etcdEndpoints": ["http://etcd-0.etcd:2379", "http://etcd-1.etcd:2379"]}})
+    "etcdEndpoints": ["http://etcd-0.etcd:2379", "http://etcd-1.etcd:2379"],
+    "groupTokenSecret": {"name": "llama-70b-group"}}})
 CASES = {
     "defaults": REQUIRED,
     "everything": EVERYTHING,
@@ -511,6 +524,8 @@ def test_extra_args_may_not_repeat_the_charts_flags(extra, message):
         render.render(values)
 
 
+PEER_FLAGS = ("--group-commit-margin-ms", "--group-report-timeout-ms", "--topology",
+              "--peer-url", "--group-token-file")
 GROUP_FLAGS = ("--group", "--node", "--group-members", "--etcd-endpoints",
                "--group-prepare-timeout-ms", "--group-in-doubt-timeout-ms")
 
@@ -540,8 +555,7 @@ def test_etcd_endpoints_in_a_configmap_and_env(case):
     values = CASES[case]
     rendered = objects(values)
     config_map = rendered[("ConfigMap", "test-deltakv-multinode")]
-    assert config_map["data"] == {
-        "etcd-endpoints": ",".join(values["multiNode"]["etcdEndpoints"])}
+    assert config_map["data"]["etcd-endpoints"] == ",".join(values["multiNode"]["etcdEndpoints"])
     sidecar = container(pod_spec(values), "sidecar")
     env = {e["name"]: e for e in sidecar["env"]}
     assert env["DELTAKV_ETCD_ENDPOINTS"]["valueFrom"]["configMapKeyRef"] == {
@@ -574,9 +588,17 @@ def sidecar_run_here(values, tmp_path, etcd_env=True, **replace):
     rendered = objects(values)
     args = container(pod_spec(values), "sidecar")["args"]
     (tmp_path / "token").write_text("test-token\n")
+    (tmp_path / "group-token").write_text("group-token\n")
     local = {"--listen": "127.0.0.1:0", "--token-file": str(tmp_path / "token"),
              "--shm-name": f"deltakv-helm-test-{os.getpid()}",
-             "--state-dir": str(tmp_path / "state")}
+             "--state-dir": str(tmp_path / "state"),
+             "--group-token-file": str(tmp_path / "group-token")}
+    config_map = rendered.get(("ConfigMap", "test-deltakv-multinode"), {}).get("data", {})
+    if "topology.json" in config_map:
+        (tmp_path / "topology.json").write_text(config_map["topology.json"])
+        local["--topology"] = str(tmp_path / "topology.json")
+    # The pod's IP from the downward API: this host's loopback here.
+    args = [expand(a, {"POD_IP": "127.0.0.1"}) for a in args]
     local.update({"--" + k.replace("_", "-"): v for k, v in replace.items()})
     args = [f"{a.split('=', 1)[0]}={local[a.split('=', 1)[0]]}"
             if a.split("=", 1)[0] in local else a for a in args]
@@ -703,6 +725,9 @@ MISSPELLED = [
     {"multiNode": {"etcd": ["http://etcd:2379"]}},
     {"multiNode": {"groupMembers": ["a", "b"]}},
     {"multiNode": {"prepareTimeout": 1000}},
+    {"multiNode": {"groupTokenSecret": {"nmae": "g"}}},
+    {"multiNode": {"peerURL": "http://a:1"}},
+    {"sidecar": {"shutdownTimeout": 30}},
 ]
 
 
@@ -750,6 +775,33 @@ def test_misspelled_value_is_refused(typo):
     {"multiNode": {"prepareTimeoutMs": "60000"}},
     {"multiNode": {"inDoubtTimeoutMs": -1}},
     {"multiNode": {"inDoubtTimeoutMs": 3600001}},
+    {"multiNode": {"commitMarginMs": 10001}},
+    {"multiNode": {"commitMarginMs": -1}},
+    {"multiNode": {"reportTimeoutMs": 600001}},
+    {"multiNode": {"reportTimeoutMs": "2000"}},
+    {"multiNode": {"peerUrl": "https://10.0.0.1:8470"}},
+    {"multiNode": {"peerUrl": "http://10.0.0.1"}},
+    {"multiNode": {"peerUrl": "http://user@10.0.0.1:8470"}},
+    {"multiNode": {"peerUrl": "http://10.0.0.1:8470/v1"}},
+    {"multiNode": {"peerUrl": "http://fd00::1:8470"}},
+    {"multiNode": {"groupTokenSecret": {"name": "g", "key": ""}}},
+    {"multiNode": {"groupTokenSecret": "g"}},
+    {"multiNode": {"topology": "/etc/topology.json"}},
+    {"multiNode": {"topology": dict(TOPOLOGY, format="deltakv.topology/2")}},
+    {"multiNode": {"topology": {k: v for k, v in TOPOLOGY.items() if k != "nodes"}}},
+    {"multiNode": {"topology": dict(TOPOLOGY, world=0)}},
+    {"multiNode": {"topology": dict(TOPOLOGY, tp=0)}},
+    {"multiNode": {"topology": dict(TOPOLOGY, dp=1)}},
+    {"multiNode": {"topology": dict(TOPOLOGY, nodes={})}},
+    {"multiNode": {"topology": dict(TOPOLOGY, nodes={"node-a": []})}},
+    {"multiNode": {"topology": dict(TOPOLOGY, nodes={"node-a": [0, 0]})}},
+    {"multiNode": {"topology": dict(TOPOLOGY, nodes={"node-a": [-1]})}},
+    {"multiNode": {"topology": dict(TOPOLOGY, nodes={"node-a": ["0"]})}},
+    {"multiNode": {"topology": dict(TOPOLOGY, nodes={"a/b": [0]})}},
+    {"sidecar": {"logFormat": "logfmt"}},
+    {"sidecar": {"shutdownTimeoutSeconds": 0}},
+    {"sidecar": {"shutdownTimeoutSeconds": 3601}},
+    {"sidecar": {"volumeStore": "s3://a b"}},
 ], ids=lambda t: json.dumps(t)[:80])
 def test_out_of_range_value_is_refused(bad):
     with pytest.raises(helm.HelmValuesError):
@@ -799,9 +851,42 @@ def test_defaults_alone_do_not_render():
                                        "etcdEndpoints": ["http://etcd:2379"]}},
      "install one release per node, with replicaCount 1"),
     ({"multiNode": {"prepareTimeoutMs": 1000}},
-     "multiNode.prepareTimeoutMs and multiNode.inDoubtTimeoutMs are used with multiNode.group"),
+     "multiNode.prepareTimeoutMs is used with multiNode.group"),
     ({"multiNode": {"inDoubtTimeoutMs": 0}},
-     "multiNode.prepareTimeoutMs and multiNode.inDoubtTimeoutMs are used with multiNode.group"),
+     "multiNode.inDoubtTimeoutMs is used with multiNode.group"),
+    ({"multiNode": {"commitMarginMs": 0}}, "multiNode.commitMarginMs is used with multiNode.group"),
+    ({"multiNode": {"reportTimeoutMs": 100}},
+     "multiNode.reportTimeoutMs is used with multiNode.group"),
+    ({"multiNode": {"topology": TOPOLOGY}},
+     "multiNode.topology is used with multiNode.group: the topology describes the ranks"),
+    ({"multiNode": {"peerUrl": "http://10.0.0.1:8470"}},
+     "multiNode.peerUrl is used with multiNode.group"),
+    ({"multiNode": {"groupTokenSecret": {"name": "g"}}},
+     "multiNode.groupTokenSecret is used with multiNode.group"),
+    ({"multiNode": {"group": "g", "node": "a", "members": ["a", "b"],
+                    "etcdEndpoints": ["http://etcd:2379"]}},
+     "no token source is shared: name an existing Secret in multiNode.groupTokenSecret"),
+    ({"multiNode": {"group": "g", "node": "node-c", "members": ["node-a", "node-c"],
+                    "etcdEndpoints": ["http://etcd:2379"], "groupTokenSecret": {"name": "g"},
+                    "topology": TOPOLOGY}},
+     'multiNode.topology: its nodes [node-a, node-b] do not include multiNode.node "node-c"'),
+    ({"multiNode": {"group": "g", "node": "node-a", "members": ["node-a", "node-b", "node-c"],
+                    "etcdEndpoints": ["http://etcd:2379"], "groupTokenSecret": {"name": "g"},
+                    "topology": TOPOLOGY}},
+     "multiNode.topology: its nodes [node-a, node-b] must be multiNode.members "
+     "[node-a, node-b, node-c]"),
+    ({"multiNode": {"group": "g", "node": "node-a", "members": ["node-a", "node-b"],
+                    "etcdEndpoints": ["http://etcd:2379"], "groupTokenSecret": {"name": "g"},
+                    "topology": dict(TOPOLOGY, world=8)}},
+     "multiNode.topology: world 8 must equal tp * pp (4 * 1)"),
+    ({"multiNode": {"group": "g", "node": "a", "members": ["a", "b"],
+                    "etcdEndpoints": ["http://etcd:2379"], "groupTokenSecret": {"name": "g"}},
+      "sidecar": {"env": [{"name": "POD_IP", "value": "10.0.0.1"}]}},
+     "sidecar.env: POD_IP is set by the chart"),
+    ({"sidecar": {"shutdownTimeoutSeconds": 60}},
+     "terminationGracePeriodSeconds 60 must be above sidecar.shutdownTimeoutSeconds 60"),
+    ({"terminationGracePeriodSeconds": 10},
+     "terminationGracePeriodSeconds 10 must be above sidecar.shutdownTimeoutSeconds 30"),
     ({"multiNode": {"etcdEndpoints": ["http://etcd:2379"]},
       "sidecar": {"env": [{"name": "DELTAKV_ETCD_ENDPOINTS", "value": "http://x:1"}]}},
      "sidecar.env: DELTAKV_ETCD_ENDPOINTS is set by the chart"),
@@ -809,3 +894,166 @@ def test_defaults_alone_do_not_render():
 def test_contradictory_values_fail_render(bad, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render.render(render.merge_values(REQUIRED, bad))
+
+
+# --- logs, shutdown, volume store, the group's peer protocol ---------------------------------
+
+def test_new_flags_are_the_sidecars():
+    for flag in PEER_FLAGS + ("--log-format", "--shutdown-timeout-s", "--volume-store"):
+        assert SIDECAR_FLAGS.get(flag) is True, flag
+
+
+@pytest.mark.parametrize("case, want", [
+    ("defaults", {"--log-format": "text", "--shutdown-timeout-s": "30", "--volume-store": None}),
+    ("everything", {"--log-format": "json", "--shutdown-timeout-s": "120",
+                    "--volume-store": "s3://volumes.example.com/deltakv"}),
+])
+def test_log_format_shutdown_and_volume_store_args(case, want):
+    values = CASES[case]
+    spec = pod_spec(values)
+    args = container(spec, "sidecar")["args"]
+    assert {flag: arg_value(args, flag) for flag in want} == want
+    assert spec["terminationGracePeriodSeconds"] > int(arg_value(args, "--shutdown-timeout-s"))
+
+
+def test_volume_store_credentials_through_sidecar_env():
+    env = {e["name"]: e for e in container(pod_spec(EVERYTHING), "sidecar")["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
+        "name": "volume-store", "key": "access-key-id"}
+
+
+def test_peer_url_defaults_to_the_pod_ip():
+    sidecar = container(pod_spec(MULTI_NODE), "sidecar")
+    assert arg_value(sidecar["args"], "--peer-url") == "http://$(POD_IP):8470"
+    assert arg_value(sidecar["args"], "--listen") == "0.0.0.0:8470"
+    (pod_ip,) = [e for e in sidecar["env"] if e["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # The variable comes first, so that nothing the user adds can shadow it.
+    assert sidecar["env"][0]["name"] == "POD_IP"
+    values = render.merge_values(MULTI_NODE, {"sidecar": {"port": 9000}})
+    assert arg_value(container(pod_spec(values), "sidecar")["args"], "--peer-url") == \
+        "http://$(POD_IP):9000"
+
+
+def test_explicit_peer_url_and_peer_timeouts():
+    sidecar = container(pod_spec(EVERYTHING), "sidecar")
+    args = sidecar["args"]
+    assert arg_value(args, "--peer-url") == "http://node-b.example.com:8470"
+    assert "POD_IP" not in env_of(sidecar)
+    assert arg_value(args, "--group-commit-margin-ms") == "200"
+    assert arg_value(args, "--group-report-timeout-ms") == "5000"
+    for flag in ("--group-commit-margin-ms", "--group-report-timeout-ms", "--topology"):
+        assert arg_value(container(pod_spec(MULTI_NODE), "sidecar")["args"], flag) is None
+    # Zero is a value of its own, not "unset".
+    values = render.merge_values(MULTI_NODE, {"multiNode": {"commitMarginMs": 0,
+                                                            "reportTimeoutMs": 0}})
+    args = container(pod_spec(values), "sidecar")["args"]
+    assert arg_value(args, "--group-commit-margin-ms") == "0"
+    assert arg_value(args, "--group-report-timeout-ms") == "0"
+
+
+def test_single_node_has_no_peer_flags():
+    for case in ("defaults", "vllm", "sglang"):
+        sidecar = container(pod_spec(CASES[case]), "sidecar")
+        assert [a for a in sidecar["args"] if a.split("=", 1)[0] in PEER_FLAGS] == []
+        assert "POD_IP" not in env_of(sidecar)
+
+
+def test_topology_in_the_configmap_mounted_in_the_sidecar():
+    rendered = objects(EVERYTHING)
+    config_map = rendered[("ConfigMap", "test-deltakv-multinode")]
+    assert json.loads(config_map["data"]["topology.json"]) == TOPOLOGY
+    spec = pod_spec(EVERYTHING)
+    sidecar = container(spec, "sidecar")
+    path = arg_value(sidecar["args"], "--topology")
+    mount = mount_at(sidecar, str(pathlib.PurePosixPath(path).parent))
+    assert mount is not None and mount.get("readOnly") is True
+    assert volume(spec, mount["name"])["configMap"] == {
+        "name": "test-deltakv-multinode",
+        "items": [{"key": "topology.json", "path": pathlib.PurePosixPath(path).name}]}
+    assert mount_at(container(spec, "engine"), mount["mountPath"]) is None
+    # The ConfigMap's checksum restarts the pod when the topology changes.
+    changed = render.merge_values(EVERYTHING, {"multiNode": {"topology": {"nodes": {
+        "node-a": [0, 1, 2], "node-b": [3]}}}})
+    annotations = [one(v, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+                   for v in (EVERYTHING, changed)]
+    assert annotations[0]["checksum/multinode"] != annotations[1]["checksum/multinode"]
+
+
+def test_group_token_from_its_secret():
+    spec = pod_spec(EVERYTHING)
+    sidecar = container(spec, "sidecar")
+    path = arg_value(sidecar["args"], "--group-token-file")
+    assert path == "/etc/deltakv/group-token/group-token"
+    mount = mount_at(sidecar, "/etc/deltakv/group-token")
+    assert mount is not None and mount.get("readOnly") is True
+    assert volume(spec, mount["name"])["secret"] == {
+        "secretName": "llama-70b-group", "defaultMode": 0o440,
+        "items": [{"key": "group-token", "path": "group-token"}]}
+    assert mount_at(container(spec, "engine"), "/etc/deltakv/group-token") is None
+    # No Secret of the chart's own for it.
+    assert [k for k in objects(EVERYTHING) if k[0] == "Secret"] == [("Secret", "test-deltakv-token")]
+
+
+def test_sidecar_token_as_group_token_from_an_existing_secret():
+    # token.existingSecret, the same Secret in every release: the sidecar's own token is then
+    # the group token, and the chart gives no --group-token-file.
+    values = render.merge_values(MULTI_NODE, {
+        "token": {"value": None, "existingSecret": "deltakv-token"},
+        "multiNode": {"groupTokenSecret": {"name": ""}}})
+    args = container(pod_spec(values), "sidecar")["args"]
+    assert arg_value(args, "--group-token-file") is None
+    assert arg_value(args, "--group") == "llama-70b"
+
+
+@pytest.mark.parametrize("extra", [["--topology=/x.json"], ["--peer-url=http://a:1"],
+                                   ["--group-token-file=/t"], ["--group-commit-margin-ms=1"],
+                                   ["--group-report-timeout-ms=1"]])
+def test_extra_args_may_not_give_peer_flags(extra):
+    with pytest.raises(helm.HelmRenderError, match=re.escape(f"{extra[0].split('=')[0]} is refused")):
+        render.render(with_required(sidecar={"extraArgs": extra}))
+
+
+@pytest.mark.parametrize("extra", [["--log-format=json"], ["--shutdown-timeout-s=5"]])
+def test_extra_args_may_not_repeat_logs_or_shutdown(extra):
+    with pytest.raises(helm.HelmRenderError, match="is set by the chart"):
+        render.render(with_required(sidecar={"extraArgs": extra}))
+
+
+# EVERYTHING's group, topology and peer flags, with an etcd that does not answer.
+PEER_GROUP = render.merge_values(EVERYTHING, {
+    "kvPool": {"enabled": False}, "verify": {"checkpoint": ""},
+    "deltaStore": {"caSecret": {"name": ""}},
+    "sidecar": {"extraArgs": []},
+    "multiNode": {"etcdEndpoints": ["http://127.0.0.1:1"], "prepareTimeoutMs": 100,
+                  "peerUrl": ""}})
+
+
+@pytest.mark.skipif(sidecar_binary() is None, reason="no deltakv build (set DELTAKV_BIN)")
+def test_sidecar_accepts_the_rendered_peer_flags(tmp_path):
+    # The rendered topology file, group token file, peer URL (from $(POD_IP)), commit margin,
+    # report timeout, log format, shutdown timeout and volume store all pass the sidecar's
+    # checks; it stops where it registers in etcd (exit code 3).
+    args = container(pod_spec(PEER_GROUP), "sidecar")["args"]
+    assert arg_value(args, "--log-format") == "json" and arg_value(args, "--volume-store")
+    run = sidecar_run_here(PEER_GROUP, tmp_path)
+    assert run.returncode == 3, run.stderr
+    assert "group: etcd http://127.0.0.1:1: no endpoint answered" in run.stderr, run.stderr
+
+
+@pytest.mark.skipif(sidecar_binary() is None, reason="no deltakv build (set DELTAKV_BIN)")
+@pytest.mark.parametrize("override, message", [
+    ({"topology": {"nodes": {"node-a": [0, 1], "node-b": [3]}}}, "rank 2"),
+    ({"peerUrl": "http://[fd00::1]:8470"}, None),
+], ids=["topology-gap", "ipv6-peer-url"])
+def test_sidecar_reads_the_rendered_topology_and_peer_url(tmp_path, override, message):
+    # A gap in the topology passes the chart (it checks the shape and the node names) and is
+    # refused by the sidecar when it reads the rendered file (exit code 2); a bracketed IPv6
+    # peer URL passes both.
+    values = render.merge_values(PEER_GROUP, {"multiNode": override})
+    run = sidecar_run_here(values, tmp_path)
+    if message is None:
+        assert run.returncode == 3, run.stderr
+    else:
+        assert run.returncode == 2, run.stderr
+        assert message in run.stderr, run.stderr

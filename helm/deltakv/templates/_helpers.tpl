@@ -71,8 +71,8 @@ which may repeat a flag of the chart's or be --token (the token comes from the S
 {{- $flag := first (splitList "=" .) }}
 {{- if eq $flag "--token" }}
 {{- fail "sidecar.extraArgs: --token is refused: the sidecar reads the token from the Secret's file (token.*)" }}
-{{- else if has $flag (list "--group" "--node" "--group-members" "--etcd-endpoints" "--group-prepare-timeout-ms" "--group-in-doubt-timeout-ms") }}
-{{- fail (printf "sidecar.extraArgs: %s is refused: the group comes from multiNode.* (group, node, members, etcdEndpoints, prepareTimeoutMs, inDoubtTimeoutMs)" $flag) }}
+{{- else if has $flag (list "--group" "--node" "--group-members" "--etcd-endpoints" "--group-prepare-timeout-ms" "--group-in-doubt-timeout-ms" "--group-commit-margin-ms" "--group-report-timeout-ms" "--topology" "--peer-url" "--group-token-file") }}
+{{- fail (printf "sidecar.extraArgs: %s is refused: the group comes from multiNode.* (group, node, members, etcdEndpoints, prepareTimeoutMs, inDoubtTimeoutMs, commitMarginMs, reportTimeoutMs, topology, peerUrl, groupTokenSecret)" $flag) }}
 {{- else if has $flag $taken }}
 {{- fail (printf "sidecar.extraArgs: %s is set by the chart: use the chart's value for it" $flag) }}
 {{- end }}
@@ -91,6 +91,11 @@ which may repeat a flag of the chart's or be --token (the token comes from the S
 - {{ printf "--decode-threads=%v" (int64 $s.decodeThreads) | quote }}
 - {{ printf "--plan-buffer-bytes=%v" (int64 $s.planBufferBytes) | quote }}
 - {{ printf "--max-body-bytes=%v" (int64 $s.maxBodyBytes) | quote }}
+- {{ printf "--log-format=%s" $s.logFormat | quote }}
+- {{ printf "--shutdown-timeout-s=%v" (int64 $s.shutdownTimeoutSeconds) | quote }}
+{{- with $s.volumeStore }}
+- {{ printf "--volume-store=%s" . | quote }}
+{{- end }}
 {{- with $s.servingCores }}
 - {{ printf "--serving-cores=%s" . | quote }}
 {{- end }}
@@ -161,6 +166,23 @@ which may repeat a flag of the chart's or be --token (the token comes from the S
 {{- if not (kindIs "invalid" .inDoubtTimeoutMs) }}
 - {{ printf "--group-in-doubt-timeout-ms=%v" (int64 .inDoubtTimeoutMs) | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" .commitMarginMs) }}
+- {{ printf "--group-commit-margin-ms=%v" (int64 .commitMarginMs) | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .reportTimeoutMs) }}
+- {{ printf "--group-report-timeout-ms=%v" (int64 .reportTimeoutMs) | quote }}
+{{- end }}
+{{- if .topology }}
+- {{ printf "--topology=%s" (include "deltakv.topologyFile" $) | quote }}
+{{- end }}
+{{- if .peerUrl }}
+- {{ printf "--peer-url=%s" .peerUrl | quote }}
+{{- else }}
+- {{ printf "--peer-url=http://$(POD_IP):%v" (int64 $.Values.sidecar.port) | quote }}
+{{- end }}
+{{- if .groupTokenSecret.name }}
+- {{ printf "--group-token-file=%s" (include "deltakv.groupTokenFile" $) | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -214,6 +236,9 @@ when the pool is sized by hostFraction or disabled. */}}
 {{- fail (printf "engine.env: %s is set by the chart (from sidecar.shmName, sidecar.port or token.*)" .name) -}}
 {{- end -}}
 {{- end -}}
+{{- if le (int64 .Values.terminationGracePeriodSeconds) (int64 .Values.sidecar.shutdownTimeoutSeconds) -}}
+{{- fail (printf "terminationGracePeriodSeconds %v must be above sidecar.shutdownTimeoutSeconds %v: the kubelet kills the sidecar at the end of the grace period, before the running job had its shutdown timeout to end" (int64 .Values.terminationGracePeriodSeconds) (int64 .Values.sidecar.shutdownTimeoutSeconds)) -}}
+{{- end -}}
 {{- include "deltakv.validateMultiNode" . -}}
 {{- $pool := float64 (include "deltakv.poolBytes" .) -}}
 {{- if gt $pool 0.0 -}}
@@ -254,8 +279,44 @@ release is one node, so one replica. The sidecar checks the same at start (docs/
 {{- if gt (int64 .Values.replicaCount) 1 -}}
 {{- fail (printf "multiNode.group: replicaCount %v, but a release is one node of the group (multiNode.node): install one release per node, with replicaCount 1" (int64 .Values.replicaCount)) -}}
 {{- end -}}
-{{- else if or (not (kindIs "invalid" $m.prepareTimeoutMs)) (not (kindIs "invalid" $m.inDoubtTimeoutMs)) -}}
-{{- fail "multiNode.prepareTimeoutMs and multiNode.inDoubtTimeoutMs are used with multiNode.group" -}}
+{{- if not (or $m.groupTokenSecret.name .Values.token.existingSecret) -}}
+{{- fail "multiNode.group: the sidecars of the group call each other (/v1/peer/) with a group token that every node must hold, and no token source is shared: name an existing Secret in multiNode.groupTokenSecret (mounted as --group-token-file), or give every release the same token.existingSecret (without --group-token-file the sidecar's own token is the group token); a Secret made from token.value belongs to one release" -}}
+{{- end -}}
+{{- with $m.topology -}}
+{{- $nodes := keys .nodes | sortAlpha -}}
+{{- if not (has $m.node $nodes) -}}
+{{- fail (printf "multiNode.topology: its nodes [%s] do not include multiNode.node %q: every member serves ranks of the topology" (join ", " $nodes) $m.node) -}}
+{{- end -}}
+{{- $members := $m.members | sortAlpha -}}
+{{- if ne (join "," $nodes) (join "," $members) -}}
+{{- fail (printf "multiNode.topology: its nodes [%s] must be multiNode.members [%s], no more and no fewer" (join ", " $nodes) (join ", " $members)) -}}
+{{- end -}}
+{{- if ne (int64 .world) (mul (int64 .tp) (int64 .pp)) -}}
+{{- fail (printf "multiNode.topology: world %v must equal tp * pp (%v * %v)" (int64 .world) (int64 .tp) (int64 .pp)) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $m.peerUrl -}}
+{{- range .Values.sidecar.env -}}
+{{- if eq .name "POD_IP" -}}
+{{- fail "sidecar.env: POD_IP is set by the chart (the default peer URL, http://$(POD_IP):<sidecar.port>, without multiNode.peerUrl)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- range $key := list "prepareTimeoutMs" "inDoubtTimeoutMs" "commitMarginMs" "reportTimeoutMs" -}}
+{{- if not (kindIs "invalid" (index $m $key)) -}}
+{{- fail (printf "multiNode.%s is used with multiNode.group" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if $m.topology -}}
+{{- fail "multiNode.topology is used with multiNode.group: the topology describes the ranks of a group's nodes" -}}
+{{- end -}}
+{{- if $m.peerUrl -}}
+{{- fail "multiNode.peerUrl is used with multiNode.group: only a group's sidecars call each other" -}}
+{{- end -}}
+{{- if $m.groupTokenSecret.name -}}
+{{- fail "multiNode.groupTokenSecret is used with multiNode.group: only a group's sidecars call each other" -}}
+{{- end -}}
 {{- end -}}
 {{- if $m.etcdEndpoints -}}
 {{- range .Values.sidecar.env -}}
@@ -279,6 +340,22 @@ sidecar's shared memory and API are. */}}
 - name: DELTAKV_TOKEN_FILE
   value: {{ include "deltakv.tokenFile" . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* Where the sidecar finds the topology (from the multinode ConfigMap) and the group token. */}}
+{{- define "deltakv.topologyFile" -}}
+/etc/deltakv/multinode/topology.json
+{{- end -}}
+
+{{- define "deltakv.groupTokenFile" -}}
+{{- printf "/etc/deltakv/group-token/%s" .Values.multiNode.groupTokenSecret.key -}}
+{{- end -}}
+
+{{/* The multinode ConfigMap is rendered for the etcd endpoints or the topology. */}}
+{{- define "deltakv.multiNodeConfigMap" -}}
+{{- if or .Values.multiNode.etcdEndpoints .Values.multiNode.topology -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{- define "deltakv.multiNodeConfigMapName" -}}
