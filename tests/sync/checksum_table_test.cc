@@ -60,6 +60,27 @@ TEST(ChecksumTable, CurrentOnlyForTheSameRankProcesses) {
   EXPECT_FALSE(ChecksumTable{}.CurrentFor({}));  // an empty table vouches for nothing
 }
 
+TEST(ChecksumTable, RecordsTheSliceItWasMadeFor) {
+  ChecksumTable whole = Sample();
+  EXPECT_TRUE(whole.ForSlice(0, 4, 4)) << "a table without a slice is the whole group's";
+  EXPECT_FALSE(whole.ForSlice(2, 2, 4));
+  EXPECT_FALSE(whole.ToJson().contains("slice"));
+
+  ChecksumTable t = Sample();
+  t.slice_first = 2, t.slice_count = 2, t.slice_world = 4;
+  auto back = ChecksumTable::FromJson(t.ToJson().dump());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->ForSlice(2, 2, 4));
+  EXPECT_FALSE(back->ForSlice(0, 2, 4));
+  EXPECT_FALSE(back->ForSlice(0, 4, 4));
+
+  nlohmann::json j = t.ToJson();
+  j["slice"]["count"] = 3;  // ranks 2..4 of 4
+  auto bad = ChecksumTable::FromJson(j.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("slice"), std::string::npos) << bad.status().message();
+}
+
 TEST(ChecksumTable, BadInputIsRefusedWithTheReason) {
   const std::string good = Sample().ToJson().dump();
   auto with = [&](const std::string& from, const std::string& to) {

@@ -282,6 +282,47 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         a.assert_serves(self, self.t("v3"))
         b.assert_serves(self, self.t("v3"))
 
+    def test_split_nodes_verify_their_part_against_the_checkpoint(self):
+        # a verifies at start, b on request; each compares only the bytes its ranks hold.
+        topo = self.topology({"a": [0, 1], "b": [2, 3]})
+        a = self.node("a", tp=2, first_rank=0, tp_world=4, topology=topo,
+                      args=["--verify-checkpoint", self.t("v1")])
+        b = self.node("b", tp=2, first_rank=2, tp_world=4, topology=topo)
+        ChainTest = base.SyncE2ETest
+        ck = ChainTest.wait_verified(self, a)
+        self.assertEqual(ck["version"], "v1")
+        rec = b.verify(self.t("v1"))
+        self.assertEqual(rec["state"], "verified", rec)
+        self.assertTrue(b.status()["checksums"]["checkpoint_verified"], b.status())
+        self.assertEqual(b.scrub()["state"], "verified")
+
+        # One bit flipped in b's memory of a split tensor (column shard: every row is split
+        # between the nodes): b's verify names the tensor, the node and both sums; a is fine.
+        down = ChainTest.DOWN
+        b.corrupt(1, down, 5, 0x01)
+        rec = b.verify(self.t("v1"))
+        self.assertEqual(rec["state"], "diverged", rec)
+        self.assertEqual(len(rec["mismatches"]), 1, rec)
+        self.assertRegex(rec["mismatches"][0],
+                         rf"tensor '{down}' \(split over nodes; node 'b' holds part of it at "
+                         r"global ranks 2\.\.3 of 4; differing: local rank 1\): the engine's part "
+                         r"has Adler-32 partial sums S1 \d+ S2 \d+, the checkpoint's bytes there "
+                         r"give S1 \d+ S2 \d+")
+        self.assertIn(down, b.status()["diverged"])
+        self.assertEqual(a.verify(self.t("v1"))["state"], "verified")
+
+        # Repaired and verified again: the group syncs, and the tables move with it.
+        b.corrupt(1, down, 5, 0x01)
+        self.assertEqual(b.verify(self.t("v1"))["state"], "verified")
+        self.assertTrue(b.status()["checksums"]["checkpoint_verified"], b.status())
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+        self.assertEqual(a.scrub()["state"], "verified")
+        self.assertEqual(b.scrub()["state"], "verified")
+        self.assertEqual(b.verify(self.t("v2"))["state"], "verified")
+
     def test_split_nodes_fetch_only_their_frames_and_a_frame_only_b_reads_aborts_both(self):
         # A model whose row-sharded tensors span several 1 MiB frames.
         big = {v: self.t("big-" + v) for v in ("v1", "v2")}

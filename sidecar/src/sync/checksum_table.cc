@@ -39,7 +39,7 @@ nlohmann::json ChecksumTable::ToJson() const {
     for (const deltasync::AdlerDelta& d : sums) per_rank.push_back({d.s1(), d.s2()});
     owned_json[name] = per_rank;
   }
-  return {{"format", kFormat},
+  nlohmann::json j = {{"format", kFormat},
           {"version", version},
           {"source", source},
           {"checkpoint_verified", checkpoint_verified},
@@ -48,6 +48,10 @@ nlohmann::json ChecksumTable::ToJson() const {
           {"ranks", ranks_json},
           {"adler32", tensors},
           {"owned", owned_json}};
+  if (slice_world != 0) {
+    j["slice"] = {{"first", slice_first}, {"count", slice_count}, {"world", slice_world}};
+  }
+  return j;
 }
 
 StatusOr<ChecksumTable> ChecksumTable::FromJson(const std::string& text) {
@@ -77,6 +81,17 @@ StatusOr<ChecksumTable> ChecksumTable::FromJson(const std::string& text) {
                                "' is not 8 hex digits");
       }
       t.adler32[name] = static_cast<uint32_t>(value);
+    }
+    if (j.contains("slice")) {
+      const nlohmann::json& sl = j.at("slice");
+      t.slice_first = sl.at("first").get<uint32_t>();
+      t.slice_count = sl.at("count").get<uint32_t>();
+      t.slice_world = sl.at("world").get<uint32_t>();
+      if (t.slice_world == 0 || t.slice_count == 0 || t.slice_first >= t.slice_world ||
+          t.slice_count > t.slice_world - t.slice_first) {
+        return InvalidArgument("checksum table: slice is not ranks [first, first + count) of "
+                               "world");
+      }
     }
     if (j.contains("owned")) {
       for (const auto& [name, per_rank] : j.at("owned").items()) {

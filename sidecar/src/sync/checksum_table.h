@@ -42,7 +42,15 @@ struct ChecksumTable {
   bool checkpoint_verified = false;  // every tensor was compared with a checkpoint manifest
   double updated_unix = 0;
   std::vector<TableRank> ranks;             // sorted by rank
-  std::map<std::string, uint32_t> adler32;  // tensor name -> Adler-32 of its canonical bytes
+  // The ranks the table was made on serve global ranks [slice_first, slice_first + slice_count)
+  // of a slice_world-rank group (a node of a split topology); slice_world 0: the whole group
+  // (tables written before slices were recorded are read so). A table made for another slice
+  // vouches for nothing on this one: its split tensors' values cover other bytes.
+  uint32_t slice_first = 0, slice_count = 0, slice_world = 0;
+  // tensor name -> Adler-32 of its canonical bytes. For a tensor the node holds only part of
+  // (split over nodes), the Adler-32 of the canonical bytes with every byte the node does not
+  // hold taken as zero: its ranks' owned sums applied to zeros. Never a whole-tensor value.
+  std::map<std::string, uint32_t> adler32;
   // tensor name -> per rank (index = rank) the partial sums of the bytes it owns, against zero
   // bytes (PROTOCOL.md §9.4 OWNED): a scrub names the rank whose bytes changed. A commit adds
   // each rank's incremental STAGED sums. May be absent for a tensor (then only adler32 counts).
@@ -51,6 +59,12 @@ struct ChecksumTable {
   std::string diverged;  // "" = consistent
 
   bool empty() const { return adler32.empty(); }
+  // True if the table was made for global ranks [first, first + count) of `world` (a table
+  // without a slice counts as made for the whole group).
+  bool ForSlice(uint32_t first, uint32_t count, uint32_t world) const {
+    if (slice_world == 0) return first == 0 && count == world;
+    return slice_first == first && slice_count == count && slice_world == world;
+  }
   // True if `ranks` (as attached now) are exactly the ranks the table was computed on.
   bool CurrentFor(const std::vector<shm::RankInfo>& attached) const;
   static std::vector<TableRank> RanksOf(const std::vector<shm::RankInfo>& ranks);

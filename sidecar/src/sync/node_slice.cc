@@ -1,5 +1,7 @@
 #include "sync/node_slice.h"
 
+#include <algorithm>
+
 namespace deltakv::sidecar {
 
 StatusOr<NodeHolding> HoldingOf(const deltasync::TensorLayout& layout, const NodeSlice& slice) {
@@ -57,6 +59,51 @@ StatusOr<deltasync::AdlerDelta> NodeSums(const deltasync::TensorLayout& layout,
     sums.AddBytes(p.canonical_offset, bytes.subspan(p.canonical_offset, p.length));
   });
   if (!s.ok()) return s;
+  return sums;
+}
+
+StatusOr<std::vector<deltasync::AdlerDelta>> NodeOwnedSumsFromReads(
+    const deltasync::TensorLayout& layout, const NodeSlice& slice,
+    const std::function<StatusOr<std::string>(uint64_t offset, uint64_t length)>& read,
+    uint64_t max_read) {
+  if (max_read == 0) return InvalidArgument("max_read is 0");
+  struct Run {
+    uint64_t offset, length;
+    uint32_t local;
+  };
+  std::vector<Run> runs;  // in canonical order, disjoint: each held byte once, at its owner
+  bool have = false;
+  uint64_t last = 0;
+  Status s = layout.ForEachPiece(0, layout.canonical_bytes(), [&](const deltasync::LayoutPiece& p) {
+    if (!slice.Has(p.rank) || (have && p.canonical_offset == last)) return;
+    have = true;
+    last = p.canonical_offset;
+    for (uint64_t done = 0; done < p.length; done += max_read) {
+      runs.push_back({p.canonical_offset + done, std::min(max_read, p.length - done),
+                      p.rank - slice.first});
+    }
+  });
+  if (!s.ok()) return s;
+  std::vector<deltasync::AdlerDelta> sums(slice.count);
+  for (size_t i = 0; i < runs.size();) {
+    // Runs [i, j) that touch and fit one read.
+    const uint64_t begin = runs[i].offset;
+    uint64_t end = runs[i].offset + runs[i].length;
+    size_t j = i + 1;
+    while (j < runs.size() && runs[j].offset == end && end - begin + runs[j].length <= max_read) {
+      end += runs[j].length;
+      ++j;
+    }
+    ASSIGN_OR_RETURN(std::string bytes, read(begin, end - begin));
+    if (bytes.size() != end - begin) {
+      return DataLoss("read " + std::to_string(bytes.size()) + " bytes at canonical offset " +
+                      std::to_string(begin) + ", expected " + std::to_string(end - begin));
+    }
+    const std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    for (; i < j; ++i) {
+      sums[runs[i].local].AddBytes(runs[i].offset, span.subspan(runs[i].offset - begin, runs[i].length));
+    }
+  }
   return sums;
 }
 

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -42,6 +44,15 @@ bool Overlaps(const deltasync::TensorLayout& layout, const NodeSlice& slice, uin
 // The node's partial Adler sums of `bytes` (the whole canonical tensor) over the bytes it holds.
 StatusOr<deltasync::AdlerDelta> NodeSums(const deltasync::TensorLayout& layout,
                                          const NodeSlice& slice, std::span<const uint8_t> bytes);
+
+// The node's partial sums per local rank (index = rank - first; `slice.count` entries) over
+// the canonical bytes each owns within the node, for a tensor whose canonical bytes are read
+// by `read(offset, length)`. Reads cover only bytes the node holds: runs that touch are read
+// together, each read at most `max_read` bytes (a longer run is read in parts). O(pieces).
+StatusOr<std::vector<deltasync::AdlerDelta>> NodeOwnedSumsFromReads(
+    const deltasync::TensorLayout& layout, const NodeSlice& slice,
+    const std::function<StatusOr<std::string>(uint64_t offset, uint64_t length)>& read,
+    uint64_t max_read = 16ull << 20);
 
 // Passes the node's ranks' pieces to `out` as local ranks (rank - first), owner set on the
 // lowest node rank holding each run; drops the other ranks' pieces.

@@ -169,6 +169,18 @@ class ShmSyncExecutor::Job {
   nlohmann::json PartialJson() const;
   // Every member's PREPARED sums combined, against the delta's checksums.
   Status CheckPartials(const std::vector<nlohmann::json>& partials) const;
+  // "2..3 of 4": the global ranks this node's engine serves.
+  std::string SliceText() const {
+    return std::to_string(slice_.first) + ".." + std::to_string(slice_.first + slice_.count - 1) +
+           " of " + std::to_string(slice_.world);
+  }
+  // This node's name in its group ("this node" without one).
+  std::string NodeName() const {
+    return ex_.options_.group != nullptr ? ex_.options_.group->options().node : "this node";
+  }
+  static std::string SumsText(const deltasync::AdlerDelta& d) {
+    return "S1 " + std::to_string(d.s1()) + " S2 " + std::to_string(d.s2());
+  }
   GroupDecision decision_;  // multi-node: the group's COMMIT, as read from etcd
   NodePause pause_;         // this node's pause (all ranks together), set by Commit()
 };
@@ -323,6 +335,11 @@ ChecksumTable ShmSyncExecutor::Job::TableFromLive(const LiveChecksums& live,
   t.source = source;
   t.updated_unix = UnixNow();
   t.ranks = ChecksumTable::RanksOf(infos_);
+  if (!slice_.whole()) {
+    t.slice_first = slice_.first;
+    t.slice_count = slice_.count;
+    t.slice_world = slice_.world;
+  }
   for (const auto& [name, tl] : live.tensors) {
     t.adler32[name] = tl.Adler32();
     std::vector<deltasync::AdlerDelta>& owned = t.owned[name];
@@ -418,6 +435,9 @@ Status ShmSyncExecutor::Job::Admit() {
 
 Status ShmSyncExecutor::Job::CheckParents() {
   const auto t0 = Clock::now();
+  // A table made for another slice of the group (another topology) holds other bytes' sums for
+  // split tensors: it vouches for nothing here and is not compared with.
+  if (!table_.ForSlice(slice_.first, slice_.count, slice_.world)) table_ = ChecksumTable{};
   bool covered = table_.CurrentFor(infos_);
   for (size_t i = 0; i < m_.tensors.size(); ++i) {
     const deltasync::DeltaTensor& t = m_.tensors[i];
@@ -681,6 +701,9 @@ void ShmSyncExecutor::Job::Advance() {
   t.source = "sync " + std::to_string(sync_id_) + " on " + (table_.source.empty() ? "?" : table_.source);
   if (t.source.size() > 512) t.source = "sync " + std::to_string(sync_id_) + " on a chain of syncs";
   t.ranks = ChecksumTable::RanksOf(infos_);
+  t.slice_first = slice_.whole() ? 0 : slice_.first;
+  t.slice_count = slice_.whole() ? 0 : slice_.count;
+  t.slice_world = slice_.whole() ? 0 : slice_.world;
   t.updated_unix = UnixNow();
   ex_.SetTable(std::move(t));
 }
@@ -909,14 +932,50 @@ Status ShmSyncExecutor::Job::RunVerify() {
                       std::to_string(t.canonical_bytes));
       continue;
     }
+    // The checkpoint's bytes [offset, offset + length) of the tensor.
+    auto read = [&](uint64_t offset, uint64_t length) {
+      return store->ReadRange(mt.file, mt.begin + offset, length);
+    };
+    bool partial = false;
+    if (!slice_.whole() && t.layout != nullptr) {
+      ASSIGN_OR_RETURN(NodeHolding h, HoldingOf(*t.layout, slice_));
+      partial = h.bytes < t.canonical_bytes;
+    }
+    if (partial) {
+      // The node holds part of the tensor: its ranks' sums cover only those bytes, so compare
+      // them with the checkpoint's bytes at exactly those positions (read only those).
+      auto expected = NodeOwnedSumsFromReads(*t.layout, slice_, read);
+      if (!expected.ok()) {
+        wrong.push_back("tensor '" + name + "': reading this node's part from the checkpoint: " +
+                        expected.status().message());
+        continue;
+      }
+      deltasync::AdlerDelta want, have;
+      for (const deltasync::AdlerDelta& d : *expected) want.Merge(d);
+      for (const RankTensorSums& r : t.ranks) have.Merge(r.owned);
+      const std::string ranks = DifferingRanks(t, *expected);
+      if (ranks.empty() && want.s1() == have.s1() && want.s2() == have.s2()) continue;
+      wrong.push_back("tensor '" + name + "' (split over nodes; node '" + NodeName() +
+                      "' holds part of it at global ranks " + SliceText() +
+                      (ranks.empty() ? "" : "; differing: local " + ranks) +
+                      "): the engine's part has Adler-32 partial sums " + SumsText(have) +
+                      ", the checkpoint's bytes there give " + SumsText(want));
+      continue;
+    }
     const uint32_t now = t.Adler32();
     if (now == mt.adler32) continue;
     // Name the ranks: read the tensor from the checkpoint and compare each rank's owned bytes.
     std::string ranks;
-    auto bytes = store->ReadRange(mt.file, mt.begin, mt.end - mt.begin);
-    if (bytes.ok() && t.layout != nullptr) {
-      std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
-      ranks = DifferingRanks(t, ExpectedOwnedSums(*t.layout, span, world_));
+    if (t.layout != nullptr && slice_.whole()) {
+      auto bytes = read(0, mt.end - mt.begin);
+      if (bytes.ok()) {
+        std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
+        ranks = DifferingRanks(t, ExpectedOwnedSums(*t.layout, span, world_));
+      }
+    } else if (t.layout != nullptr) {
+      // A slice's ranks own bytes at the lowest node rank holding them, not the group's.
+      auto expected = NodeOwnedSumsFromReads(*t.layout, slice_, read);
+      if (expected.ok()) ranks = DifferingRanks(t, *expected);
     }
     wrong.push_back("tensor '" + name + "'" + (ranks.empty() ? "" : " (" + ranks + ")") +
                     ": the engine holds Adler-32 " + Hex(now) + ", the checkpoint has " +
@@ -948,6 +1007,11 @@ Status ShmSyncExecutor::Job::RunScrub() {
                               "with the checkpoint the engine loaded, or run a sync)");
   }
   RETURN_IF_ERROR(AttachRanks());
+  if (!table.ForSlice(slice_.first, slice_.count, slice_.world)) {
+    return FailedPrecondition("nothing to scrub against: the checksum table was made for other "
+                              "ranks of the group than global ranks " + SliceText() +
+                              " (POST /v1/verify with the checkpoint the engine loaded)");
+  }
   const auto t0 = Clock::now();
   ASSIGN_OR_RETURN(LiveChecksums live, Checksum(request_.rate_bytes_per_s, shm::kVerifyScrub));
   Phase("checksum", MsSince(t0));
