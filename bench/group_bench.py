@@ -78,13 +78,12 @@ class Node:
         while len(http("GET", self.url + "/v1/status")["ranks"]) < tp:
             time.sleep(0.05)
         # Verified first, as a production start with --verify-checkpoint: no timed sync pays
-        # the one-time early check. (A node holding part of a tensor cannot check it alone
-        # against whole-tensor checksums: split nodes skip this and pay the early check.)
-        if not engine_args:
-            job = http("POST", self.url + "/v1/verify", {"checkpoint": t("v1")}, TOKEN)
-            rec = _bench.wait_job(self.url, job["id"], ("verified", "diverged", "failed"))
-            if rec["state"] != "verified":
-                sys.exit(f"group_bench: node {name}: startup verify ended {rec['state']}")
+        # the one-time early check (a split node checks its part of split tensors).
+        job = http("POST", self.url + "/v1/verify", {"checkpoint": t("v1")}, TOKEN)
+        rec = _bench.wait_job(self.url, job["id"], ("verified", "diverged", "failed"))
+        if rec["state"] != "verified":
+            sys.exit(f"group_bench: node {name}: startup verify ended {rec['state']}: "
+                     f"{rec.get('error')}")
         self.shm = shm
 
     def sync(self, version, delta):
