@@ -323,6 +323,26 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         self.assertEqual(b.scrub()["state"], "verified")
         self.assertEqual(b.verify(self.t("v2"))["state"], "verified")
 
+    def test_a_diverged_node_aborts_the_group_and_a_retry_after_verify_goes_live(self):
+        a, b = self.node("a", tp=1), self.node("b", tp=1)
+        down = base.SyncE2ETest.DOWN
+        b.corrupt(0, down, 5, 0x01)
+        self.assertEqual(b.verify(self.t("v1"))["state"], "diverged")
+        before = a.answers() + b.answers()
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "aborted", (n, rec))
+        self.assertIn("verified again", recs["b"]["error"], recs["b"])
+        # b's refusal is the group's ABORT: a does not wait for b's PREPARED until its deadline.
+        self.assertIn("node 'b'", recs["a"]["error"], recs["a"])
+        self.assertEqual(a.answers() + b.answers(), before)
+        b.corrupt(0, down, 5, 0x01)
+        self.assertEqual(b.verify(self.t("v1"))["state"], "verified")
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+
     def test_split_nodes_fetch_only_their_frames_and_a_frame_only_b_reads_aborts_both(self):
         # A model whose row-sharded tensors span several 1 MiB frames.
         big = {v: self.t("big-" + v) for v in ("v1", "v2")}

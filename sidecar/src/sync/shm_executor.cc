@@ -824,8 +824,15 @@ Status ShmSyncExecutor::Job::RunSync() {
     return why;
   };
   Status admitted = Admit();
-  if (group != nullptr && !live_.empty()) {
-    auto key = group->SyncKey(request_.version, live_);
+  std::string parent = live_;
+  if (group != nullptr && parent.empty() && !admitted.ok()) {
+    // Admit failed before it learnt what the engine serves (for example a diverged table): the
+    // delta's parent, or else the sidecar's record, names the sync the other nodes run, so this
+    // node's ABORT still reaches them instead of leaving them to their prepare deadline.
+    parent = !m_.parent_version.empty() ? m_.parent_version : ex_.LiveVersion();
+  }
+  if (group != nullptr && !parent.empty()) {
+    auto key = group->SyncKey(request_.version, parent);
     if (!key.ok()) return key.status().WithPrefix("group '" + group->options().group + "'");
     group_key = *key;
     if (!request_.group_key.empty() && request_.group_key != group_key) {
@@ -843,7 +850,7 @@ Status ShmSyncExecutor::Job::RunSync() {
                                   (*d)->reason);
       }
       return fail(FailedPrecondition("asked to run sync '" + asked + "', but from version '" +
-                                     live_ + "' this node's sync key is '" + *key + "'"));
+                                     parent + "' this node's sync key is '" + *key + "'"));
     }
     update_([&](SyncRecord& r) {
       r.group = GroupSyncReport{group->options().group, group->options().node, group_key,
