@@ -118,6 +118,10 @@ class InstalledTree(unittest.TestCase):
         finally:
             sidecar.terminate()
             sidecar.wait(timeout=30)
+            # The sidecar keeps its segments for engines across restarts; the test removes them.
+            for name in os.listdir("/dev/shm"):
+                if name.startswith(shm):
+                    os.remove(os.path.join("/dev/shm", name))
 
 
 if __name__ == "__main__":

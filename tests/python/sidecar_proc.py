@@ -44,6 +44,19 @@ class Sidecar:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # The sidecar keeps its control block and pool for engines across its own restarts
+        # (shm/PROTOCOL.md); the test is over, so they go.
+        remove_segments(self.shm)
+
+
+def remove_segments(prefix: str) -> None:
+    """Removes the shared-memory segments whose names start with `prefix`."""
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(prefix):
+            try:
+                os.remove(os.path.join("/dev/shm", name))
+            except FileNotFoundError:
+                pass
 
 
 @pytest.fixture
