@@ -1,3 +1,8 @@
-# Sealed volumes: refs, manifests, chunking, the directory store, push/pull/tag/rm/gc.
-deltakv_add_test(volume_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/volume_test.cc
+# Sealed volumes: formats, stores, push/pull/tag/rm, gc, parent-XOR chunks.
+deltakv_add_test(volume_test
+                 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/volume_format_test.cc
+                         ${CMAKE_CURRENT_SOURCE_DIR}/volume_store_test.cc
+                         ${CMAKE_CURRENT_SOURCE_DIR}/volume_push_pull_test.cc
+                         ${CMAKE_CURRENT_SOURCE_DIR}/volume_gc_test.cc
+                         ${CMAKE_CURRENT_SOURCE_DIR}/volume_xor_test.cc
                  LIBS deltakv_deltasync Threads::Threads)

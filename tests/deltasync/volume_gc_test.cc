@@ -1,0 +1,246 @@
+// Sealed volumes, garbage collection: what gc keeps and deletes, and its sweep marker.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "deltasync/volume.h"
+#include "volume_test_util.h"
+
+namespace deltakv::deltasync {
+namespace {
+
+using namespace volume_testing;
+
+// ----- gc -----
+
+// The chunk keys of one version.
+std::set<std::string> ChunkKeys(const VolumeManifest& m) {
+  std::set<std::string> out;
+  for (const VolumeFile& file : m.files) {
+    for (const VolumeChunk& c : file.chunks) {
+      out.insert("chunks/sha256/" + c.digest.substr(0, 2) + "/" + c.digest);
+    }
+  }
+  return out;
+}
+
+TEST(VolumeGc, KeepsLiveRestorableAndLeasedChunksOnly) {
+  Fixture f;
+  fs::create_directories(f.tmp / "live");
+  fs::create_directories(f.tmp / "restorable");
+  fs::create_directories(f.tmp / "expired");
+  WriteAll(f.tmp / "live/a", SplitMixBytes(300000, 11));
+  WriteAll(f.tmp / "restorable/b", SplitMixBytes(300000, 12));
+  WriteAll(f.tmp / "expired/c", SplitMixBytes(300000, 13));
+  WriteAll(f.tmp / "expired/shared", SplitMixBytes(100000, 11));  // = the start of live/a
+  const PushResult live = f.Push(f.tmp / "live", "v");
+  const PushResult restorable = f.Push(f.tmp / "restorable", "v");
+  const PushResult expired = f.Push(f.tmp / "expired", "v");
+  const std::set<std::string> live_keys = ChunkKeys(f.volumes->Show(live.ref)->manifest);
+  const std::set<std::string> restorable_keys =
+      ChunkKeys(f.volumes->Show(restorable.ref)->manifest);
+  const std::set<std::string> expired_keys = ChunkKeys(f.volumes->Show(expired.ref)->manifest);
+  ASSERT_TRUE(f.volumes->Remove(expired.ref).ok());
+  f.now += 5 * 24 * 3600;
+  ASSERT_TRUE(f.volumes->Remove(restorable.ref).ok());
+  f.now += 3 * 24 * 3600;  // expired: 8 days ago; restorable: 3 days ago
+  // A push in flight: a chunk it uploaded and its lease; and an orphan from a failed push.
+  const std::string leased_hex(64, 'c'), orphan_hex(64, 'd');
+  const std::string leased_key = "chunks/sha256/cc/" + leased_hex;
+  const std::string orphan_key = "chunks/sha256/dd/" + orphan_hex;
+  ASSERT_TRUE(f.store->Put(leased_key, AsSpan(std::string("x"))).ok());
+  ASSERT_TRUE(f.store->Put(orphan_key, AsSpan(std::string("y"))).ok());
+  const std::string lease = "{\"chunks\":[\"sha256:" + leased_hex +
+                            "\"],\"expires\":" + std::to_string(f.now.load() + 60) + "}";
+  ASSERT_TRUE(f.store->Put("volumes/team/v/pushes/inflight.json", AsSpan(lease)).ok());
+  const std::string old_lease = "{\"chunks\":[],\"expires\":" + std::to_string(f.now - 1) + "}";
+  ASSERT_TRUE(f.store->Put("volumes/team/v/pushes/dead.json", AsSpan(old_lease)).ok());
+
+  const size_t before = f.CountChunks();
+  auto dry = f.volumes->Gc({.dry_run = true});
+  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
+  EXPECT_EQ(f.CountChunks(), before);
+  auto gc = f.volumes->Gc();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, dry->chunks_deleted);
+  EXPECT_EQ(gc->bytes_freed, dry->bytes_freed);
+  EXPECT_EQ(gc->versions_purged, 1u);
+  EXPECT_EQ(gc->leases_expired, 1u);
+
+  const std::vector<std::string> listed = f.store->List("chunks/").value();
+  const std::set<std::string> kept(listed.begin(), listed.end());
+  for (const std::string& k : live_keys) EXPECT_TRUE(kept.count(k)) << k;
+  for (const std::string& k : restorable_keys) EXPECT_TRUE(kept.count(k)) << k;
+  EXPECT_TRUE(kept.count(leased_key));
+  EXPECT_FALSE(kept.count(orphan_key));
+  size_t expired_only = 0;
+  for (const std::string& k : expired_keys) {
+    const bool shared = live_keys.count(k) > 0;
+    EXPECT_EQ(kept.count(k) > 0, shared) << k;
+    expired_only += shared ? 0 : 1;
+  }
+  EXPECT_GE(expired_only, 1u);
+  EXPECT_EQ(gc->chunks_deleted, expired_only + 1);
+  EXPECT_EQ(gc->chunks_kept, kept.size());
+  EXPECT_FALSE(f.store->Exists("volumes/team/v/pushes/dead.json").value());
+  EXPECT_TRUE(f.store->Exists("volumes/team/v/pushes/inflight.json").value());
+  EXPECT_EQ(f.store->GetVersioned("gc/sweep.json", 100).value().data, "{\"expires\":0}");
+  EXPECT_EQ(f.volumes->Restore(expired.ref).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(f.volumes->Restore(restorable.ref).ok());
+  ASSERT_TRUE(f.volumes->Pull(restorable.ref, f.tmp / "out-r").ok());
+  ASSERT_TRUE(f.volumes->Pull(live.ref, f.tmp / "out-l").ok());
+  EXPECT_EQ(Snapshot(f.tmp / "out-l"), Snapshot(f.tmp / "live"));
+}
+
+TEST(VolumeGc, HeldSweepMarkerBlocksPushesAndOtherGcsUntilItExpires) {
+  Fixture f;
+  WriteTinyDir(f.tmp / "src");
+  const std::string marker = "{\"expires\":" + std::to_string(f.now + 100) + "}";
+  ASSERT_TRUE(f.store->PutIfGeneration("gc/sweep.json", AsSpan(marker), "").ok());
+  auto push = f.volumes->Push(f.tmp / "src", "team", "tiny");
+  EXPECT_EQ(push.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(push.status().message().find("gc sweep holds 'gc/sweep.json'"), std::string::npos);
+  EXPECT_TRUE(f.store->List("volumes/team/tiny/pushes/").value().empty());
+  EXPECT_EQ(f.volumes->Gc().status().code(), StatusCode::kFailedPrecondition);
+  f.now += 101;  // the holder died; its marker has expired
+  ASSERT_TRUE(f.volumes->Push(f.tmp / "src", "team", "tiny").ok());
+  auto gc = f.volumes->Gc();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, 0u);
+  EXPECT_EQ(f.store->GetVersioned("gc/sweep.json", 100).value().data, "{\"expires\":0}");
+  // A released marker holds nothing: pushes and the next gc go ahead.
+  ASSERT_TRUE(f.volumes->Push(f.tmp / "src", "team", "tiny").ok());
+  ASSERT_TRUE(f.volumes->Gc().ok());
+}
+
+// A store that runs a hook before chosen calls: lets a test act in the middle of a gc.
+class HookedStore : public VolumeStore {
+ public:
+  explicit HookedStore(VolumeStore& inner) : inner_(inner) {}
+  std::function<void(const std::string& key)> before_list, before_delete;
+
+  Status Put(const std::string& k, std::span<const uint8_t> d) override { return inner_.Put(k, d); }
+  Status PutIfAbsent(const std::string& k, std::span<const uint8_t> d) override {
+    return inner_.PutIfAbsent(k, d);
+  }
+  StatusOr<std::string> Get(const std::string& k, uint64_t m) override { return inner_.Get(k, m); }
+  StatusOr<bool> Exists(const std::string& k) override { return inner_.Exists(k); }
+  StatusOr<uint64_t> Size(const std::string& k) override { return inner_.Size(k); }
+  StatusOr<std::vector<std::string>> List(const std::string& prefix) override {
+    if (before_list) before_list(prefix);
+    return inner_.List(prefix);
+  }
+  Status Delete(const std::string& k) override {
+    if (before_delete) before_delete(k);
+    return inner_.Delete(k);
+  }
+  StatusOr<VersionedObject> GetVersioned(const std::string& k, uint64_t m) override {
+    return inner_.GetVersioned(k, m);
+  }
+  StatusOr<std::string> PutIfGeneration(const std::string& k, std::span<const uint8_t> d,
+                                        const std::string& e) override {
+    return inner_.PutIfGeneration(k, d, e);
+  }
+  std::string Describe() const override { return inner_.Describe(); }
+
+ private:
+  VolumeStore& inner_;
+};
+
+// Three orphan chunks (from failed pushes), for a gc to delete.
+void PutOrphans(VolumeStore& store) {
+  for (char c : {'a', 'b', 'e'}) {
+    const std::string hex(64, c);
+    ASSERT_TRUE(store.Put("chunks/sha256/" + hex.substr(0, 2) + "/" + hex, AsSpan(hex)).ok());
+  }
+}
+
+TEST(VolumeGc, StopsDeletingOnceItsMarkerExpires) {
+  Fixture f;
+  PutOrphans(*f.store);
+  HookedStore hooked(*f.store);
+  VolumesOptions options;
+  options.clock = [&f] { return f.now.load(); };
+  Volumes volumes(hooked, options);
+  int chunk_deletes = 0;
+  hooked.before_delete = [&](const std::string& key) {
+    if (key.starts_with("chunks/") && ++chunk_deletes == 1) f.now += 3601;  // a stall
+  };
+  auto gc = volumes.Gc();
+  EXPECT_EQ(gc.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(gc.status().message().find("expired after 1 chunk(s) were deleted"), std::string::npos)
+      << gc.status().ToString();
+  EXPECT_EQ(f.CountChunks(), 2u);
+}
+
+TEST(VolumeGc, AGcThatOutlivedItsMarkerLeavesTheNewHoldersMarker) {
+  Fixture f;
+  PutOrphans(*f.store);
+  HookedStore hooked(*f.store);
+  VolumesOptions options;
+  options.clock = [&f] { return f.now.load(); };
+  Volumes slow(hooked, options);
+  StatusOr<GcResult> second = InvalidArgument("not run");
+  std::string second_marker;
+  hooked.before_list = [&](const std::string& prefix) {
+    if (prefix != "volumes/" || second_marker.size()) return;
+    // The slow gc stalls while marking; its marker expires and a second gc takes over and is
+    // still sweeping (its marker is held) when the slow one resumes.
+    f.now += 3601;
+    HookedStore inner_view(*f.store);
+    Volumes fast(inner_view, options);
+    inner_view.before_delete = [&](const std::string& key) {
+      if (key.starts_with("chunks/") && second_marker.empty()) {
+        second_marker = f.store->GetVersioned("gc/sweep.json", 100).value().data;
+      }
+    };
+    second = fast.Gc();
+  };
+  auto gc = slow.Gc();
+  EXPECT_EQ(gc.status().code(), StatusCode::kFailedPrecondition) << gc.status().ToString();
+  EXPECT_NE(gc.status().message().find("marking outlasted the sweep marker"), std::string::npos);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->chunks_deleted, 3u);
+  EXPECT_EQ(second_marker, "{\"expires\":" + std::to_string(f.now.load() + 3600) + "}");
+}
+
+TEST(VolumeGc, ReleaseNeedsTheGenerationItWrote) {
+  // The marker a gc took is replaced by another gc's (after it expired): the first gc's
+  // release must fail and leave the other's marker in place.
+  Fixture f;
+  HookedStore hooked(*f.store);
+  VolumesOptions options;
+  options.clock = [&f] { return f.now.load(); };
+  Volumes slow(hooked, options);
+  std::string taken_over;
+  hooked.before_list = [&](const std::string& prefix) {
+    if (prefix != "chunks/sha256/" || !taken_over.empty()) return;
+    f.now += 3601;
+    const auto current = f.store->GetVersioned("gc/sweep.json", 100).value();
+    const std::string other = "{\"expires\":" + std::to_string(f.now.load() + 3600) + "}";
+    taken_over = f.store->PutIfGeneration("gc/sweep.json", AsSpan(other), current.generation).value();
+  };
+  EXPECT_EQ(slow.Gc().status().code(), StatusCode::kFailedPrecondition);
+  const auto after = f.store->GetVersioned("gc/sweep.json", 100).value();
+  EXPECT_EQ(after.generation, taken_over);
+  EXPECT_EQ(after.data, "{\"expires\":" + std::to_string(f.now.load() + 3600) + "}");
+  EXPECT_EQ(f.volumes->Gc().status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(VolumeGc, RecordTimesOutOfRangeAreMalformed) {
+  for (const std::string t : {"-1", "253402300800", "18446744073709551615", "1.5", "\"1\""}) {
+    Fixture f;
+    const std::string lease = "{\"chunks\":[],\"expires\":" + t + "}";
+    ASSERT_TRUE(f.store->Put("volumes/team/v/pushes/x.json", AsSpan(lease)).ok());
+    auto gc = f.volumes->Gc();
+    EXPECT_EQ(gc.status().code(), StatusCode::kInvalidArgument) << t;
+    EXPECT_NE(gc.status().message().find("volumes/team/v/pushes/x.json"), std::string::npos);
+  }
+  Fixture f;
+  const std::string lease = "{\"chunks\":[],\"expires\":253402300799}";
+  ASSERT_TRUE(f.store->Put("volumes/team/v/pushes/x.json", AsSpan(lease)).ok());
+  EXPECT_TRUE(f.volumes->Gc().ok());
+}
+
+}  // namespace
+}  // namespace deltakv::deltasync
