@@ -1,5 +1,8 @@
 #include "store/curl_util.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <charconv>
 #include <string>
 
@@ -97,6 +100,35 @@ void CurlHandlePool::Release(CurlHandle c) {
   curl_easy_reset(c.get());
   std::lock_guard<std::mutex> lock(mu_);
   if (idle_.size() < max_idle_) idle_.push_back(std::move(c));
+}
+
+CURLcode SetCurlTransfer(CURL* c, const CurlTransferSetup& s) {
+  CURLcode rc = CURLE_OK;
+  auto set = [&rc](CURLcode v) {
+    if (rc == CURLE_OK) rc = v;
+  };
+  set(curl_easy_setopt(c, CURLOPT_URL, s.url));
+  set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
+  set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
+  set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, s.errbuf));
+  set(curl_easy_setopt(c, CURLOPT_USERAGENT, "deltakv"));
+  set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
+  set(curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, s.on_header));
+  set(curl_easy_setopt(c, CURLOPT_HEADERDATA, s.user));
+  set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s.on_body));
+  set(curl_easy_setopt(c, CURLOPT_WRITEDATA, s.user));
+  set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, s.timeout_seconds));
+  set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, s.timeout_seconds));
+  set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT,
+                       static_cast<long>(std::min<uint64_t>(s.low_speed_bytes_per_second,
+                                                            std::numeric_limits<long>::max()))));
+  set(curl_easy_setopt(c, CURLOPT_TIMEOUT, s.total_timeout_seconds));
+  set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L));
+  set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
+  if (s.ca_file != nullptr && s.ca_file[0] != '\0') {
+    set(curl_easy_setopt(c, CURLOPT_CAINFO, s.ca_file));
+  }
+  return rc;
 }
 
 }  // namespace deltakv::sidecar

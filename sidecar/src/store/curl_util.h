@@ -34,6 +34,23 @@ std::string_view TrimHeaderValue(std::string_view s);
 // A whole string of decimal digits, or nullopt.
 std::optional<uint64_t> ParseUint(std::string_view s);
 
+// What every deltakv transfer sets on its easy handle, whatever the store.
+struct CurlTransferSetup {
+  const char* url = nullptr;
+  char* errbuf = nullptr;                   // CURL_ERROR_SIZE bytes
+  curl_write_callback on_header = nullptr;  // called with `user`
+  curl_write_callback on_body = nullptr;    // called with `user`
+  void* user = nullptr;
+  long timeout_seconds = 30;  // connect timeout, and the stall window of the low-speed limit
+  uint64_t low_speed_bytes_per_second = 1024;
+  long total_timeout_seconds = 0;  // 0 = none
+  const char* ca_file = nullptr;   // nullptr or "": the system CA store
+};
+
+// Sets the options of `s` on `c`: http(s) only, no signals, no redirects, the callbacks, the
+// timeouts, and peer and host verification. Returns the first libcurl error, or CURLE_OK.
+CURLcode SetCurlTransfer(CURL* c, const CurlTransferSetup& s);
+
 struct CurlCleanup {
   void operator()(CURL* c) const { curl_easy_cleanup(c); }
 };

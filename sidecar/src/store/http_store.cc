@@ -238,29 +238,12 @@ class HttpStore final : public deltasync::ObjectStore {
 
   Status Configure(CURL* c, const std::string& url, const std::string& range, Transfer& t,
                    char* errbuf) const {
-    CURLcode rc = CURLE_OK;
+    CURLcode rc = SetCurlTransfer(
+        c, {url.c_str(), errbuf, OnHeader, OnBody, static_cast<void*>(&t), opt_.timeout_seconds,
+            opt_.low_speed_bytes_per_second, opt_.total_timeout_seconds, opt_.ca_file.c_str()});
     auto set = [&rc](CURLcode r) {
       if (rc == CURLE_OK) rc = r;
     };
-    set(curl_easy_setopt(c, CURLOPT_URL, url.c_str()));
-    set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
-    set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
-    set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf));
-    set(curl_easy_setopt(c, CURLOPT_USERAGENT, "deltakv"));
-    set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
-    set(curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader));
-    set(curl_easy_setopt(c, CURLOPT_HEADERDATA, static_cast<void*>(&t)));
-    set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody));
-    set(curl_easy_setopt(c, CURLOPT_WRITEDATA, static_cast<void*>(&t)));
-    set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, static_cast<long>(opt_.timeout_seconds)));
-    set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(opt_.timeout_seconds)));
-    set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT,
-                         static_cast<long>(std::min<uint64_t>(opt_.low_speed_bytes_per_second,
-                                                              std::numeric_limits<long>::max()))));
-    set(curl_easy_setopt(c, CURLOPT_TIMEOUT, static_cast<long>(opt_.total_timeout_seconds)));
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L));
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
-    if (!opt_.ca_file.empty()) set(curl_easy_setopt(c, CURLOPT_CAINFO, opt_.ca_file.c_str()));
     if (t.want == Want::kHead) set(curl_easy_setopt(c, CURLOPT_NOBODY, 1L));
     if (!range.empty()) set(curl_easy_setopt(c, CURLOPT_RANGE, range.c_str()));
     if (rc != CURLE_OK) {

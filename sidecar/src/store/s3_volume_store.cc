@@ -441,29 +441,13 @@ class S3VolumeStore final : public deltasync::VolumeStore {
 
   Status Configure(CURL* c, const Request& q, const std::string& url, curl_slist* headers,
                    Response& r, char* errbuf) const {
-    CURLcode rc = CURLE_OK;
+    CURLcode rc = SetCurlTransfer(
+        c, {url.c_str(), errbuf, OnHeader, OnBody, static_cast<void*>(&r), opt_.timeout_seconds,
+            opt_.low_speed_bytes_per_second, opt_.total_timeout_seconds,
+            config_.ca_file.c_str()});
     auto set = [&rc](CURLcode v) {
       if (rc == CURLE_OK) rc = v;
     };
-    set(curl_easy_setopt(c, CURLOPT_URL, url.c_str()));
-    set(curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https"));
-    set(curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L));
-    set(curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf));
-    set(curl_easy_setopt(c, CURLOPT_USERAGENT, "deltakv"));
-    set(curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L));
-    set(curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader));
-    set(curl_easy_setopt(c, CURLOPT_HEADERDATA, static_cast<void*>(&r)));
-    set(curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody));
-    set(curl_easy_setopt(c, CURLOPT_WRITEDATA, static_cast<void*>(&r)));
-    set(curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, static_cast<long>(opt_.timeout_seconds)));
-    set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(opt_.timeout_seconds)));
-    set(curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT,
-                         static_cast<long>(std::min<uint64_t>(opt_.low_speed_bytes_per_second,
-                                                              std::numeric_limits<long>::max()))));
-    set(curl_easy_setopt(c, CURLOPT_TIMEOUT, static_cast<long>(opt_.total_timeout_seconds)));
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L));
-    set(curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L));
-    if (!config_.ca_file.empty()) set(curl_easy_setopt(c, CURLOPT_CAINFO, config_.ca_file.c_str()));
     set(curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4_.c_str()));
     set(curl_easy_setopt(c, CURLOPT_USERNAME, config_.access_key_id.c_str()));
     set(curl_easy_setopt(c, CURLOPT_PASSWORD, config_.secret_access_key.c_str()));
