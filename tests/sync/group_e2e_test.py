@@ -14,37 +14,67 @@ import sync_e2e_test as base  # noqa: E402
 ETCD = "/usr/bin/etcd"
 
 
+def free_ports(n):
+    """n distinct loopback ports that were free a moment ago (all held open together, so
+    they differ; another process may still take one before etcd binds it: see Etcd)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class Etcd:
-    def __init__(self, tmp):
-        self.url = f"http://127.0.0.1:{free_port()}"
-        peer = f"http://127.0.0.1:{free_port()}"
+    """A single-member etcd on loopback. A port taken between choosing it and etcd binding
+    it makes etcd exit at once; that start is retried on fresh ports."""
+
+    def __init__(self, tmp, attempts=3):
+        self.log_path = os.path.join(tmp, "etcd.log")
+        for attempt in range(attempts):
+            if self._start(tmp, attempt):
+                return
+        with open(self.log_path, "rb") as f:
+            tail = f.read()[-2000:].decode(errors="replace")
+        raise AssertionError("etcd did not start; its log ends:\n" + tail)
+
+    def _start(self, tmp, attempt):
+        client, peer_port = free_ports(2)
+        self.url = f"http://127.0.0.1:{client}"
+        peer = f"http://127.0.0.1:{peer_port}"
+        data = os.path.join(tmp, "etcd" if attempt == 0 else f"etcd{attempt}")
+        self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [ETCD, "--data-dir", os.path.join(tmp, "etcd"), "--listen-client-urls", self.url,
+            [ETCD, "--data-dir", data, "--listen-client-urls", self.url,
              "--advertise-client-urls", self.url, "--listen-peer-urls", peer,
              "--initial-advertise-peer-urls", peer, "--initial-cluster", "default=" + peer],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "etcd.log"), "ab"))
-        deadline = time.time() + 20
+            stdout=subprocess.DEVNULL, stderr=self._log)
+        deadline = time.time() + 30
         while True:
             try:
                 code, _ = base.http("GET", self.url + "/health")
                 if code == 200:
-                    break
+                    return True
             except OSError:
                 pass
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise AssertionError("etcd did not start")
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                return False
             time.sleep(0.05)
 
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+        self._log.close()
 
 
 @unittest.skipUnless(os.path.exists(ETCD), "needs " + ETCD)
