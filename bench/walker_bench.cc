@@ -1,6 +1,8 @@
 // Sparse zstd walker benchmark. Prints the environment, then one JSON line per workload: the
-// walker's time (checking the frames' content checksums, the production path, and again with
-// the check off) next to baselines measured in the same run on the same frame:
+// walker's time on the production path (DecodeDeltaFrame with the frame's xor_digest from the
+// manifest, as apply and the sidecar decode publisher frames: walker_*), checking the frame's
+// XXH64 content checksum instead (frames without xor_digest: walker_xxh64_*) and with no check
+// (walker_unchecked_*), next to baselines measured in the same run on the same frame:
 //   dense_decode       ZSTD_decompressDCtx into a reused, pre-faulted buffer (no scan): the
 //                      fastest dense decode; libzstd verifies the checksum too.
 //   dense_decode_scan  the same plus a scan for the nonzero bytes (what the walker delivers).
@@ -19,7 +21,8 @@
 // above 10 compress slowly, so they use --slow-level-mib of data.
 //
 // Targets (printed with each line): walker >= 4x dense_decode at byte density <= 0.05 %, >= 2x
-// at <= 0.5 %, >= 1x above; <= 15 ns per sequence; checking checksums <= 1.1x unchecked.
+// at <= 0.5 %, >= 1x above; <= 15 ns per sequence; checking <= 1.1x unchecked (both the
+// production check and XXH64 are reported; XXH64 must hash every zero stripe, see zero_hash).
 //
 // Usage: walker_bench [--size-mib N] [--slow-level-mib N] [--densities 0.0005,0.005,0.025]
 //                     [--levels 1,3,19] [--reps R] [--no-checksum]
@@ -36,12 +39,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "deltasync/xor_digest.h"
 #include "deltasync/zstd_walker.h"
 #include "walker/xxh64.h"
 
@@ -220,28 +225,60 @@ class CountingSink : public NonzeroSink {
   uint64_t sum = 0;
 };
 
-Measurement RunWalker(const std::vector<uint8_t>& frame, int reps, bool verify) {
+// The production path: the walker decoder (reused across frames, as the sidecar's decode
+// threads reuse theirs) through DecodeDeltaFrame with the manifest's xor_digest.
+Measurement RunProduction(const std::vector<uint8_t>& frame, size_t size, const XorDigest& digest,
+                          int reps) {
   Measurement m;
+  std::unique_ptr<XorDecoder> decoder = MakeSparseWalkerDecoder();
   for (int r = 0; r < reps; ++r) {
     CountingSink sink;
     const double cpu0 = ThreadCpuSeconds();
     bench::Stopwatch sw;
-    WalkerOptions options;
-    options.limits.max_window_log = 31;
-    options.limits.verify_checksum = verify;
-    auto stats = WalkZstd(frame, options, sink);
+    auto result = DecodeDeltaFrame(*decoder, frame, size, 31, sink, "frame", digest);
     const double s = sw.Seconds();
     const double cpu = ThreadCpuSeconds() - cpu0;
-    if (!stats.ok()) {
-      std::fprintf(stderr, "walker failed: %s\n", stats.status().ToString().c_str());
+    if (!result.ok()) {
+      std::fprintf(stderr, "walker failed: %s\n", result.status().ToString().c_str());
       return m;
     }
     if (r == 0 || s < m.best_s) m.best_s = s;
     if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
     m.nonzeros = sink.nonzeros;
     m.sum = sink.sum;
-    m.sequences = stats->sequences;
-    m.checksums_verified = stats->checksums_verified;
+  }
+  m.ok = true;
+  return m;
+}
+
+// The walker alone, with or without the frame's XXH64 check; one walker for all repetitions
+// (Restart keeps its memory), as in RunProduction.
+Measurement RunWalker(const std::vector<uint8_t>& frame, int reps, bool verify) {
+  Measurement m;
+  WalkerOptions options;
+  options.limits.max_window_log = 31;
+  options.limits.verify_checksum = verify;
+  CountingSink first;
+  SparseZstdWalker walker(first, options);
+  for (int r = 0; r < reps; ++r) {
+    CountingSink sink;
+    const double cpu0 = ThreadCpuSeconds();
+    bench::Stopwatch sw;
+    walker.Restart(sink, options);
+    Status st = walker.Feed(frame);
+    if (st.ok()) st = walker.Finish();
+    const double s = sw.Seconds();
+    const double cpu = ThreadCpuSeconds() - cpu0;
+    if (!st.ok()) {
+      std::fprintf(stderr, "walker failed: %s\n", st.ToString().c_str());
+      return m;
+    }
+    if (r == 0 || s < m.best_s) m.best_s = s;
+    if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
+    m.nonzeros = sink.nonzeros;
+    m.sum = sink.sum;
+    m.sequences = walker.stats().sequences;
+    m.checksums_verified = walker.stats().checksums_verified;
   }
   m.ok = true;
   return m;
@@ -345,7 +382,7 @@ bool WriteAll(int fd, const void* p, size_t n) {
 // Generates and compresses a workload in a child, so the parent (whose address space the
 // measuring children inherit) never holds the logical buffer.
 std::vector<uint8_t> MakeFrame(const Flags& flags, size_t size, double density, int level,
-                               uint64_t* expected_nonzeros) {
+                               uint64_t* expected_nonzeros, XorDigest* digest) {
   int fds[2];
   if (pipe(fds) != 0) std::exit(1);
   const pid_t pid = fork();
@@ -354,9 +391,11 @@ std::vector<uint8_t> MakeFrame(const Flags& flags, size_t size, double density, 
     const auto data = MakeData(flags, size, density, 1000 + static_cast<uint64_t>(level));
     uint64_t nonzeros = 0;
     for (uint8_t b : data) nonzeros += b != 0;
+    const XorDigest d = ComputeXorDigest(data);  // what the publisher records
     const auto frame = Compress(data, level, flags.checksum);
     const uint64_t n = frame.size();
-    if (!WriteAll(fds[1], &nonzeros, 8) || !WriteAll(fds[1], &n, 8) ||
+    if (!WriteAll(fds[1], &nonzeros, 8) || !WriteAll(fds[1], &d, sizeof(d)) ||
+        !WriteAll(fds[1], &n, 8) ||
         !WriteAll(fds[1], frame.data(), frame.size())) {
       _exit(1);
     }
@@ -365,7 +404,10 @@ std::vector<uint8_t> MakeFrame(const Flags& flags, size_t size, double density, 
   close(fds[1]);
   uint64_t n = 0;
   std::vector<uint8_t> frame;
-  if (!ReadAll(fds[0], expected_nonzeros, 8) || !ReadAll(fds[0], &n, 8)) std::exit(1);
+  if (!ReadAll(fds[0], expected_nonzeros, 8) || !ReadAll(fds[0], digest, sizeof(*digest)) ||
+      !ReadAll(fds[0], &n, 8)) {
+    std::exit(1);
+  }
   frame.resize(n);
   if (!ReadAll(fds[0], frame.data(), n)) std::exit(1);
   close(fds[0]);
@@ -418,9 +460,12 @@ int Main(int argc, char** argv) {
                                      : flags.size_mib;
       const size_t size = mib << 20;
       uint64_t expected_nonzeros = 0;
+      XorDigest digest;
       const std::vector<uint8_t> frame =
-          MakeFrame(flags, size, density, level, &expected_nonzeros);
-      const Measurement walker = InChild([&] { return RunWalker(frame, flags.reps, true); });
+          MakeFrame(flags, size, density, level, &expected_nonzeros, &digest);
+      const Measurement walker =
+          InChild([&] { return RunProduction(frame, size, digest, flags.reps); });
+      const Measurement xxh64 = InChild([&] { return RunWalker(frame, flags.reps, true); });
       const Measurement unchecked = InChild([&] { return RunWalker(frame, flags.reps, false); });
       Measurement dense, scan, zero_hash;
       if (!flags.walker_only) {
@@ -428,20 +473,22 @@ int Main(int argc, char** argv) {
         scan = InChild([&] { return RunDense(frame, size, flags.reps, true); });
         zero_hash = InChild([&] { return RunZeroHash(size, flags.reps); });
       }
-      const bool measured = walker.ok && unchecked.ok &&
+      const bool measured = walker.ok && xxh64.ok && unchecked.ok &&
                             (flags.walker_only || (dense.ok && scan.ok && zero_hash.ok));
-      const bool agree = walker.ok && unchecked.ok && walker.nonzeros == expected_nonzeros &&
+      const bool agree = walker.ok && xxh64.ok && unchecked.ok &&
+                         walker.nonzeros == expected_nonzeros &&
+                         xxh64.nonzeros == expected_nonzeros &&
                          unchecked.nonzeros == expected_nonzeros &&
                          (flags.walker_only || (scan.nonzeros == expected_nonzeros &&
                                                 walker.sum == scan.sum)) &&
-                         walker.checksums_verified == (flags.checksum ? 1u : 0u);
+                         xxh64.checksums_verified == (flags.checksum ? 1u : 0u);
       const double gb = static_cast<double>(size) / 1e9;
-      const double ns_per_sequence =
-          walker.sequences ? walker.best_cpu_s * 1e9 / static_cast<double>(walker.sequences) : 0;
-      const double unchecked_ns_per_sequence =
-          unchecked.sequences
-              ? unchecked.best_cpu_s * 1e9 / static_cast<double>(unchecked.sequences)
-              : 0;
+      // Every mode decodes the same sequences; the unchecked walk counts them.
+      const uint64_t sequences = unchecked.sequences;
+      const auto per_sequence = [&](const Measurement& m) {
+        return sequences ? m.best_cpu_s * 1e9 / static_cast<double>(sequences) : 0.0;
+      };
+      const double ns_per_sequence = per_sequence(walker);
       nlohmann::json j = {
           {"bench", "walker_bench"},
           {"kind", "result"},
@@ -451,16 +498,19 @@ int Main(int argc, char** argv) {
           {"checksum", flags.checksum},
           {"logical_mib", mib},
           {"compressed_bytes", frame.size()},
-          {"sequences", walker.sequences},
+          {"sequences", sequences},
           {"nonzeros", expected_nonzeros},
           {"agree", agree},
           {"walker_ms", walker.best_s * 1e3},
           {"walker_cpu_ms", walker.best_cpu_s * 1e3},
           {"walker_cpu_gbps", gb / walker.best_cpu_s},
           {"walker_ns_per_sequence", ns_per_sequence},
+          {"walker_xxh64_cpu_ms", xxh64.best_cpu_s * 1e3},
+          {"walker_xxh64_ns_per_sequence", per_sequence(xxh64)},
           {"walker_unchecked_cpu_ms", unchecked.best_cpu_s * 1e3},
-          {"walker_unchecked_ns_per_sequence", unchecked_ns_per_sequence},
+          {"walker_unchecked_ns_per_sequence", per_sequence(unchecked)},
           {"checksum_overhead", walker.best_cpu_s / unchecked.best_cpu_s},
+          {"xxh64_overhead", xxh64.best_cpu_s / unchecked.best_cpu_s},
           {"target_ns_per_sequence", kTargetNsPerSequence},
           {"target_checksum_overhead", kTargetChecksumOverhead},
           {"walker_peak_rss_mib", walker.peak_rss_kib / 1024.0},

@@ -105,7 +105,8 @@ class TensorApplier {
       std::string where = "frame " + std::to_string(k) + " (object '" + f.object + "' at " +
                           std::to_string(f.object_offset) + ")";
       ASSIGN_OR_RETURN(DecodeResult r, DecodeDeltaFrame(*decoder_, input, f.length,
-                                                        max_window_log_, sink, where));
+                                                        max_window_log_, sink, where,
+                                                        f.xor_digest));
       *nonzero += r.nonzero_bytes;
     }
     uint32_t derived = delta.Apply(parent_adler, dt.length);

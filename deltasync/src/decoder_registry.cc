@@ -10,13 +10,35 @@ StatusOr<std::unique_ptr<XorDecoder>> MakeXorDecoder(std::string_view name) {
   return InvalidArgument("unknown decoder '" + std::string(name) + "' (known: walker, libzstd)");
 }
 
+namespace {
+
+// Passes runs through to the caller's sink and adds them to a digest.
+class DigestingSink final : public NonzeroSink {
+ public:
+  explicit DigestingSink(NonzeroSink& inner) : inner_(inner) {}
+  Status OnRun(uint64_t position, std::span<const uint8_t> bytes) override {
+    digest_.Add(position, bytes);
+    return inner_.OnRun(position, bytes);
+  }
+  XorDigest value() const { return digest_.value(); }
+
+ private:
+  NonzeroSink& inner_;
+  XorDigestBuilder digest_;
+};
+
+}  // namespace
+
 StatusOr<DecodeResult> DecodeDeltaFrame(XorDecoder& decoder, std::span<const uint8_t> input,
                                         uint64_t expected_length, uint32_t max_window_log,
-                                        NonzeroSink& sink, const std::string& where) {
+                                        NonzeroSink& sink, const std::string& where,
+                                        const std::optional<XorDigest>& expected_digest) {
   DecodeLimits limits;
   limits.max_output = expected_length;
   limits.max_window_log = max_window_log;
-  auto r = decoder.Decode(input, limits, sink);
+  limits.verify_checksum = !expected_digest.has_value();
+  DigestingSink digesting(sink);
+  auto r = decoder.Decode(input, limits, expected_digest ? digesting : sink);
   if (!r.ok()) {
     if (IsOutputLimitError(r.status())) {
       return DataLoss(where + ": decodes to more than its declared " +
@@ -27,6 +49,11 @@ StatusOr<DecodeResult> DecodeDeltaFrame(XorDecoder& decoder, std::span<const uin
   if (r->decoded_length != expected_length) {
     return DataLoss(where + ": decoded " + std::to_string(r->decoded_length) +
                     " bytes, expected " + std::to_string(expected_length));
+  }
+  if (expected_digest && digesting.value() != *expected_digest) {
+    return DataLoss(where + ": decoded bytes have xor_digest " +
+                    FormatXorDigest(digesting.value()) + ", the manifest says " +
+                    FormatXorDigest(*expected_digest));
   }
   return r;
 }

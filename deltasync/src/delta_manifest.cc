@@ -79,11 +79,13 @@ std::string DeltaManifestToJson(const DeltaManifest& m) {
   for (const DeltaTensor& t : m.tensors) {
     Json frames = Json::array();
     for (const DeltaFrame& f : t.frames) {
-      frames.push_back({{"offset", f.offset},
-                        {"length", f.length},
-                        {"object", f.object},
-                        {"object_offset", f.object_offset},
-                        {"compressed_length", f.compressed_length}});
+      Json e = {{"offset", f.offset},
+                {"length", f.length},
+                {"object", f.object},
+                {"object_offset", f.object_offset},
+                {"compressed_length", f.compressed_length}};
+      if (f.xor_digest) e["xor_digest"] = FormatXorDigest(*f.xor_digest);
+      frames.push_back(std::move(e));
     }
     tensors.push_back({{"name", t.name},
                        {"length", t.length},
@@ -165,6 +167,10 @@ Status ParseFrame(const Json& f, const std::string& w, const DeltaManifest& m, c
                            o->name + "' of " + std::to_string(o->size) + " bytes");
   }
   if (out->compressed_length == 0) return InvalidArgument(w + ": compressed_length is 0");
+  if (f.contains("xor_digest")) {
+    ASSIGN_OR_RETURN(std::string digest, jf::String(f, "xor_digest", w));
+    ASSIGN_OR_RETURN(out->xor_digest, ParseXorDigest(digest, w + ": xor_digest"));
+  }
   return Status::Ok();
 }
 

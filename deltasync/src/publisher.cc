@@ -17,6 +17,7 @@
 #include "deltasync/adler32.h"
 #include "deltasync/checkpoint.h"
 #include "deltasync/delta_manifest.h"
+#include "deltasync/xor_digest.h"
 #include "sha256.h"
 
 namespace deltakv::deltasync {
@@ -40,6 +41,7 @@ struct PieceResult {
   uint32_t parent_adler = kAdlerInitial;
   uint32_t new_adler = kAdlerInitial;
   uint64_t nonzero = 0;
+  XorDigest xor_digest;        // of the piece's XOR bytes
   std::vector<uint8_t> frame;  // empty when the piece is unchanged
 };
 
@@ -102,6 +104,7 @@ class FrameCompressor {
       nonzero += (x != 0);
     }
     r->nonzero = nonzero;
+    r->xor_digest = ComputeXorDigest(xor_);
     if (cctx_ == nullptr) {
       cctx_ = ZSTD_createCCtx();
       if (cctx_ == nullptr) return Internal("ZSTD_createCCtx failed");
@@ -267,6 +270,7 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
       DeltaFrame f;
       f.offset = job.offset;
       f.length = job.length;
+      f.xor_digest = r.xor_digest;
       RETURN_IF_ERROR(shards.Append(r.frame, &f));
       dt.frames.push_back(std::move(f));
       sum.dense_bytes += job.length;

@@ -348,7 +348,8 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
         PlanSink sink = sink_for(fr);
         ASSIGN_OR_RETURN(DecodeResult r,
                          DecodeDeltaFrame(*decoder, input_of(*fr.frame), fr.frame->length,
-                                          opt.max_window_log, sink, where(fr)));
+                                          opt.max_window_log, sink, where(fr),
+                                          fr.frame->xor_digest));
         RETURN_IF_ERROR(sink.Flush());
         account(r);
       }
@@ -380,7 +381,8 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
           const FrameRef& fr = w.frames[i];
           StreamSink sink(&streams[i]);
           StatusOr<DecodeResult> r = DecodeDeltaFrame(**d, input_of(*fr.frame), fr.frame->length,
-                                                      opt.max_window_log, sink, where(fr));
+                                                      opt.max_window_log, sink, where(fr),
+                                                      fr.frame->xor_digest);
           if (r.ok()) {
             if (Status s = sink.Send(); !s.ok()) r = s;
           }

@@ -12,6 +12,20 @@ for f in sorted(x for x in os.listdir(parent_dir) if x.endswith(".safetensors"))
     for k, v in json.loads(raw[8:8 + n]).items():
         if k != "__metadata__":
             parent[k] = raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+
+
+def xor_digest(xor):
+    """FORMAT.md 2.5: sum of little-endian 64-bit words times splitmix64(j), mod 2^128."""
+    words = np.frombuffer(xor + bytes(-len(xor) % 8), "<u8")
+    total = 0
+    for j in np.flatnonzero(words):
+        z = (int(j) + 0x9E3779B97F4A7C15) % 2**64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+        total += int(words[j]) * (z ^ (z >> 31))
+    return f"{total % 2**128:032x}"
+
+
 new = dict(parent)
 for t in manifest["tensors"]:
     assert f"{zlib.adler32(parent[t['name']]):08x}" == t["parent_adler32"], t["name"]
@@ -21,6 +35,7 @@ for t in manifest["tensors"]:
         comp = blob[fr["object_offset"]:fr["object_offset"] + fr["compressed_length"]]
         xor = zstandard.ZstdDecompressor().stream_reader(comp, read_across_frames=True).read()
         assert len(xor) == fr["length"], t["name"]
+        assert "xor_digest" not in fr or xor_digest(xor) == fr["xor_digest"], t["name"]
         buf[fr["offset"]:fr["offset"] + fr["length"]] ^= np.frombuffer(xor, np.uint8)
     new[t["name"]] = buf.tobytes()
     assert f"{zlib.adler32(new[t['name']]):08x}" == t["adler32"], t["name"]

@@ -182,7 +182,13 @@ class CliTest(unittest.TestCase):
         self.assertTrue(same_checkpoint(out, self.t("v2")))
 
     def test_numpy_reader_applies_published_delta(self):
+        # The reader checks every frame's xor_digest with its own implementation of FORMAT.md
+        # 2.5, and the publisher records one for every frame.
         for parent, delta, want in (("v1", "d12", "v2"), ("v2", "d23", "v3")):
+            m = json.loads(read(os.path.join(self.t(delta), "manifest.json")))
+            frames = [f for t in m["tensors"] for f in t["frames"]]
+            self.assertTrue(frames)
+            self.assertTrue(all(len(f["xor_digest"]) == 32 for f in frames))
             out = self.fresh("np-" + want)
             subprocess.run([sys.executable, os.path.join(EXAMPLES, "apply_delta_numpy.py"),
                             self.t(parent), self.t(delta), out], check=True)

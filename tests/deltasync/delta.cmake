@@ -10,3 +10,4 @@ deltakv_add_test(format_vectors_test SOURCES format_vectors_test.cc LIBS deltakv
 target_compile_definitions(format_vectors_test PRIVATE
                            DELTAKV_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
 deltakv_add_test(write_plan_test SOURCES write_plan_test.cc LIBS deltakv_deltasync)
+deltakv_add_test(xor_digest_test SOURCES xor_digest_test.cc LIBS deltakv_deltasync PkgConfig::ZSTD)

@@ -89,6 +89,52 @@ TEST_F(DeltaRejectTest, CorruptFrameCaughtByDecoderOrChecksum) {
   ExpectRejected("v1", "d12", StatusCode::kDataLoss, "tensor '", /*verify_objects=*/false);
 }
 
+TEST_F(DeltaRejectTest, XorDigestMismatch) {
+  Json j = Manifest("d12");
+  Json& f = j["tensors"][0]["frames"][0];
+  ASSERT_TRUE(f.contains("xor_digest"));  // the publisher records one per frame
+  std::string d = f["xor_digest"];
+  d[31] = d[31] == '0' ? '1' : '0';
+  f["xor_digest"] = d;
+  SaveManifest("d12", j);
+  ExpectRejected("v1", "d12", StatusCode::kDataLoss, ", the manifest says " + d);
+}
+
+TEST_F(DeltaRejectTest, MalformedXorDigest) {
+  Json j = Manifest("d12");
+  j["tensors"][0]["frames"][0]["xor_digest"] = "not-a-digest";
+  SaveManifest("d12", j);
+  ExpectRejected("v1", "d12", StatusCode::kInvalidArgument, "xor_digest must be 32");
+}
+
+TEST_F(DeltaRejectTest, DamagedFrameChecksumWithoutXorDigest) {
+  // The last 4 bytes of a frame are its XXH64 content checksum. Without the object hash and
+  // without xor_digest, the frame checksum refuses the frame; with xor_digest (which checks
+  // the same decoded bytes) the delta applies, because its content is intact.
+  Json j = Manifest("d12");
+  const Json& f = j["tensors"][0]["frames"][0];
+  const size_t end = f["object_offset"].get<size_t>() + f["compressed_length"].get<size_t>();
+  const std::string object = tmp_ / ("d12/" + f["object"].get<std::string>());
+  std::string shard = ReadAll(object);
+  shard[end - 1] ^= 0x01;
+  WriteAll(object, shard);
+  {
+    ApplyOptions ao;
+    ao.parent_dir = tmp_ / "v1";
+    ao.delta_dir = tmp_ / "d12";
+    ao.out_dir = tmp_ / "out";
+    ao.verify_objects = false;
+    ASSERT_TRUE(ApplyDelta(ao).ok());
+    std::filesystem::remove_all(tmp_ / "out");
+  }
+  for (auto& t : j["tensors"]) {
+    for (auto& fr : t["frames"]) fr.erase("xor_digest");
+  }
+  SaveManifest("d12", j);
+  ExpectRejected("v1", "d12", StatusCode::kDataLoss, "content checksum mismatch",
+                 /*verify_objects=*/false);
+}
+
 TEST_F(DeltaRejectTest, TruncatedShard) {
   std::string shard = ReadAll(tmp_ / "d12/shard-00000.zst");
   WriteAll(tmp_ / "d12/shard-00000.zst", shard.substr(0, shard.size() - 100));

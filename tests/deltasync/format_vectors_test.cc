@@ -42,6 +42,15 @@ TEST(FormatVectors, DeltaManifestFields) {
   EXPECT_EQ(m->tensors[1].name, "codes");
   EXPECT_EQ(FormatChecksum(m->tensors[1].parent_adler32), "02b80079");
   EXPECT_EQ(FormatChecksum(m->tensors[1].adler32), "02a9006a");
+  // xor_digest of each frame (FORMAT.md 2.5; computed with an independent Python big-integer
+  // implementation): X of layer.w has 01 80 at bytes 10-11 and 03 at byte 100; X of codes
+  // has 0f at byte 15.
+  ASSERT_TRUE(m->tensors[0].frames[0].xor_digest.has_value());
+  EXPECT_EQ(FormatXorDigest(*m->tensors[0].frames[0].xor_digest),
+            "00000002054595f64009646bdcc10000");
+  ASSERT_TRUE(m->tensors[1].frames[0].xor_digest.has_value());
+  EXPECT_EQ(FormatXorDigest(*m->tensors[1].frames[0].xor_digest),
+            "087f98b0dc07236f4f00000000000000");
   ASSERT_EQ(m->checkpoint_tensors.size(), 4u);
   EXPECT_EQ(m->checkpoint_tensors[3].name, "empty");
   EXPECT_EQ(m->checkpoint_tensors[3].begin, m->checkpoint_tensors[3].end);

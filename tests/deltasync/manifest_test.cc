@@ -23,6 +23,7 @@ DeltaManifest Sample() {
                 0xa0b0c0d0,
                 {{0, 1024, "shard-00000.zst", 0, 100}, {2048, 2048, "s1", 10, 40}}},
                {"b", 10, 1, 2, {{0, 10, "shard-00000.zst", 100, 900}}}};
+  m.tensors[1].frames[0].xor_digest = XorDigest{0x0123456789abcdefull, 42};
   return m;
 }
 
@@ -39,6 +40,13 @@ TEST(DeltaManifest, RoundTrip) {
   EXPECT_EQ(j["metadata"]["compression_format"], "zstd");
   EXPECT_EQ(j["metadata"]["checksum_format"], "adler32");
   EXPECT_EQ(j["metadata"]["base_version"], "v1");
+  // xor_digest is optional: written only where recorded, 32 lowercase hex digits.
+  EXPECT_FALSE(j["tensors"][0]["frames"][0].contains("xor_digest"));
+  EXPECT_EQ(j["tensors"][1]["frames"][0]["xor_digest"], "0123456789abcdef000000000000002a");
+  EXPECT_FALSE(back->tensors[0].frames[0].xor_digest.has_value());
+  ASSERT_TRUE(back->tensors[1].frames[0].xor_digest.has_value());
+  EXPECT_EQ(back->tensors[1].frames[0].xor_digest->hi, 0x0123456789abcdefull);
+  EXPECT_EQ(back->tensors[1].frames[0].xor_digest->lo, 42u);
 }
 
 struct BadCase {
@@ -83,6 +91,16 @@ TEST(DeltaManifest, RejectsEachKindOfMalformedInput) {
       {"empty frame", [](Json& j) { j["tensors"][1]["frames"][0]["compressed_length"] = 0; },
        "compressed_length is 0"},
       {"frames type", [](Json& j) { j["tensors"][0]["frames"] = "x"; }, "must be an array"},
+      {"xor_digest short",
+       [](Json& j) { j["tensors"][1]["frames"][0]["xor_digest"] = "0123"; },
+       "frames[0]: xor_digest must be 32 lowercase hex digits"},
+      {"xor_digest upper",
+       [](Json& j) {
+         j["tensors"][1]["frames"][0]["xor_digest"] = "0123456789ABCDEF000000000000002a";
+       },
+       "xor_digest must be 32 lowercase hex digits"},
+      {"xor_digest type", [](Json& j) { j["tensors"][1]["frames"][0]["xor_digest"] = 7; },
+       "xor_digest"},
       {"length type", [](Json& j) { j["tensors"][0]["length"] = "4096"; }, "non-negative integer"},
       {"section unknown file",
        [](Json& j) {

@@ -4,7 +4,9 @@
 // frame is therefore valid and deep: long zero matches (the bitmap summary), repeated nonzero
 // sources (match copies), long literal runs, content checksums (the sparse XXH64 path). The
 // walker must deliver exactly the nonzero bytes of the buffer, and, with one byte of the frame
-// flipped, must agree with libzstd's verdict (CompareWithLibzstd).
+// flipped, must agree with libzstd's verdict (CompareWithLibzstd). The production check
+// (DecodeDeltaFrame with the buffer's xor_digest instead of XXH64) must accept the valid frame
+// with both decoders, and a flipped frame it accepts must decode to exactly the buffer.
 #include <zstd.h>
 
 #include <cstdint>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "deltasync/walker_test_util.h"
+#include "deltasync/xor_decoder.h"
+#include "deltasync/xor_digest.h"
 
 namespace {
 
@@ -64,6 +68,33 @@ std::vector<uint8_t> BuildBuffer(Recipe& r, size_t limit) {
   return out;
 }
 
+using deltakv::deltasync::ComputeXorDigest;
+using deltakv::deltasync::XorDigest;
+
+// DecodeDeltaFrame with `digest` through both decoders: a valid frame must pass, and any frame
+// that passes must have decoded to exactly the nonzeros of `buffer`.
+bool DigestCheckAgrees(const std::vector<uint8_t>& frame, const std::vector<uint8_t>& buffer,
+                       const XorDigest& digest, bool valid) {
+  using namespace deltakv::deltasync;
+  const walker_test::Nonzeros want = walker_test::ScanNonzeros(buffer);
+  for (const char* name : {"walker", "libzstd"}) {
+    auto decoder = MakeXorDecoder(name);
+    if (!decoder.ok()) return false;
+    walker_test::CollectingSink sink;
+    auto r = DecodeDeltaFrame(**decoder, frame, buffer.size(), 31, sink, "frame", digest);
+    if (valid && !r.ok()) {
+      std::fprintf(stderr, "%s refused a valid frame with its digest: %s\n", name,
+                   r.status().ToString().c_str());
+      return false;
+    }
+    if (r.ok() && sink.nonzeros() != want) {
+      std::fprintf(stderr, "%s accepted a frame whose content differs from its digest\n", name);
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -94,6 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "walker/libzstd mismatch on a valid frame: %s\n", verdict.c_str());
     std::abort();
   }
+  const XorDigest digest = ComputeXorDigest(buffer);
+  if (!DigestCheckAgrees(frame, buffer, digest, /*valid=*/true)) std::abort();
   if (flip != 0 && frame.size() > 8) {
     frame[(size_t{flip} * 2654435761u) % frame.size()] ^= static_cast<uint8_t>(1u << (flip & 7));
     const std::string corrupt = CompareWithLibzstd(frame, 8u << 20);
@@ -101,6 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::fprintf(stderr, "walker/libzstd mismatch on a flipped frame: %s\n", corrupt.c_str());
       std::abort();
     }
+    if (!DigestCheckAgrees(frame, buffer, digest, /*valid=*/false)) std::abort();
   }
   return 0;
 }

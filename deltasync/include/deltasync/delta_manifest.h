@@ -17,12 +17,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "deltasync/checkpoint.h"
+#include "deltasync/xor_digest.h"
 
 namespace deltakv::deltasync {
 
@@ -34,6 +36,9 @@ struct DeltaFrame {
   std::string object;              // shard object name within the delta
   uint64_t object_offset = 0;      // where the compressed bytes start in the object
   uint64_t compressed_length = 0;  // compressed bytes (one or more whole zstd frames)
+  // XorDigest of the `length` decoded bytes (FORMAT.md §2.5), when the manifest records one.
+  // A reader that has it checks it instead of the frames' XXH64 content checksums.
+  std::optional<XorDigest> xor_digest;
 };
 
 struct DeltaTensor {

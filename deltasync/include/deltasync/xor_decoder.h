@@ -26,11 +26,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
+#include "deltasync/xor_digest.h"
 
 namespace deltakv::deltasync {
 
@@ -78,9 +80,16 @@ std::unique_ptr<XorDecoder> MakeLibzstdXorDecoder();
 // `expected_length` bytes. DataLoss "<where>: decodes to more than its declared N bytes" or
 // "<where>: decoded M bytes, expected N" on a length mismatch; other decoder errors prefixed
 // with `where`.
+// With `expected_digest` (the manifest's xor_digest, deltasync/xor_digest.h) the decoded bytes
+// are checked against it, at a cost proportional to the nonzero bytes, and the frames' XXH64
+// content checksums are not computed; a mismatch is DataLoss "<where>: decoded bytes have
+// xor_digest D, the manifest says E". Without it, frames that carry a content checksum are
+// verified as usual. Either way the check ends the call: runs already delivered to `sink`
+// before a failure must be discarded by the caller.
 StatusOr<DecodeResult> DecodeDeltaFrame(XorDecoder& decoder, std::span<const uint8_t> input,
                                         uint64_t expected_length, uint32_t max_window_log,
-                                        NonzeroSink& sink, const std::string& where);
+                                        NonzeroSink& sink, const std::string& where,
+                                        const std::optional<XorDigest>& expected_digest = {});
 
 // Returns the decoder registered under `name`: "walker" (the sparse walker, the default for "")
 // or "libzstd".
