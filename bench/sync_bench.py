@@ -12,10 +12,11 @@ baselines measured in the same run; sidecar peak RSS. JSON lines.
 and into the fetch + walk baseline, so the allocators are compared in the same run.
 
 Baselines:
-- fetch + walk alone: `deltakv frame scan` of the delta's objects (read from the same store,
-  walked with checksums, nothing planned or staged), one thread. request_to_live_vs_walk is
-  request -> live over it: what planning, staging, commit and the protocol add on top of the
-  two steps a sync cannot skip.
+- fetch + walk alone: `deltakv frame scan --no-checksum` of the delta's objects (read from the
+  same store, walked with no check at all, nothing planned or staged), one thread. The sync
+  checks every frame's xor_digest on top (FORMAT.md 2.5), so this baseline is a lower bound.
+  request_to_live_vs_walk is request -> live over it: what planning, staging, commit, the
+  digest check and the protocol add on top of the two steps a sync cannot skip.
 - the touched-line bound: each rank finds the 64-byte lines the sync changed (against the
   parent checkpoint) and times one store per line on as many threads as its scatter
   (POST /v1/touch-bound on the demo engine); pause_vs_touch_bound is the sync's pause over the
@@ -148,7 +149,8 @@ def main():
             objects = [t("d-" + new, o["name"]) for o in manifest["objects"]]
             best = None
             for _ in range(3):
-                out = subprocess.run([a.deltakv, "frame", "scan", *objects, "--json"], check=True,
+                out = subprocess.run([a.deltakv, "frame", "scan", *objects, "--json",
+                                      "--no-checksum"], check=True,
                                      capture_output=True, text=True, env=envs[m]).stdout
                 secs = [figure(json.loads(line), "seconds", "frame scan output")
                         for line in out.splitlines() if line.strip()]
