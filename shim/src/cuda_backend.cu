@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "adler_pieces.h"
 #include "backends.h"
 #include "deltasync/write_plan.h"
 #include "shim/device_backend.h"
@@ -63,13 +64,14 @@ __global__ void MovePieces(const Desc* descs, uint64_t count, uint8_t* staging) 
 }
 
 // Adler-32 partial sums of live weights (DeviceBackend::ChecksumRanges): per piece of at most
-// kSumPieceBytes, s1 = sum b_j and s2 = sum ((position + j) mod M) * b_j, reduced mod M, added
-// to the range's output words. One block per piece; each thread sums at most
-// kSumPieceBytes / blockDim terms below 2^24, so its 64-bit sums cannot overflow, and every
-// value that reaches the atomics is below M, so 2^64 / M pieces could add to one output.
+// kSumPieceBytes, s1 = sum b_j and s2 = sum (position + j) * b_j, reduced mod M, added to the
+// range's output words. One block per piece; each thread reads 16-byte words and sums them
+// with no division per byte (adler_pieces.h, which also bounds the sums), and every value
+// that reaches the atomics is below M, so 2^64 / M pieces could add to one output.
 constexpr uint32_t kAdlerMod = 65521;
 constexpr uint32_t kSumPieceBytes = 64 << 10;
 constexpr unsigned kSumThreads = 256;
+static_assert(kSumThreads >= 16 && kSumPieceBytes <= (1u << 17), "adler_pieces.h bounds");
 
 struct SumDesc {
   uint64_t device;    // first byte of the piece
@@ -86,13 +88,8 @@ __global__ void SumPieces(const SumDesc* descs, uint64_t count, unsigned long lo
   for (uint64_t p = blockIdx.x; p < count; p += gridDim.x) {
     const SumDesc d = descs[p];
     const uint8_t* src = reinterpret_cast<const uint8_t*>(d.device);
-    unsigned long long s1 = 0, s2 = 0;
-    for (uint32_t j = threadIdx.x; j < d.length; j += blockDim.x) {
-      const uint32_t b = src[j];
-      const uint32_t w = (d.position + j) % kAdlerMod;  // position < M, j < 2^17: no overflow
-      s1 += b;
-      s2 += static_cast<unsigned long long>(w) * b;
-    }
+    uint64_t s1 = 0, s2 = 0;
+    adler_pieces::ThreadShare(src, d.length, d.position, threadIdx.x, blockDim.x, &s1, &s2);
     r1[threadIdx.x] = s1 % kAdlerMod;
     r2[threadIdx.x] = s2 % kAdlerMod;
     __syncthreads();
@@ -140,7 +137,7 @@ __global__ void StageXor(const StageDesc* descs, uint64_t count, uint8_t* bytes,
       const int old_byte = old_bytes[j];
       const int new_byte = old_byte ^ piece[j];
       piece[j] = static_cast<uint8_t>(new_byte);
-      const long long w = (d.position + j) % kAdlerMod;
+      const long long w = d.position + j;  // only the sums mod M matter; below 2^17
       d1 += new_byte - old_byte;
       d2 += w * (new_byte - old_byte);
       f1 += static_cast<unsigned long long>(new_byte);
