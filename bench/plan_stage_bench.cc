@@ -12,17 +12,20 @@
 //                   for the same delta (compressed with zstd, walked by the real planner).
 //   plan_records    the pieces appended as WritePlanWriter records into warm part buffers of
 //                   the sidecar's part size, a new part when one is full (as PlanStreamer::Add).
-//   plan_transport  moving each part to its rank: the sidecar creates the part's plan arena
-//                   (shm/plan_arena.h; the segment reserves its whole capacity), faults the
-//                   pages the part uses, publishes and encodes the PLAN message, later drops
-//                   the arena; the rank decodes the message, opens the arena, copies the part
-//                   out into the buffer it keeps for parts, as shim/src/engine.cc does, and
-//                   marks it consumed. Writing the records
-//                   themselves is plan_records: the arena is filled untimed after its pages
-//                   are faulted, so no byte is counted twice. Creating and dropping an arena
-//                   costs the same for a full part as for this tensor's partial one, so it is
-//                   charged by the share of the part's capacity used, as in a sync of many
-//                   tensors whose parts fill up (unamortized_ns_per_changed_byte: in full).
+//   plan_transport  moving each part to its rank: the sidecar takes an arena from its rank's
+//                   pool (shm/plan_arena.h: a consumed arena rewritten under a new generation,
+//                   its pages still mapped; created on the first sync), touches the pages the
+//                   part uses, publishes and encodes the PLAN message; the rank decodes the
+//                   message, finds the arena among those it keeps mapped (re-checked for READY
+//                   and the generation), copies the part out into the buffer it keeps for
+//                   parts, as shim/src/engine.cc does, and marks it consumed. Writing the
+//                   records themselves is plan_records: the arena is filled untimed after its
+//                   pages are touched, so no byte is counted twice. Taking an arena costs the
+//                   same for a full part as for this tensor's partial one, so it is charged by
+//                   the share of the part's capacity used, as in a sync of many tensors whose
+//                   parts fill up (unamortized_ns_per_changed_byte: in full). The pools are
+//                   warmed by the untimed first repetition, which is reported on its own
+//                   (first_sync_ns_per_changed_byte: creating, prefaulting and mapping them).
 //   rank_stage      the rank's WritePlanReader::Open and DeviceBackend::StagePart on the cpu
 //                   backend (old bytes read in place, XOR, partial Adler-32 sums, packed new
 //                   bytes) against real weight buffers of each rank's local size.
@@ -467,18 +470,36 @@ Status AppendAll(const RecordingOutput& pieces, PartOutput& out) {
 // ---- Stage 3: plan transport -----------------------------------------------------------
 
 struct TransportTimes {
-  Span sidecar;  // page faults, publish, message; creating and dropping the arena prorated
+  Span sidecar;  // page faults, publish, message; acquiring the arena prorated
   Span rank;
-  Span arena;    // creating and dropping the arenas, in full
+  Span arena;        // acquiring the arenas (reused, or created on the first sync), in full
   Span arena_share;  // the same, each arena's cost times the share of its capacity used
 };
 
-// Moves every part of every rank through its own plan arena; returns the time of each side.
-// `copies` are the ranks' part copies, kept across calls as each engine handle keeps its own.
-TransportTimes TransportAll(const PartOutput& parts, uint64_t sync_id,
-                            std::vector<std::vector<uint64_t>>& copies) {
+// The arenas of a sync's transport, kept across calls as the sidecar keeps its pools and each
+// engine handle its mapped arenas: the sidecar's pool per rank, the rank's cache and the
+// buffer it copies parts into.
+struct TransportState {
+  explicit TransportState(uint32_t world) : copies(world), caches(world) {
+    const std::string prefix = "dkv-plan-stage-bench-" + std::to_string(getpid());
+    for (uint32_t r = 0; r < world; ++r) {
+      pools.push_back(std::make_unique<shm::PlanArenaPool>(prefix, r));
+    }
+  }
+  std::vector<std::unique_ptr<shm::PlanArenaPool>> pools;
+  std::vector<std::vector<uint64_t>> copies;
+  std::vector<shm::PlanArenaCache> caches;
+  uint64_t generation = 0;
+};
+
+// Parts sent and not consumed per rank at the sidecar's default --plan-buffer-bytes (its pool
+// holds one more arena).
+constexpr size_t kPartsInFlight = 7;
+
+// Moves every part of every rank through a plan arena of its rank's pool; returns the time of
+// each side. The first call creates the arenas (a first sync), later calls reuse them.
+TransportTimes TransportAll(const PartOutput& parts, uint64_t sync_id, TransportState& state) {
   const std::string version = "v2";
-  const std::string prefix = "dkv-plan-stage-bench-" + std::to_string(getpid());
   const uint64_t root_bytes = deltasync::PlanArenaRootBytes(version.size());
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   TransportTimes t;
@@ -486,18 +507,15 @@ TransportTimes TransportAll(const PartOutput& parts, uint64_t sync_id,
     const RankParts& rp = parts.ranks()[r];
     for (uint32_t p = 0; p < rp.used.size(); ++p) {
       const uint64_t used = rp.used[p];
-      // Sidecar: create the arena and lay out root and plan block.
+      // Sidecar: take an arena of the pool (as PlanStreamer::OpenPart) and lay out root and
+      // plan block.
       const double share = static_cast<double>(used) / static_cast<double>(parts.capacity());
-      Timer create;
-      shm::PlanArenaOptions ao;
-      ao.capacity = shm::kArenaDataOffset + root_bytes + parts.capacity() + 64;
-      ao.generation = sync_id;
-      ao.sync_id = sync_id;
-      ao.rank = r;
-      ao.if_exists = shm::IfExists::kReplace;
-      auto arena = std::make_unique<shm::PlanArenaWriter>(
-          Take(shm::PlanArenaWriter::Create(shm::PlanArenaName(prefix, sync_id, r, p), ao),
-               "create arena"));
+      Timer acquire;
+      shm::PlanArenaWriter* arena =
+          Take(state.pools[r]->Acquire(shm::kArenaDataOffset + deltasync::PlanArenaRootBytes(64) +
+                                           parts.capacity() + 64,
+                                       ++state.generation, sync_id, kPartsInFlight + 1),
+               "acquire arena");
       const uint64_t root = Take(arena->Allocate(root_bytes, 8), "allocate root");
       Check(arena->SetRoot(root), "set root");
       std::memcpy(arena->Bytes(root, root_bytes).data() + sizeof(deltasync::PlanArenaRoot),
@@ -505,8 +523,10 @@ TransportTimes TransportAll(const PartOutput& parts, uint64_t sync_id,
       const uint64_t plan_at = Take(arena->Allocate(parts.capacity(), 8), "allocate plan");
       uint8_t* plan = arena->Bytes(plan_at, parts.capacity()).data();
       if (plan == nullptr || plan_at != root + root_bytes) Fail("plan arena layout");
-      Span fixed = create.Stop();
-      // Fault the pages the records will fill.
+      const Span fixed = acquire.Stop();
+      t.arena += fixed;
+      t.arena_share += {fixed.cpu * share, fixed.wall * share};
+      // Fault the pages the records will fill (none once the arena was used before).
       Timer fault;
       volatile uint8_t* touch = plan;
       for (uint64_t i = 0; i < used; i += page) touch[i] = 0;
@@ -529,38 +549,31 @@ TransportTimes TransportAll(const PartOutput& parts, uint64_t sync_id,
       {
         const shm::Message msg = Take(shm::DecodeMessage(wire), "decode plan");
         const shm::PlanRef got = Take(shm::ParsePlan(msg), "parse plan");
-        shm::PlanArenaReader reader =
-            Take(shm::PlanArenaReader::Open(got.arena_name, got.generation), "open arena");
-        auto root_block = Take(reader.Block(reader.root_offset(), sizeof(deltasync::PlanArenaRoot)),
-                               "root block");
+        shm::PlanArenaReader* reader =
+            Take(state.caches[r].Open(got.arena_name, got.generation), "open arena");
+        auto root_block = Take(
+            reader->Block(reader->root_offset(), sizeof(deltasync::PlanArenaRoot)), "root block");
         deltasync::PlanArenaRoot rr;
         std::memcpy(&rr, root_block.data(), sizeof(rr));
         auto version_block = Take(
-            reader.Block(reader.root_offset() + sizeof(deltasync::PlanArenaRoot), rr.version_len),
+            reader->Block(reader->root_offset() + sizeof(deltasync::PlanArenaRoot), rr.version_len),
             "version block");
         auto plan_block = Take(
-            reader.Block(reader.root_offset() + deltasync::PlanArenaRootBytes(rr.version_len),
-                         rr.plan_bytes),
+            reader->Block(reader->root_offset() + deltasync::PlanArenaRootBytes(rr.version_len),
+                          rr.plan_bytes),
             "plan block");
-        std::vector<uint64_t>& words = copies[r];
+        std::vector<uint64_t>& words = state.copies[r];
         if (words.size() < plan_block.size() / 8 + 1) words.resize(plan_block.size() / 8 + 1);
         std::memcpy(words.data(), plan_block.data(), plan_block.size());
         const std::string version_id(reinterpret_cast<const char*>(version_block.data()),
                                      version_block.size());
-        Check(reader.MarkConsumed(), "mark consumed");
+        Check(reader->MarkConsumed(), "mark consumed");
         if (version_id != version || rr.plan_bytes != used ||
             std::memcmp(words.data(), rp.buffers[p].data(), used) != 0) {
           Fail("the part the rank copied out differs from the one sent");
         }
       }
       t.rank += rank.Stop();
-
-      // Sidecar: the consumed arena is dropped (unmapped and unlinked).
-      Timer drop;
-      arena.reset();
-      fixed += drop.Stop();
-      t.arena += fixed;
-      t.arena_share += {fixed.cpu * share, fixed.wall * share};
     }
   }
   return t;
@@ -717,14 +730,20 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
   }
 
   // Stage 3: plan transport.
-  // A sync of many tensors fills its parts, so an arena's fixed cost (its segment reserves the
-  // whole part capacity) is charged by the share of the part these records use; the figure
-  // for this tensor alone, in parts of its own, is reported as unamortized.
+  // A sync of many tensors fills its parts, so an arena's fixed cost is charged by the share of
+  // the part these records use; the figure for this tensor alone, in parts of its own, is
+  // reported as unamortized. Rep 0 is the first sync: it creates the arenas and faults them in
+  // (reported as first_sync); every later rep reuses them, as every later sync does.
   Best transport, transport_sidecar, transport_rank, transport_unamortized;
-  std::vector<std::vector<uint64_t>> part_copies(world);
+  Span first_sync;
+  TransportState transport_state(world);
   for (int rep = 0; rep <= flags.reps; ++rep) {
-    const TransportTimes t = TransportAll(parts, static_cast<uint64_t>(rep) + 1, part_copies);
-    if (rep > 0) {
+    const TransportTimes t = TransportAll(parts, static_cast<uint64_t>(rep) + 1, transport_state);
+    if (rep == 0) {
+      first_sync = t.sidecar;
+      first_sync += t.arena;
+      first_sync += t.rank;
+    } else {
       Span sidecar = t.sidecar;
       sidecar += t.arena_share;
       transport_sidecar.Add(sidecar);
@@ -827,6 +846,7 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
   stages["plan_transport"]["rank_ns_per_changed_byte"] = transport_rank.cpu * 1e9 / changed;
   stages["plan_transport"]["unamortized_ns_per_changed_byte"] =
       transport_unamortized.cpu * 1e9 / changed;
+  stages["plan_transport"]["first_sync_ns_per_changed_byte"] = first_sync.cpu * 1e9 / changed;
   stages["plan_transport"]["part_fill"] =
       static_cast<double>(plan_bytes) / static_cast<double>(part_count * parts.capacity());
   nlohmann::json j = {

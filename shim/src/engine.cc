@@ -227,6 +227,7 @@ void Engine::WorkerLoop() {
     CheckIncoming();
     if (Clock::now() - last_check < 1s) continue;
     last_check = Clock::now();
+    arenas_.Sweep();  // arenas the sidecar retired are unmapped here too
     // A recreated control segment (new sidecar) or a reclaimed slot: register again.
     auto superseded = control_->IsSuperseded();
     if ((superseded.ok() && *superseded) || !handle_->StillRegistered()) {
@@ -234,6 +235,7 @@ void Engine::WorkerLoop() {
       if (!cb.ok()) continue;
       handle_.reset();
       if (incoming_) DropIncoming();
+      arenas_.Clear();  // a new sidecar instance has new arenas
       control_ = std::move(cb).value();
       auto h = control_->RegisterRank(rank_, world_);
       if (!h.ok()) {
@@ -248,25 +250,27 @@ void Engine::WorkerLoop() {
 }
 
 Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
-  ASSIGN_OR_RETURN(shm::PlanArenaReader arena,
-                   shm::PlanArenaReader::Open(ref.arena_name, ref.generation));
+  // The arena stays mapped for later parts and syncs (the sidecar rewrites it once consumed);
+  // the cache checks READY and the generation on the kept mapping.
+  ASSIGN_OR_RETURN(shm::PlanArenaReader * arena, arenas_.Open(ref.arena_name, ref.generation));
   ASSIGN_OR_RETURN(auto root_bytes,
-                   arena.Block(arena.root_offset(), sizeof(deltasync::PlanArenaRoot)));
+                   arena->Block(arena->root_offset(), sizeof(deltasync::PlanArenaRoot)));
   deltasync::PlanArenaRoot root;
   std::memcpy(&root, root_bytes.data(), sizeof(root));
-  const uint64_t version_at = arena.root_offset() + sizeof(deltasync::PlanArenaRoot);
-  ASSIGN_OR_RETURN(auto version, arena.Block(version_at, root.version_len));
-  ASSIGN_OR_RETURN(
-      auto plan, arena.Block(arena.root_offset() + deltasync::PlanArenaRootBytes(root.version_len),
-                             root.plan_bytes));
+  const uint64_t version_at = arena->root_offset() + sizeof(deltasync::PlanArenaRoot);
+  ASSIGN_OR_RETURN(auto version, arena->Block(version_at, root.version_len));
+  ASSIGN_OR_RETURN(auto plan, arena->Block(arena->root_offset() +
+                                               deltasync::PlanArenaRootBytes(root.version_len),
+                                           root.plan_bytes));
   // A private copy: the rank stages it and never trusts bytes that can still change. Once it is
-  // copied the sidecar may drop the arena. The buffer is the handle's, grown to the largest
-  // part seen (the sidecar's part size at most), so a part costs no allocation, zero fill or
-  // page faults; the reader sees exactly plan.size() bytes of it.
+  // marked consumed the sidecar may rewrite the arena. The buffer is the handle's, grown to the
+  // largest part seen (the sidecar's part size at most), so a part costs no allocation, zero
+  // fill or page faults; the reader sees exactly plan.size() bytes of it.
   if (part_copy_.size() < plan.size() / 8 + 1) part_copy_.resize(plan.size() / 8 + 1);
   std::memcpy(part_copy_.data(), plan.data(), plan.size());
   const std::string version_id(reinterpret_cast<const char*>(version.data()), version.size());
-  (void)arena.MarkConsumed();
+  // Fails only if the sidecar retired the arena meanwhile: it gave the sync up.
+  RETURN_IF_ERROR(arena->MarkConsumed());
   if (root.part_index == 0) {
     incoming_.emplace();
     incoming_->pc.sync_id = sync_id;

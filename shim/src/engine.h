@@ -148,6 +148,8 @@ class Engine {
   std::atomic<uint64_t> policy_version_{0};
   std::optional<IncomingPlan> incoming_;  // worker thread only
   std::vector<uint64_t> part_copy_;        // worker thread only: the part being staged
+  // Worker thread only: the plan arenas kept mapped across parts and syncs (shm/plan_arena.h).
+  shm::PlanArenaCache arenas_;
   std::deque<std::vector<uint8_t>> deferred_;  // worker thread only: commands seen mid-scrub
 
   mutable std::mutex version_mu_;

@@ -294,6 +294,38 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertIn('deltakv_syncs_total{result="live"} 2', metrics)
         self.assertIn("deltakv_engine_ranks 2", metrics)
 
+    def arenas(self, c):
+        """The sidecar's plan arenas: name -> inode."""
+        return {f: os.stat(os.path.join("/dev/shm", f)).st_ino
+                for f in os.listdir("/dev/shm") if f.startswith(c.shm + "-plan-")}
+
+    def mapped_arenas(self, pid, shm):
+        with open(f"/proc/{pid}/maps") as f:
+            return {line.split("/dev/shm/")[1].strip() for line in f
+                    if f"/dev/shm/{shm}-plan-" in line}
+
+    def test_plan_arenas_are_reused_across_syncs_and_removed_at_shutdown(self):
+        c = self.cluster(tp=2)
+        self.assertEqual(c.wait(c.sync("v2", self.t("d12")))["state"], "live")
+        first = self.arenas(c)
+        # One pool per rank; this small delta takes one part per rank.
+        self.assertEqual(sorted(first), [f"{c.shm}-plan-r0-a0", f"{c.shm}-plan-r1-a0"])
+        pids = {r["rank"]: r["pid"] for r in c.status()["ranks"]}
+        for r, pid in pids.items():
+            # The rank keeps its arena mapped for the next part.
+            self.assertEqual(self.mapped_arenas(pid, c.shm), {f"{c.shm}-plan-r{r}-a0"})
+        self.assertEqual(c.wait(c.sync("v3", self.t("d23")))["state"], "live")
+        self.assertEqual(self.arenas(c), first)  # the same segments, rewritten
+        c.assert_serves(self, self.t("v3"))
+        # A clean shutdown retires and unlinks them; the ranks drop their mappings.
+        c.sidecar.send_signal(signal.SIGTERM)
+        self.assertEqual(c.sidecar.wait(timeout=20), 0)
+        self.assertEqual(self.arenas(c), {})
+        deadline = time.time() + 10
+        while any(self.mapped_arenas(pid, c.shm) for pid in pids.values()):
+            self.assertLess(time.time(), deadline, "ranks kept retired arenas mapped")
+            time.sleep(0.1)
+
     def test_sync_over_http(self):
         server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1",
                                    "--directory", self.tmp], stdout=subprocess.PIPE,
@@ -442,6 +474,8 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(rec["state"], "live", rec)
         self.assertGreater(rec["plan_parts"], 2 * 4, rec)
         c.assert_serves(self, self.t("v2"))
+        # Dozens of parts went through at most in flight + 1 = 2 arenas per rank.
+        self.assertLessEqual(len(self.arenas(c)), 2 * 2, self.arenas(c))
         # Corruption in the last frames: earlier parts were staged by then, and are dropped.
         d = self.copy_delta("d23")
         m = json.loads(read(os.path.join(d, "manifest.json")))
@@ -465,6 +499,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         rec = c.wait(c.sync("v3", self.t("d23")))
         self.assertEqual(rec["state"], "live", rec)
         c.assert_serves(self, self.t("v3"))
+        self.assertLessEqual(len(self.arenas(c)), 2 * 2, self.arenas(c))
 
     def test_sidecar_owns_the_kv_pool(self):
         shm = f"dkv-kvpool-{os.getpid()}"
@@ -568,7 +603,10 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(c.answers(), before)
         for r in range(2):
             self.assertEqual(c.rank_state(r)["policy_version"], 0)
+        left = self.arenas(c)  # the dead sidecar's arenas stay until a successor starts
+        self.assertEqual(len(left), 2, left)
         c.start_sidecar()
+        self.assertEqual(self.arenas(c), {})  # removed before the successor serves
         deadline = time.time() + 10
         while len(c.status()["ranks"]) < 2:
             self.assertLess(time.time(), deadline)
@@ -576,6 +614,10 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         rec = c.wait(c.sync("v2", self.t("d12")))
         self.assertEqual(rec["state"], "live", rec)
         c.assert_serves(self, self.t("v2"))
+        # The successor's arenas are new segments under the same names.
+        now = self.arenas(c)
+        self.assertEqual(sorted(now), sorted(left))
+        self.assertFalse(set(now.values()) & set(left.values()))
 
     # ---- the checksum chain: verify, scrub, early check, divergence after COMMIT
 

@@ -32,7 +32,7 @@ namespace deltakv::shm {
 
 // Layout version of every structure in shm/ (headers, control block, rings, arenas). Bump it on
 // any change to a byte offset or meaning; processes built with different values refuse to attach.
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 
 // The 8 characters of `text` read as a little-endian u64 (how magics appear in a hex dump).
 constexpr uint64_t MagicFromText(const char (&text)[9]) {

@@ -24,12 +24,17 @@ Status RankErrorStatus(const shm::Message& msg, uint64_t sync_id, uint32_t rank)
 
 PlanStreamer::PlanStreamer(PlanStreamOptions options, std::vector<shm::RankChannel*> channels,
                            std::vector<std::vector<deltasync::PlanTensor>> tables,
+                           std::vector<shm::PlanArenaPool*> pools,
+                           std::function<uint64_t()> next_generation,
                            std::function<Status(uint32_t)> check_rank)
-    : opt_(std::move(options)), check_rank_(std::move(check_rank)) {
+    : opt_(std::move(options)),
+      next_generation_(std::move(next_generation)),
+      check_rank_(std::move(check_rank)) {
   ranks_.resize(channels.size());
   uint64_t table_bytes = 0;
   for (size_t r = 0; r < channels.size(); ++r) {
     ranks_[r].channel = channels[r];
+    ranks_[r].pool = pools[r];
     ranks_[r].table = std::move(tables[r]);
     ranks_[r].last_line.assign(ranks_[r].table.size(), 0);
     table_bytes = std::max(table_bytes, WritePlanWriter::FixedBytes(ranks_[r].table.size()));
@@ -37,28 +42,36 @@ PlanStreamer::PlanStreamer(PlanStreamOptions options, std::vector<shm::RankChann
   part_capacity_ = std::max(opt_.part_bytes, table_bytes + kMinRecordRoom);
 }
 
+PlanStreamer::~PlanStreamer() {
+  for (RankStream& rs : ranks_) {
+    if (rs.pool != nullptr) rs.pool->RetireUnconsumed();
+  }
+}
+
 Status PlanStreamer::OpenPart(uint32_t r) {
   RankStream& rs = ranks_[r];
   RETURN_IF_ERROR(Drain(r, opt_.max_in_flight));
   const uint64_t root_bytes = deltasync::PlanArenaRootBytes(opt_.version.size());
-  shm::PlanArenaOptions ao;
-  ao.capacity = shm::kArenaDataOffset + root_bytes + part_capacity_ + 64;
-  ao.generation = opt_.sync_id;
-  ao.sync_id = opt_.sync_id;
-  ao.rank = r;
-  ASSIGN_OR_RETURN(shm::PlanArenaWriter arena,
-                   shm::PlanArenaWriter::Create(
-                       shm::PlanArenaName(opt_.prefix, opt_.sync_id, r, rs.next_part), ao));
-  ASSIGN_OR_RETURN(uint64_t root, arena.Allocate(root_bytes, 8));
-  RETURN_IF_ERROR(arena.SetRoot(root));
-  std::memcpy(arena.Bytes(root, root_bytes).data() + sizeof(deltasync::PlanArenaRoot),
+  // Always the same capacity for a given part size and version length, so arenas are reused
+  // from one sync to the next (the version id is padded to 8 bytes; ids of up to 64 bytes share
+  // one size).
+  const uint64_t capacity =
+      shm::kArenaDataOffset +
+      deltasync::PlanArenaRootBytes(std::max<size_t>(opt_.version.size(), 64)) + part_capacity_ +
+      64;
+  ASSIGN_OR_RETURN(
+      shm::PlanArenaWriter * arena,
+      rs.pool->Acquire(capacity, next_generation_(), opt_.sync_id, opt_.max_in_flight + 1));
+  ASSIGN_OR_RETURN(uint64_t root, arena->Allocate(root_bytes, 8));
+  RETURN_IF_ERROR(arena->SetRoot(root));
+  std::memcpy(arena->Bytes(root, root_bytes).data() + sizeof(deltasync::PlanArenaRoot),
               opt_.version.data(), opt_.version.size());
-  ASSIGN_OR_RETURN(uint64_t plan_at, arena.Allocate(part_capacity_, 8));
+  ASSIGN_OR_RETURN(uint64_t plan_at, arena->Allocate(part_capacity_, 8));
   if (plan_at != root + root_bytes) return Internal("plan arena blocks are not contiguous");
   rs.plan_offset = plan_at;
-  rs.writer.emplace(arena.Bytes(plan_at, part_capacity_), rs.table);
+  rs.arena = arena;
+  rs.writer.emplace(arena->Bytes(plan_at, part_capacity_), rs.table);
   RETURN_IF_ERROR(rs.writer->status());
-  rs.arena.emplace(std::move(arena));
   return Status::Ok();
 }
 
@@ -76,8 +89,8 @@ Status PlanStreamer::SendPart(uint32_t r, bool last) {
   ASSIGN_OR_RETURN(auto bytes, shm::EncodeMessage(msg));
   RETURN_IF_ERROR(rs.channel->commands.Push(bytes, 5s).WithPrefix(
       "sending plan part " + std::to_string(rs.next_part) + " to rank " + std::to_string(r)));
-  rs.sent.push_back(std::move(*rs.arena));
-  rs.arena.reset();
+  rs.sent.push_back(rs.arena);
+  rs.arena = nullptr;
   rs.writer.reset();
   ++rs.next_part;
   ++parts_sent_;
@@ -89,8 +102,8 @@ Status PlanStreamer::Drain(uint32_t r, size_t keep) {
   const auto deadline = Clock::now() + opt_.consume_timeout;
   std::vector<uint8_t> buf;
   for (;;) {
-    while (!rs.sent.empty() && rs.sent.front().state() == shm::ArenaState::kConsumed) {
-      rs.sent.pop_front();  // unlinks and unmaps
+    while (!rs.sent.empty() && rs.sent.front()->state() == shm::ArenaState::kConsumed) {
+      rs.sent.pop_front();  // the pool may rewrite it now
     }
     if (rs.sent.size() <= keep) return Status::Ok();
     // The rank answers only with ERROR before its last part; anything else is stale.

@@ -4,17 +4,20 @@
 // It is the planner's PlanOutput. Records for rank r are appended to r's current part, a
 // WritePlan inside a plan arena of at most `part_bytes`; when a record does not fit, the part is
 // published and sent to the rank in a PLAN message flagged "more parts follow", and a new part
-// is started. Before a new arena is created, the streamer waits until at most
-// `max_in_flight` earlier parts of that rank are still unconsumed (a rank consumes a part by
-// copying it out), and unlinks the consumed ones. So the sidecar maps at most
-// world × (max_in_flight + 1) × part_bytes of plan at any time. Finish() sends each rank its
-// last part (without the "more" flag); ranks answer STAGED after it.
+// is started. Before a new part is started, the streamer waits until at most `max_in_flight`
+// earlier parts of that rank are still unconsumed (a rank consumes a part by copying it out).
+// Arenas come from the rank's PlanArenaPool (owned by the caller, kept across syncs): a
+// consumed arena is rewritten under a new generation, so a part costs no segment creation and
+// no page faults once the pool is warm. A pool holds at most max_in_flight + 1 arenas, so the
+// sidecar maps at most world × (max_in_flight + 1) × part capacity of plan. Finish() sends each
+// rank its last part (without the "more" flag); ranks answer STAGED after it.
 //
 // While waiting it watches the rank: an ERROR message for this sync, a dead or deregistered
 // rank, or a rank that consumes nothing within `consume_timeout` fails the call, and the
 // caller must ABORT the sync (ranks may hold staged parts).
 //
-// Thread-safety: one thread. Arenas still mapped are unlinked when the streamer is destroyed.
+// Thread-safety: one thread. When the streamer is destroyed, arenas not consumed (the sync
+// failed or was given up) are retired and unlinked; consumed ones stay in their pools.
 #pragma once
 
 #include <chrono>
@@ -39,7 +42,6 @@ namespace deltakv::sidecar {
 Status RankErrorStatus(const shm::Message& msg, uint64_t sync_id, uint32_t rank);
 
 struct PlanStreamOptions {
-  std::string prefix;  // arena names: shm::PlanArenaName(prefix, sync_id, rank, part)
   uint64_t sync_id = 0;
   std::string version;           // the new version id, repeated in every part's root block
   uint64_t part_bytes = 16 << 20;  // plan bytes per part (raised to fit the tensor table)
@@ -49,11 +51,16 @@ struct PlanStreamOptions {
 
 class PlanStreamer final : public deltasync::PlanOutput {
  public:
-  // channels[r] is rank r's channel and tables[r] its plan tensor table. check_rank(r) returns
-  // an error when rank r is gone.
+  // channels[r] is rank r's channel, tables[r] its plan tensor table and pools[r] the arenas
+  // of rank r. check_rank(r) returns an error when rank r is gone. next_generation() returns
+  // a generation never handed out before by this sidecar instance nor a previous one.
   PlanStreamer(PlanStreamOptions options, std::vector<shm::RankChannel*> channels,
                std::vector<std::vector<deltasync::PlanTensor>> tables,
+               std::vector<shm::PlanArenaPool*> pools, std::function<uint64_t()> next_generation,
                std::function<Status(uint32_t)> check_rank);
+  ~PlanStreamer() override;
+  PlanStreamer(const PlanStreamer&) = delete;
+  PlanStreamer& operator=(const PlanStreamer&) = delete;
 
   Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner) override;
@@ -69,22 +76,24 @@ class PlanStreamer final : public deltasync::PlanOutput {
  private:
   struct RankStream {
     shm::RankChannel* channel = nullptr;
+    shm::PlanArenaPool* pool = nullptr;
     std::vector<deltasync::PlanTensor> table;
-    std::optional<shm::PlanArenaWriter> arena;  // the part being written
+    shm::PlanArenaWriter* arena = nullptr;  // the part being written (in `pool`)
     std::optional<deltasync::WritePlanWriter> writer;
     uint64_t plan_offset = 0;
     uint32_t next_part = 0;
-    std::deque<shm::PlanArenaWriter> sent;  // published, maybe not consumed yet
+    std::deque<shm::PlanArenaWriter*> sent;  // published, maybe not consumed yet
     std::vector<uint64_t> last_line;         // per plan tensor: 1 + the last line counted
   };
 
   Status OpenPart(uint32_t rank);
   Status SendPart(uint32_t rank, bool last);
-  // Waits until at most `keep` sent parts of `rank` are unconsumed; drops consumed ones.
+  // Waits until at most `keep` sent parts of `rank` are unconsumed; forgets consumed ones.
   Status Drain(uint32_t rank, size_t keep);
 
   PlanStreamOptions opt_;
   std::vector<RankStream> ranks_;
+  std::function<uint64_t()> next_generation_;
   std::function<Status(uint32_t)> check_rank_;
   uint64_t part_capacity_ = 0;
   uint64_t parts_sent_ = 0;

@@ -502,7 +502,6 @@ Status ShmSyncExecutor::Job::Decode() {
   SetState(SyncState::kDecoding);
   const ShmExecutorOptions& o = ex_.options_;
   PlanStreamOptions so;
-  so.prefix = ArenaPrefix(o.shm_name);
   so.sync_id = sync_id_;
   so.version = request_.version;
   // Parts of at most kPartBytes, so ranks stage while the delta is still being walked (a part is
@@ -514,8 +513,9 @@ Status ShmSyncExecutor::Job::Decode() {
   so.max_in_flight = static_cast<size_t>(
       std::clamp<uint64_t>(o.plan_buffer_bytes / (world_ * so.part_bytes), 2, 8) - 1);
   so.consume_timeout = o.stage_timeout;
-  streamer_ = std::make_unique<PlanStreamer>(so, Channels(), plan_tables_,
-                                             [this](uint32_t r) { return RankGone(r); });
+  streamer_ = std::make_unique<PlanStreamer>(
+      so, Channels(), plan_tables_, ex_.ArenaPools(world_),
+      [this] { return ++ex_.arena_generation_; }, [this](uint32_t r) { return RankGone(r); });
   const auto t_plan = Clock::now();
   deltasync::PlannerOptions po;
   po.decoder = o.decoder;
@@ -1038,6 +1038,9 @@ StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(
   std::unique_ptr<ShmSyncExecutor> e(new ShmSyncExecutor(options));
   ASSIGN_OR_RETURN(e->control_, shm::ControlBlock::Create(options.shm_name));
   (void)shm::RemoveStaleArenas(ArenaPrefix(options.shm_name));
+  // Arena generations of this instance: instance_generation is bumped on every create or adopt,
+  // so no two instances of one control block hand out the same generation (PROTOCOL.md §4).
+  e->arena_generation_ = e->control_->instance_generation() << 32;
   if (!options.state_dir.empty()) {
     auto v = ReadFileToString(options.state_dir + "/live_version", 4096);
     if (v.ok()) e->live_version_ = *v;
@@ -1049,6 +1052,21 @@ StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(
     }
   }
   return e;
+}
+
+ShmSyncExecutor::~ShmSyncExecutor() = default;
+
+std::vector<shm::PlanArenaPool*> ShmSyncExecutor::ArenaPools(uint32_t world) {
+  // Pools of ranks beyond the world are retired (their arenas unlinked) when it shrinks.
+  arena_pools_.resize(world);
+  std::vector<shm::PlanArenaPool*> out;
+  for (uint32_t r = 0; r < world; ++r) {
+    if (!arena_pools_[r]) {
+      arena_pools_[r] = std::make_unique<shm::PlanArenaPool>(ArenaPrefix(options_.shm_name), r);
+    }
+    out.push_back(arena_pools_[r].get());
+  }
+  return out;
 }
 
 Status ShmSyncExecutor::Run(const SyncRequest& request, const Update& update) {

@@ -42,9 +42,10 @@
 
 #include "coord/group_commit.h"
 #include "shm/control_block.h"
+#include "shm/plan_arena.h"
 #include "store/open_store.h"
-#include "sync/group_convergence.h"
 #include "sync/checksum_table.h"
+#include "sync/group_convergence.h"
 #include "sync/sync_manager.h"
 
 namespace deltakv::sidecar {
@@ -74,6 +75,8 @@ class ShmSyncExecutor final : public SyncExecutor {
   // Creates (or adopts) the control segment, removes plan arenas a dead predecessor left, and
   // loads the live version and checksum table from the state dir.
   static StatusOr<std::unique_ptr<ShmSyncExecutor>> Create(const ShmExecutorOptions& options);
+  // Retires and unlinks the plan arenas.
+  ~ShmSyncExecutor() override;
 
   Status Run(const SyncRequest& request, const Update& update) override;
   std::string LiveVersion() const override;
@@ -97,11 +100,17 @@ class ShmSyncExecutor final : public SyncExecutor {
   explicit ShmSyncExecutor(ShmExecutorOptions options)
       : options_(std::move(options)), convergence_(options_.group) {}
   ChecksumTable table() const;
+  // The plan arena pools of ranks 0..world-1 (shm/plan_arena.h), kept across syncs.
+  std::vector<shm::PlanArenaPool*> ArenaPools(uint32_t world);
   // Stores the table (and its version as the live version) and saves both in the state dir.
   void SetTable(ChecksumTable table);
 
   ShmExecutorOptions options_;
   std::unique_ptr<shm::ControlBlock> control_;
+  // Plan arenas (sync worker only): one pool per rank, reused by every sync, at most
+  // world × parts in flight + 1 arenas of one part each (see Job::Decode).
+  std::vector<std::unique_ptr<shm::PlanArenaPool>> arena_pools_;
+  uint64_t arena_generation_ = 0;  // the last generation handed out
   mutable std::mutex mu_;
   std::string live_version_;  // GUARDED_BY(mu_)
   ChecksumTable table_;       // GUARDED_BY(mu_)
