@@ -487,6 +487,34 @@ class CudaBackend final : public DeviceBackend {
     return Status::Ok();
   }
 
+  // Every part of a commit: the scatter kernels go onto the stream back to back (stream order
+  // keeps them in part order) and the pause waits once, not once per part.
+  Status CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared) override {
+    std::vector<CudaPreparedScatter*> parts;
+    for (const std::unique_ptr<PreparedScatter>& q : prepared) {
+      auto* p = dynamic_cast<CudaPreparedScatter*>(q.get());
+      if (p == nullptr) return Internal("scatter prepared by another backend");
+      if (p->pieces == 0) continue;
+      if (p->device != device_ || stream_ == nullptr) {
+        return Internal("scatter prepared for another device");
+      }
+      parts.push_back(p);
+    }
+    if (parts.empty()) return Status::Ok();
+    Status s = CudaError(cudaSetDevice(device_), "cudaSetDevice");
+    for (size_t i = 0; s.ok() && i < parts.size(); ++i) {
+      const CudaPreparedScatter* p = parts[i];
+      MovePieces<true><<<Blocks(p->pieces), 256, 0, stream_>>>(
+          static_cast<const Desc*>(p->descs.ptr), p->pieces, static_cast<uint8_t*>(p->data.ptr));
+      s = CudaError(cudaGetLastError(), "scatter kernel launch");
+    }
+    // Wait even after a failed launch, so no kernel of this commit is still running.
+    const Status done = CudaError(cudaStreamSynchronize(stream_), "scatter");
+    if (s.ok()) s = done;
+    if (!s.ok()) return Internal("scatter failed: " + s.message());
+    return Status::Ok();
+  }
+
  private:
   // The sum words the last kernel left in staging_, copied into pinned_ once the stream is done.
   StatusOr<const unsigned long long*> DownloadSums(uint64_t bytes) {
