@@ -165,6 +165,74 @@ TEST(PlanStage, InPlaceAndGatheredMatchTheReference) {
   EXPECT_EQ(gather_only.gathers, 2);  // one Gather per part
 }
 
+// The cpu backend stages records of up to 8 bytes with word loads and masked word sums: every
+// length 1..8, owners and replicas, records ending at the last byte of the local tensor (no
+// room for a word load), canonical positions on both sides of a multiple of 65521, and many
+// short records in a row (each word store reaches into the next record's packed bytes).
+TEST(PlanStage, ShortRecordsMatchTheByteReference) {
+  std::mt19937_64 rng(17);
+  const uint64_t n0 = 200000;
+  std::vector<uint8_t> w0(n0);
+  for (auto& b : w0) b = static_cast<uint8_t>(rng());
+  const std::vector<PlanTensor> table = {{0, 0, 1 << 20, 0, 0}};
+  const std::vector<LocalTensor> locals = {{"a", w0.data(), n0}};
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  for (int round = 0; round < 20; ++round) {
+    std::vector<Rec> recs;
+    uint64_t local = rng() % 16;
+    // Canonical offsets run near a wrap of the position mod 65521 in some rounds.
+    uint64_t canonical = round % 2 ? 65521 * (1 + rng() % 8) - 40 : rng() % 1000;
+    while (recs.size() < 3000) {
+      const uint32_t len = 1 + static_cast<uint32_t>(rng() % 8);
+      if (local + len > n0) break;
+      recs.push_back({0, local, canonical, {}, rng() % 5 != 0});
+      for (uint32_t i = 0; i < len; ++i) {
+        recs.back().bytes.push_back(static_cast<uint8_t>(rng() % 3 == 0 ? 0 : rng()));
+      }
+      const uint64_t gap = len + rng() % 4;
+      local += gap;
+      canonical += gap;
+    }
+    // One record ending exactly at the tensor's last byte.
+    const uint32_t tail = 1 + static_cast<uint32_t>(rng() % 7);
+    recs.push_back({0, n0 - tail, canonical + 100, std::vector<uint8_t>(tail, 0xa5), true});
+
+    std::vector<AdlerDelta> want(1);
+    std::vector<uint8_t> want_new;
+    for (const Rec& r : recs) {
+      for (size_t i = 0; i < r.bytes.size(); ++i) {
+        const uint8_t o = w0[r.local + i], v = static_cast<uint8_t>(o ^ r.bytes[i]);
+        want_new.push_back(v);
+        if (r.owner) want[0].AddByte(r.canonical + i, o, v);
+      }
+    }
+    Part part = Write(table, recs);
+    auto reader = WritePlanReader::Open(part.span());
+    ASSERT_TRUE(reader.ok());
+    std::vector<StagedTensor> sums(1);
+    auto batch = StagePartToBatch(*reader, locals, nullptr, &sums);
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    ASSERT_EQ(batch->data, want_new) << "round " << round;
+    EXPECT_EQ(sums[0].delta.s1(), want[0].s1()) << "round " << round;
+    EXPECT_EQ(sums[0].delta.s2(), want[0].s2()) << "round " << round;
+    EXPECT_EQ(sums[0].bytes_changed, want_new.size());
+    // The plan holds the new bytes, and its padding (after each record's bytes, up to the next
+    // multiple of 8) stays zero.
+    std::vector<uint8_t> in_plan;
+    uint64_t nonzero_padding = 0;
+    ASSERT_TRUE(reader
+                    ->ForEach([&](const deltasync::PlanRecord&, std::span<uint8_t> b) {
+                      in_plan.insert(in_plan.end(), b.begin(), b.end());
+                      for (size_t i = b.size(); i % 8 != 0; ++i) nonzero_padding += b.data()[i] != 0;
+                      return Status::Ok();
+                    })
+                    .ok());
+    EXPECT_EQ(in_plan, want_new);
+    EXPECT_EQ(nonzero_padding, 0u);
+  }
+}
+
 TEST(PlanStage, RecordOutsideItsTensorFailsAndKeepsTheSums) {
   std::vector<uint8_t> w(64, 7);
   const std::vector<PlanTensor> table = {{0, 0, 1000, 0, 0}};
