@@ -122,6 +122,10 @@ class FastBackwardBitReader {
     consumed_ += n;
     return v;
   }
+  // Read without consuming, and consuming without reading (Huffman: peek the table's width,
+  // skip the code's length). Same requirements as Read.
+  uint64_t Peek(unsigned n) const { return ((container_ << (consumed_ & 63)) >> 1) >> (63 - n); }
+  void Skip(unsigned n) { consumed_ += n; }
   // Refills the container so that at least 56 unread bits are in it (or all that are left).
   void Reload() {
     if (ptr_ >= start_ + 8) [[likely]] {

@@ -56,19 +56,36 @@ Status DecodeFseWeights(std::span<const uint8_t> in, uint8_t* weights, uint32_t*
 // stream (it only counts symbols, and a stream may read into its neighbour), and its
 // double-symbol decoder clamps an over-read of the last symbol. RFC 8878 streams carry an end
 // marker and end exactly, so those errors are flagged as tolerated by libzstd.
-Status DecodeStream(const HuffmanTable& table, std::span<const uint8_t> in, uint8_t* out, size_t n,
-                    int stream, bool four_streams) {
-  BackwardBitReader br;
-  if (!br.Init(in.data(), in.size())) {
-    return DataLoss("Huffman stream " + std::to_string(stream) + ": empty or without end marker" +
-                    (four_streams ? " (libzstd tolerates)" : ""));
-  }
+Status NoEndMarker(int stream, bool four_streams) {
+  return DataLoss("Huffman stream " + std::to_string(stream) + ": empty or without end marker" +
+                  (four_streams ? " (libzstd tolerates)" : ""));
+}
+
+// Decodes n symbols from `br`. Codes are at most kHuffmanMaxLog (12) bits: four symbols per
+// refill of the container's 56 bits, with room to peek the table's width after the fourth.
+inline void DecodeSymbols(const HuffmanTable& table, FastBackwardBitReader& br, uint8_t* out,
+                          size_t n) {
+  static_assert(4 * kHuffmanMaxLog + kHuffmanMaxLog <= 64);
   const unsigned log = table.log;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    br.Reload();
+    for (size_t k = 0; k < 4; ++k) {
+      const HuffmanCell cell = table.cells[br.Peek(log)];
+      out[i + k] = cell.symbol;
+      br.Skip(cell.nb_bits);
+    }
+  }
+  br.Reload();
+  for (; i < n; ++i) {
     const HuffmanCell cell = table.cells[br.Peek(log)];
     out[i] = cell.symbol;
     br.Skip(cell.nb_bits);
   }
+}
+
+// The stream's end: exactly at its start.
+Status CheckStreamEnd(const FastBackwardBitReader& br, int stream, bool four_streams) {
   if (br.overflowed()) {
     return DataLoss("Huffman stream " + std::to_string(stream) +
                     ": read past its start (libzstd tolerates)");
@@ -78,6 +95,14 @@ Status DecodeStream(const HuffmanTable& table, std::span<const uint8_t> in, uint
                     (four_streams ? " (libzstd tolerates)" : ""));
   }
   return Status::Ok();
+}
+
+Status DecodeStream(const HuffmanTable& table, std::span<const uint8_t> in, uint8_t* out, size_t n,
+                    int stream, bool four_streams) {
+  FastBackwardBitReader br;
+  if (!br.Init(in.data(), in.size())) return NoEndMarker(stream, four_streams);
+  DecodeSymbols(table, br, out, n);
+  return CheckStreamEnd(br, stream, four_streams);
 }
 
 }  // namespace
@@ -182,14 +207,41 @@ Status DecodeHuffmanLiterals(const HuffmanTable& table, std::span<const uint8_t>
   const size_t s4 = in.size() - 6 - s1 - s2 - s3;
   const size_t segment = (out.size() + 3) / 4;
   const size_t sizes[4] = {s1, s2, s3, s4};
-  size_t in_pos = 6;
-  for (int i = 0; i < 4; ++i) {
-    const size_t first = segment * static_cast<size_t>(i);
-    const size_t n = i < 3 ? segment : out.size() - 3 * segment;
-    RETURN_IF_ERROR(
-        DecodeStream(table, in.subspan(in_pos, sizes[i]), out.data() + first, n, i + 1, true));
-    in_pos += sizes[i];
+  std::span<const uint8_t> streams[4];
+  size_t counts[4];
+  FastBackwardBitReader br[4];
+  bool marked = true;
+  for (size_t i = 0, in_pos = 6; i < 4; in_pos += sizes[i], ++i) {
+    streams[i] = in.subspan(in_pos, sizes[i]);
+    counts[i] = i < 3 ? segment : out.size() - 3 * segment;
+    marked = marked && br[i].Init(streams[i].data(), streams[i].size());
   }
+  if (!marked) {
+    // Decode one by one, so the first stream at fault is the one reported.
+    for (int i = 0; i < 4; ++i) {
+      RETURN_IF_ERROR(DecodeStream(table, streams[i], out.data() + segment * i, counts[i], i + 1,
+                                   true));
+    }
+    return Status::Ok();
+  }
+  // The four streams in lockstep (independent dependency chains), four symbols each per
+  // refill, as long as every stream has four left; then each stream's rest on its own.
+  const unsigned log = table.log;
+  const size_t common = std::min(counts[3], segment) & ~size_t{3};
+  uint8_t* dst[4] = {out.data(), out.data() + segment, out.data() + 2 * segment,
+                     out.data() + 3 * segment};
+  for (size_t i = 0; i < common; i += 4) {
+    for (int s = 0; s < 4; ++s) br[s].Reload();
+    for (size_t k = 0; k < 4; ++k) {
+      for (int s = 0; s < 4; ++s) {
+        const HuffmanCell cell = table.cells[br[s].Peek(log)];
+        dst[s][i + k] = cell.symbol;
+        br[s].Skip(cell.nb_bits);
+      }
+    }
+  }
+  for (int s = 0; s < 4; ++s) DecodeSymbols(table, br[s], dst[s] + common, counts[s] - common);
+  for (int s = 0; s < 4; ++s) RETURN_IF_ERROR(CheckStreamEnd(br[s], s + 1, true));
   return Status::Ok();
 }
 
