@@ -396,6 +396,10 @@ class PartOutput final : public PlanOutput {
              std::span<const uint8_t> bytes, bool owner) override {
     if (r >= ranks_.size()) return Internal("layout names rank beyond the plan writers");
     RankParts& rp = ranks_[r];
+    if (rp.writer && rp.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
+      ++records_;
+      return Status::Ok();
+    }
     while (!bytes.empty()) {
       if (!rp.writer) Open(rp);
       uint64_t n = bytes.size();

@@ -60,6 +60,50 @@ TEST(WritePlan, RoundTrip) {
   EXPECT_EQ(k, want.size());
 }
 
+TEST(WritePlan, TryAddShortWritesWhatAddWrites) {
+  // Every length 1..8 (and the cases it refuses), written by TryAddShort into one buffer and by
+  // Add into another: byte-identical plans.
+  std::vector<PlanTensor> tensors = {{0, 0, 1 << 20, 0, 0}};
+  Buffer a(1 << 16), b(1 << 16);
+  WritePlanWriter fast(a.span(), tensors), slow(b.span(), tensors);
+  std::mt19937 rng(4);
+  uint64_t at = 0;
+  for (int i = 0; i < 400; ++i) {
+    const size_t n = 1 + rng() % 8;
+    std::vector<uint8_t> bytes(n);
+    for (auto& x : bytes) x = static_cast<uint8_t>(rng());
+    const bool owner = rng() % 2 == 0;
+    ASSERT_TRUE(fast.TryAddShort(0, at + 3, at, bytes, owner)) << i;
+    ASSERT_TRUE(slow.Add(0, at + 3, at, bytes, owner).ok());
+    at += n + rng() % 50;
+  }
+  std::vector<uint8_t> nine(9, 1);
+  EXPECT_FALSE(fast.TryAddShort(0, 0, 0, nine, true));  // longer than 8
+  EXPECT_FALSE(fast.TryAddShort(0, 0, 0, {}, true));    // empty
+  EXPECT_FALSE(fast.TryAddShort(1, 0, 0, std::span(nine).first(2), true));  // no such tensor
+  EXPECT_EQ(fast.record_count(), slow.record_count());
+  auto fu = fast.Finish();
+  auto su = slow.Finish();
+  ASSERT_TRUE(fu.ok() && su.ok());
+  ASSERT_EQ(*fu, *su);
+  EXPECT_EQ(std::memcmp(a.span().data(), b.span().data(), *fu), 0);
+}
+
+TEST(WritePlan, TryAddShortRefusesWhenFull) {
+  // Room for the header, the table and exactly two short records.
+  std::vector<PlanTensor> tensors = {{0, 0, 100, 0, 0}};
+  const size_t room = WritePlanWriter::FixedBytes(1) + 2 * WritePlanWriter::RecordBytes(8);
+  Buffer buf(room);
+  WritePlanWriter w(buf.span().first(room), tensors);
+  const std::vector<uint8_t> two = {1, 2};
+  EXPECT_TRUE(w.TryAddShort(0, 0, 0, two, true));
+  EXPECT_TRUE(w.TryAddShort(0, 10, 10, two, true));
+  EXPECT_FALSE(w.TryAddShort(0, 20, 20, two, true));
+  EXPECT_EQ(w.record_count(), 2u);
+  EXPECT_EQ(w.Add(0, 20, 20, two, true).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(w.TryAddShort(0, 30, 30, std::span(two).first(1), true));  // after an error
+}
+
 TEST(WritePlan, FullBufferIsResourceExhausted) {
   Buffer buf(256);
   WritePlanWriter w(buf.span(), {{0, 0, 1 << 20, 0, 0}});

@@ -87,6 +87,38 @@ class WritePlanWriter {
   // Appends one run; runs longer than 2^31 bytes are split.
   Status Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner);
+  // Add for a run of 1 to 8 bytes that fits in the buffer (most runs of a sparse delta), with
+  // no Status and no loop. Returns false, having written nothing, when it does not apply (a
+  // longer or empty run, no room, a bad tensor, an earlier error): call Add then.
+  bool TryAddShort(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+                   std::span<const uint8_t> bytes, bool owner) {
+    const size_t n = bytes.size();
+    if (n - 1 >= 8 || tensor >= tensors_.size() || pos_ > buf_.size() ||
+        buf_.size() - pos_ < sizeof(PlanRecord) + 8 || !status_.ok()) {
+      return false;
+    }
+    const PlanRecord r{tensor, static_cast<uint32_t>(n), local_offset, canonical_offset,
+                       owner ? kPlanRecordOwner : 0u, 0};
+    uint8_t* out = buf_.data() + pos_;
+    std::memcpy(out, &r, sizeof(r));
+    // The bytes and their zero padding as one word: two overlapping loads for 4..8 bytes,
+    // three single bytes below.
+    const uint8_t* p = bytes.data();
+    uint64_t word;
+    if (n >= 4) {
+      uint32_t a, b;
+      std::memcpy(&a, p, 4);
+      std::memcpy(&b, p + n - 4, 4);
+      word = uint64_t{a} | (uint64_t{b} << (8 * (n - 4)));
+    } else {
+      word = uint64_t{p[0]} | (uint64_t{p[n / 2]} << (8 * (n / 2))) |
+             (uint64_t{p[n - 1]} << (8 * (n - 1)));
+    }
+    std::memcpy(out + sizeof(r), &word, 8);
+    pos_ += sizeof(PlanRecord) + 8;
+    ++records_;
+    return true;
+  }
   // Writes the header; returns the bytes used.
   StatusOr<uint64_t> Finish();
   uint64_t record_count() const { return records_; }

@@ -135,6 +135,10 @@ Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
     touched_lines_ += last - first + 1 - (rs.last_line[tensor] == first + 1 ? 1 : 0);
     rs.last_line[tensor] = last + 1;
   }
+  if (rs.writer && rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
+    ++records_;
+    return Status::Ok();
+  }
   while (!bytes.empty()) {
     if (!rs.writer) RETURN_IF_ERROR(OpenPart(r));
     uint64_t n = bytes.size();
