@@ -23,10 +23,32 @@ Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
     pending_start_ = canonical;
   }
   const uint64_t len = at + bytes.size();
-  if (len > pending_.size()) pending_.resize(std::max<uint64_t>(len, 2 * pending_.size()));
-  // The gap a merge bridges is zero XOR bytes.
-  if (at > pending_len_) std::memset(pending_.data() + pending_len_, 0, at - pending_len_);
-  std::memcpy(pending_.data() + at, bytes.data(), bytes.size());
+  // 8 bytes of room past the run: short runs and gaps are written in whole words.
+  if (len + 8 > pending_.size()) pending_.resize(std::max<uint64_t>(len + 8, 2 * pending_.size()));
+  uint8_t* const p = pending_.data();
+  const size_t n = bytes.size();
+  if (n <= 8 && at - pending_len_ <= kPlanMergeGap) {
+    // The common case: a run of a few bytes after a gap of at most kPlanMergeGap zeros. The
+    // gap is zeroed a word at a time (words may reach into the run, written next), the run is
+    // written as one word (its last bytes past the run are not part of the pending run).
+    for (uint64_t k = pending_len_; k < at; k += 8) std::memset(p + k, 0, 8);
+    const uint8_t* b = bytes.data();
+    uint64_t word = 0;
+    if (n >= 4) {
+      uint32_t lo, hi;
+      std::memcpy(&lo, b, 4);
+      std::memcpy(&hi, b + n - 4, 4);
+      word = uint64_t{lo} | (uint64_t{hi} << (8 * (n - 4)));
+    } else if (n > 0) {
+      word = uint64_t{b[0]} | (uint64_t{b[n / 2]} << (8 * (n / 2))) |
+             (uint64_t{b[n - 1]} << (8 * (n - 1)));
+    }
+    std::memcpy(p + at, &word, 8);
+  } else {
+    // The gap a merge bridges is zero XOR bytes.
+    if (at > pending_len_) std::memset(p + pending_len_, 0, at - pending_len_);
+    std::memcpy(p + at, bytes.data(), n);
+  }
   pending_len_ = len;
   return Status::Ok();
 }

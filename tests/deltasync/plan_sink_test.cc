@@ -1,0 +1,105 @@
+// PlanSink: the planner's routing of decoded runs. Runs closer than kPlanMergeGap zero bytes
+// become one piece with the gap as zero XOR bytes; pieces follow the layout's shards; for any
+// split of a sparse buffer into runs (whole runs, short runs, runs with zeros inside, gaps of
+// every size around the merge limit) the pieces rebuild exactly the buffer's bytes per rank.
+#include "plan_sink.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace deltakv::deltasync {
+namespace {
+
+struct Collect final : public PlanOutput {
+  struct Piece {
+    uint32_t rank;
+    uint64_t local, canonical;
+    std::vector<uint8_t> bytes;
+  };
+  Status Add(uint32_t rank, uint32_t, uint64_t local, uint64_t canonical,
+             std::span<const uint8_t> bytes, bool) override {
+    pieces.push_back({rank, local, canonical, {bytes.begin(), bytes.end()}});
+    return Status::Ok();
+  }
+  std::vector<Piece> pieces;
+};
+
+TEST(PlanSink, MergesRunsWithinTheGapAndNotBeyond) {
+  auto layout = TensorLayout::Replicated({4096}, DType::kU8, 1);
+  ASSERT_TRUE(layout.ok());
+  Collect out;
+  PlanSink sink(*layout, 0, 0, out, nullptr);
+  const std::vector<uint8_t> one = {7};
+  ASSERT_TRUE(sink.OnRun(100, one).ok());
+  ASSERT_TRUE(sink.OnRun(101 + kPlanMergeGap, one).ok());      // gap of exactly the limit
+  ASSERT_TRUE(sink.OnRun(102 + 2 * kPlanMergeGap + 1, one).ok());  // one more: a new piece
+  ASSERT_TRUE(sink.Flush().ok());
+  ASSERT_EQ(out.pieces.size(), 2u);
+  EXPECT_EQ(out.pieces[0].canonical, 100u);
+  std::vector<uint8_t> want(kPlanMergeGap + 2, 0);
+  want.front() = want.back() = 7;
+  EXPECT_EQ(out.pieces[0].bytes, want);
+  EXPECT_EQ(out.pieces[1].canonical, 102 + 2 * kPlanMergeGap + 1);
+  EXPECT_EQ(out.pieces[1].bytes, one);
+}
+
+TEST(PlanSink, AnySplitRebuildsTheBufferPerRank) {
+  // Rows sharded over 2 ranks, the frame starting at canonical offset 1000 of the tensor.
+  const uint64_t rows = 64, row_bytes = 512, frame_offset = 1000;
+  auto layout = TensorLayout::ShardDim0({rows, row_bytes}, DType::kU8, 2);
+  ASSERT_TRUE(layout.ok());
+  const uint64_t total = rows * row_bytes, frame = total - frame_offset;
+  std::mt19937_64 rng(21);
+  for (int round = 0; round < 60; ++round) {
+    std::vector<uint8_t> x(frame, 0);
+    const double density = (round % 3 == 0) ? 0.2 : (round % 3 == 1 ? 0.02 : 0.003);
+    for (auto& b : x) {
+      if (std::uniform_real_distribution<double>(0, 1)(rng) < density) {
+        b = static_cast<uint8_t>(1 + rng() % 255);
+      }
+    }
+    Collect out;
+    PlanSink sink(*layout, 0, frame_offset, out, nullptr);
+    // Runs in increasing order: maximal nonzero runs, cut at random points, sometimes with the
+    // zeros after them included (a decoder may merge nearby nonzeros).
+    for (uint64_t i = 0; i < frame;) {
+      if (x[i] == 0) {
+        ++i;
+        continue;
+      }
+      uint64_t e = i;
+      while (e < frame && x[e] != 0) ++e;
+      if (rng() % 4 == 0) e = std::min<uint64_t>(frame, e + rng() % 12);
+      for (uint64_t a = i; a < e;) {
+        const uint64_t b = std::min<uint64_t>(e, a + 1 + rng() % 10);
+        ASSERT_TRUE(sink.OnRun(a, std::span<const uint8_t>(x.data() + a, b - a)).ok());
+        a = b;
+      }
+      i = e;
+    }
+    ASSERT_TRUE(sink.Flush().ok());
+    // Rebuild each rank's local shard from the pieces.
+    const uint64_t shard = total / 2;
+    std::vector<std::vector<uint8_t>> local(2, std::vector<uint8_t>(shard, 0));
+    std::vector<std::vector<bool>> seen(2, std::vector<bool>(shard, false));
+    for (const Collect::Piece& p : out.pieces) {
+      ASSERT_LT(p.rank, 2u);
+      ASSERT_EQ(p.local, p.canonical - p.rank * shard);
+      ASSERT_LE(p.local + p.bytes.size(), shard);
+      for (size_t k = 0; k < p.bytes.size(); ++k) {
+        ASSERT_FALSE(seen[p.rank][p.local + k]) << "byte in two pieces";
+        seen[p.rank][p.local + k] = true;
+        local[p.rank][p.local + k] = p.bytes[k];
+      }
+    }
+    for (uint64_t c = frame_offset; c < total; ++c) {
+      const uint32_t r = c < shard ? 0 : 1;
+      ASSERT_EQ(local[r][c - r * shard], x[c - frame_offset]) << "round " << round << " at " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deltakv::deltasync
