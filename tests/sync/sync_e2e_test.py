@@ -453,6 +453,15 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         write(os.path.join(d, "manifest.json"), json.dumps(m))
         self.expect_aborted(c, "v2", d, "sha256 mismatch")
 
+        # A frame whose decoded bytes disagree with the manifest's xor_digest (FORMAT.md 2.5).
+        d = self.copy_delta("d12")
+        m = json.loads(read(os.path.join(d, "manifest.json")))
+        frame = m["tensors"][-1]["frames"][0]
+        self.assertEqual(len(frame["xor_digest"]), 32)
+        frame["xor_digest"] = ("1" if frame["xor_digest"][0] != "1" else "2") + frame["xor_digest"][1:]
+        write(os.path.join(d, "manifest.json"), json.dumps(m))
+        self.expect_aborted(c, "v2", d, ", the manifest says " + frame["xor_digest"])
+
         d = self.copy_delta("d12")
         write(os.path.join(d, "manifest.json"), '{"format": "deltakv.delta/1", "metadata": ')
         self.expect_aborted(c, "v2", d, "invalid JSON")
