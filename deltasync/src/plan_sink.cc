@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/le_bytes.h"
+
 namespace deltakv::deltasync {
 
 Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
@@ -32,17 +34,7 @@ Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
     // gap is zeroed a word at a time (words may reach into the run, written next), the run is
     // written as one word (its last bytes past the run are not part of the pending run).
     for (uint64_t k = pending_len_; k < at; k += 8) std::memset(p + k, 0, 8);
-    const uint8_t* b = bytes.data();
-    uint64_t word = 0;
-    if (n >= 4) {
-      uint32_t lo, hi;
-      std::memcpy(&lo, b, 4);
-      std::memcpy(&hi, b + n - 4, 4);
-      word = uint64_t{lo} | (uint64_t{hi} << (8 * (n - 4)));
-    } else if (n > 0) {
-      word = uint64_t{b[0]} | (uint64_t{b[n / 2]} << (8 * (n / 2))) |
-             (uint64_t{b[n - 1]} << (8 * (n - 1)));
-    }
+    const uint64_t word = n == 0 ? 0 : LoadShortLE(bytes.data(), n);
     std::memcpy(p + at, &word, 8);
   } else {
     // The gap a merge bridges is zero XOR bytes.

@@ -23,6 +23,7 @@ WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTens
 
 Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                             std::span<const uint8_t> bytes, bool owner) {
+  if (TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) return Status::Ok();
   if (!status_.ok()) return status_;
   if (tensor >= tensors_.size())
     return InvalidArgument("plan record names tensor " + std::to_string(tensor));
@@ -37,15 +38,8 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
     PlanRecord r{tensor, n, local_offset, canonical_offset, owner ? kPlanRecordOwner : 0u, 0};
     uint8_t* out = buf_.data() + pos_;
     std::memcpy(out, &r, sizeof(r));
-    if (n <= 8) {
-      // Most records of a sparse delta: their bytes and padding are one word, stored at once.
-      uint64_t word = 0;
-      for (uint32_t i = 0; i < n; ++i) word |= uint64_t{bytes[i]} << (8 * i);
-      std::memcpy(out + sizeof(r), &word, sizeof(word));
-    } else {
-      std::memcpy(out + sizeof(r), bytes.data(), n);
-      std::memset(out + sizeof(r) + n, 0, Align8(n) - n);
-    }
+    std::memcpy(out + sizeof(r), bytes.data(), n);
+    std::memset(out + sizeof(r) + n, 0, Align8(n) - n);
     pos_ += need;
     ++records_;
     bytes = bytes.subspan(n);

@@ -1,18 +1,8 @@
 #include "deltasync/xor_digest.h"
 
-#include <bit>
-#include <cstring>
-
 namespace deltakv::deltasync {
 
 namespace {
-
-uint64_t LoadLE64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
-  return v;
-}
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -53,7 +43,7 @@ void XorDigestBuilder::AddLong(uint64_t position, const uint8_t* p, size_t n) {
   if (shift != 0) {
     // The run starts inside word j: its first bytes occupy the word's high bytes.
     const size_t take = 8 - shift;
-    sum_ += static_cast<U128>(LoadShort(p, take) << (8 * shift)) * XorDigestKey(j);
+    sum_ += static_cast<U128>(LoadShortLE(p, take) << (8 * shift)) * XorDigestKey(j);
     p += take;
     n -= take;
     ++j;
@@ -62,7 +52,7 @@ void XorDigestBuilder::AddLong(uint64_t position, const uint8_t* p, size_t n) {
     const uint64_t w = LoadLE64(p);
     if (w != 0) sum_ += static_cast<U128>(w) * XorDigestKey(j);
   }
-  if (n != 0) sum_ += static_cast<U128>(LoadShort(p, n)) * XorDigestKey(j);
+  if (n != 0) sum_ += static_cast<U128>(LoadShortLE(p, n)) * XorDigestKey(j);
 }
 
 XorDigest ComputeXorDigest(std::span<const uint8_t> x) {

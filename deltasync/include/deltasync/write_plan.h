@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "base/le_bytes.h"
 #include "base/status.h"
 
 namespace deltakv::deltasync {
@@ -101,19 +102,8 @@ class WritePlanWriter {
                        owner ? kPlanRecordOwner : 0u, 0};
     uint8_t* out = buf_.data() + pos_;
     std::memcpy(out, &r, sizeof(r));
-    // The bytes and their zero padding as one word: two overlapping loads for 4..8 bytes,
-    // three single bytes below.
-    const uint8_t* p = bytes.data();
-    uint64_t word;
-    if (n >= 4) {
-      uint32_t a, b;
-      std::memcpy(&a, p, 4);
-      std::memcpy(&b, p + n - 4, 4);
-      word = uint64_t{a} | (uint64_t{b} << (8 * (n - 4)));
-    } else {
-      word = uint64_t{p[0]} | (uint64_t{p[n / 2]} << (8 * (n / 2))) |
-             (uint64_t{p[n - 1]} << (8 * (n - 1)));
-    }
+    // The bytes and their zero padding as one word.
+    const uint64_t word = LoadShortLE(bytes.data(), n);
     std::memcpy(out + sizeof(r), &word, 8);
     pos_ += sizeof(PlanRecord) + 8;
     ++records_;

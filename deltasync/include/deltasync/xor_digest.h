@@ -17,13 +17,12 @@
 // Thread-safety: values; a builder is used by one thread at a time.
 #pragma once
 
-#include <bit>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "base/le_bytes.h"
 #include "base/status.h"
 
 namespace deltakv::deltasync {
@@ -64,27 +63,11 @@ class XorDigestBuilder {
  private:
   __extension__ typedef unsigned __int128 U128;
 
-  // The `n` (1..8) bytes at p as the low bytes of a little-endian word, reading only those
-  // bytes and without a loop: two overlapping loads (n >= 4) or three single bytes (n <= 3).
-  static uint64_t LoadShort(const uint8_t* p, size_t n) {
-    if (n >= 4) {
-      uint32_t a, b;
-      std::memcpy(&a, p, 4);
-      std::memcpy(&b, p + n - 4, 4);
-      if constexpr (std::endian::native == std::endian::big) {
-        a = __builtin_bswap32(a);
-        b = __builtin_bswap32(b);
-      }
-      return uint64_t{a} | (uint64_t{b} << (8 * (n - 4)));
-    }
-    return uint64_t{p[0]} | (uint64_t{p[n / 2]} << (8 * (n / 2))) |
-           (uint64_t{p[n - 1]} << (8 * (n - 1)));
-  }
   // Up to 8 bytes (the common run): they land in word j and maybe j + 1.
   void AddShort(uint64_t position, const uint8_t* p, size_t n) {
     if (n == 0) return;
     const uint64_t j = position >> 3;
-    const U128 v = static_cast<U128>(LoadShort(p, n)) << (8 * (position & 7));
+    const U128 v = static_cast<U128>(LoadShortLE(p, n)) << (8 * (position & 7));
     sum_ += static_cast<U128>(static_cast<uint64_t>(v)) * XorDigestKey(j);
     const uint64_t spill = static_cast<uint64_t>(v >> 64);
     if (spill != 0) sum_ += static_cast<U128>(spill) * XorDigestKey(j + 1);
