@@ -470,21 +470,9 @@ class CudaBackend final : public DeviceBackend {
   }
 
   Status CommitScatter(PreparedScatter& prepared) override {
-    auto* p = dynamic_cast<CudaPreparedScatter*>(&prepared);
-    if (p == nullptr) return Internal("scatter prepared by another backend");
-    if (p->pieces == 0) return Status::Ok();
-    if (p->device != device_ || stream_ == nullptr) {
-      return Internal("scatter prepared for another device");
-    }
-    Status s = CudaError(cudaSetDevice(device_), "cudaSetDevice");
-    if (s.ok()) {
-      MovePieces<true><<<Blocks(p->pieces), 256, 0, stream_>>>(
-          static_cast<const Desc*>(p->descs.ptr), p->pieces, static_cast<uint8_t*>(p->data.ptr));
-      s = CudaError(cudaGetLastError(), "scatter kernel launch");
-    }
-    if (s.ok()) s = CudaError(cudaStreamSynchronize(stream_), "scatter");
-    if (!s.ok()) return Internal("scatter failed: " + s.message());
-    return Status::Ok();
+    ASSIGN_OR_RETURN(CudaPreparedScatter* p, Own(&prepared));
+    if (p == nullptr) return Status::Ok();
+    return ScatterParts({&p, 1});
   }
 
   // Every part of a commit: the scatter kernels go onto the stream back to back (stream order
@@ -492,15 +480,28 @@ class CudaBackend final : public DeviceBackend {
   Status CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared) override {
     std::vector<CudaPreparedScatter*> parts;
     for (const std::unique_ptr<PreparedScatter>& q : prepared) {
-      auto* p = dynamic_cast<CudaPreparedScatter*>(q.get());
-      if (p == nullptr) return Internal("scatter prepared by another backend");
-      if (p->pieces == 0) continue;
-      if (p->device != device_ || stream_ == nullptr) {
-        return Internal("scatter prepared for another device");
-      }
-      parts.push_back(p);
+      ASSIGN_OR_RETURN(CudaPreparedScatter* p, Own(q.get()));
+      if (p != nullptr) parts.push_back(p);
     }
     if (parts.empty()) return Status::Ok();
+    return ScatterParts(parts);
+  }
+
+ private:
+  // `prepared` as this backend's scatter for its device; nullptr when it writes nothing.
+  StatusOr<CudaPreparedScatter*> Own(PreparedScatter* prepared) const {
+    auto* p = dynamic_cast<CudaPreparedScatter*>(prepared);
+    if (p == nullptr) return Internal("scatter prepared by another backend");
+    if (p->pieces == 0) return static_cast<CudaPreparedScatter*>(nullptr);
+    if (p->device != device_ || stream_ == nullptr) {
+      return Internal("scatter prepared for another device");
+    }
+    return p;
+  }
+
+  // Launches each part's scatter kernel in order on the stream, then waits once (even after a
+  // failed launch, so no kernel of the commit is still running when this returns).
+  Status ScatterParts(std::span<CudaPreparedScatter* const> parts) {
     Status s = CudaError(cudaSetDevice(device_), "cudaSetDevice");
     for (size_t i = 0; s.ok() && i < parts.size(); ++i) {
       const CudaPreparedScatter* p = parts[i];
@@ -508,14 +509,12 @@ class CudaBackend final : public DeviceBackend {
           static_cast<const Desc*>(p->descs.ptr), p->pieces, static_cast<uint8_t*>(p->data.ptr));
       s = CudaError(cudaGetLastError(), "scatter kernel launch");
     }
-    // Wait even after a failed launch, so no kernel of this commit is still running.
     const Status done = CudaError(cudaStreamSynchronize(stream_), "scatter");
     if (s.ok()) s = done;
     if (!s.ok()) return Internal("scatter failed: " + s.message());
     return Status::Ok();
   }
 
- private:
   // The sum words the last kernel left in staging_, copied into pinned_ once the stream is done.
   StatusOr<const unsigned long long*> DownloadSums(uint64_t bytes) {
     RETURN_IF_ERROR(pinned_.Reserve(bytes));
