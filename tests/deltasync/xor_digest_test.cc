@@ -4,13 +4,14 @@
 #include "deltasync/xor_digest.h"
 
 #include <gtest/gtest.h>
-#include <zstd.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "deltasync/walker_test_util.h"
 #include "deltasync/xor_decoder.h"
 
 namespace deltakv::deltasync {
@@ -44,21 +45,15 @@ TEST(XorDigestTest, TrailingZerosDoNotCount) {
   EXPECT_EQ(ComputeXorDigest(x), ComputeXorDigest(y));
 }
 
-std::vector<uint8_t> Sparse(size_t n, double density, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::bernoulli_distribution pick(density);
-  std::vector<uint8_t> v(n, 0);
-  for (auto& b : v) {
-    if (pick(rng)) b = static_cast<uint8_t>(1 + rng() % 255);
-  }
-  return v;
-}
+using walker_test::CollectingSink;
+using walker_test::CompressOptions;
+using walker_test::ScatteredSparse;
 
 TEST(XorDigestTest, AnySegmentationGivesTheDenseDigest) {
   std::mt19937 rng(11);
   for (int round = 0; round < 200; ++round) {
     const size_t n = 1 + rng() % 3000;
-    std::vector<uint8_t> x = Sparse(n, round % 2 ? 0.02 : 0.4, static_cast<uint32_t>(round));
+    std::vector<uint8_t> x = ScatteredSparse(n, round % 2 ? 0.02 : 0.4, static_cast<uint64_t>(round));
     const XorDigest dense = ComputeXorDigest(x);
     // Random cut points; each piece is added whole, trimmed to its nonzero bytes, or split at
     // every zero byte, in a shuffled order.
@@ -97,7 +92,7 @@ TEST(XorDigestTest, AnySegmentationGivesTheDenseDigest) {
 
 TEST(XorDigestTest, EveryOneWordChangeIsCaught) {
   std::mt19937_64 rng(5);
-  std::vector<uint8_t> x = Sparse(4096, 0.05, 3);
+  std::vector<uint8_t> x = ScatteredSparse(4096, 0.05, 3);
   const XorDigest base = ComputeXorDigest(x);
   for (int round = 0; round < 5000; ++round) {
     std::vector<uint8_t> y = x;
@@ -136,25 +131,10 @@ TEST(XorDigestTest, ParseAndFormat) {
   }
 }
 
-class CollectSink : public NonzeroSink {
- public:
-  Status OnRun(uint64_t, std::span<const uint8_t> bytes) override {
-    nonzero += bytes.size();
-    return Status::Ok();
-  }
-  uint64_t nonzero = 0;
-};
-
 std::vector<uint8_t> Compress(const std::vector<uint8_t>& v, bool checksum) {
-  ZSTD_CCtx* c = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, 3);
-  ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, checksum ? 1 : 0);
-  std::vector<uint8_t> out(ZSTD_compressBound(v.size()));
-  size_t n = ZSTD_compress2(c, out.data(), out.size(), v.data(), v.size());
-  ZSTD_freeCCtx(c);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
-  return out;
+  CompressOptions o;
+  o.checksum = checksum;
+  return walker_test::Compress(v, o);
 }
 
 class DecodeWithDigestTest : public ::testing::TestWithParam<const char*> {};
@@ -162,16 +142,20 @@ class DecodeWithDigestTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(DecodeWithDigestTest, ChecksTheDigestInsteadOfTheFrameChecksum) {
   auto decoder = MakeXorDecoder(GetParam());
   ASSERT_TRUE(decoder.ok());
-  std::vector<uint8_t> x = Sparse(300000, 0.003, 9);
+  std::vector<uint8_t> x = ScatteredSparse(300000, 0.003, 9);
   std::vector<uint8_t> frame = Compress(x, /*checksum=*/true);
   const XorDigest good = ComputeXorDigest(x);
-  CollectSink sink;
-  auto ok = DecodeDeltaFrame(**decoder, frame, x.size(), 27, sink, "frame 0", good);
+  // Each decode with a fresh sink (a sink checks that runs come in order).
+  auto decode = [&](const std::vector<uint8_t>& in, const std::optional<XorDigest>& digest) {
+    CollectingSink sink;
+    return DecodeDeltaFrame(**decoder, in, x.size(), 27, sink, "frame 0", digest);
+  };
+  auto ok = decode(frame, good);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
 
   XorDigest wrong = good;
   wrong.lo ^= 1;
-  auto bad = DecodeDeltaFrame(**decoder, frame, x.size(), 27, sink, "frame 0", wrong);
+  auto bad = decode(frame, wrong);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(bad.status().message().find("frame 0: decoded bytes have xor_digest " +
@@ -184,21 +168,21 @@ TEST_P(DecodeWithDigestTest, ChecksTheDigestInsteadOfTheFrameChecksum) {
   // checks the same bytes the trailer would).
   std::vector<uint8_t> trailer = frame;
   trailer.back() ^= 0x01;
-  auto no_digest = DecodeDeltaFrame(**decoder, trailer, x.size(), 27, sink, "frame 0");
+  auto no_digest = decode(trailer, std::nullopt);
   ASSERT_FALSE(no_digest.ok());
   EXPECT_EQ(no_digest.status().code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(DecodeDeltaFrame(**decoder, trailer, x.size(), 27, sink, "frame 0", good).ok());
+  EXPECT_TRUE(decode(trailer, good).ok());
 
   // Frames without a content checksum are still checked through the digest.
   std::vector<uint8_t> plain = Compress(x, /*checksum=*/false);
-  EXPECT_TRUE(DecodeDeltaFrame(**decoder, plain, x.size(), 27, sink, "frame 0", good).ok());
-  EXPECT_FALSE(DecodeDeltaFrame(**decoder, plain, x.size(), 27, sink, "frame 0", wrong).ok());
+  EXPECT_TRUE(decode(plain, good).ok());
+  EXPECT_FALSE(decode(plain, wrong).ok());
 
   // A frame for other content with the first content's digest.
   std::vector<uint8_t> other = x;
   other[12345] ^= 0x10;
   std::vector<uint8_t> other_frame = Compress(other, /*checksum=*/true);
-  auto swapped = DecodeDeltaFrame(**decoder, other_frame, x.size(), 27, sink, "frame 0", good);
+  auto swapped = decode(other_frame, good);
   ASSERT_FALSE(swapped.ok());
   EXPECT_NE(swapped.status().message().find("xor_digest"), std::string::npos);
 }

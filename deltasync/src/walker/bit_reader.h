@@ -1,5 +1,7 @@
-// Bit readers for zstd: a forward little-endian reader (FSE table descriptions) and a backward
-// reader (Huffman streams and the sequence bitstream, read from the end toward the start).
+// Bit readers for zstd: a forward little-endian reader (FSE table descriptions) and backward
+// readers (Huffman streams and the sequence bitstream, read from the end toward the start):
+// a byte-addressed one, the reference the tests hold the fast container reader to, and the
+// fast one the decoder uses.
 // Both read zeros past the edge of their data and report how far they went, so callers check
 // bounds once instead of per read.
 #pragma once
@@ -93,8 +95,9 @@ class BackwardBitReader {
 
 // The same stream read through a 64-bit container (the layout libzstd's decoder uses): a read
 // is two shifts of a register and the container is refilled by Reload() between groups of
-// reads of at most 56 bits. For hot loops (the sequence bitstream). Past the start, reads
-// return unspecified (but in-range for their width) values and overflowed() turns true.
+// reads of at most 56 bits. For hot loops (Huffman streams, the sequence bitstream). Past the
+// start, reads return unspecified (but in-range for their width) values and overflowed() turns
+// true.
 class FastBackwardBitReader {
  public:
   // Returns false when the stream is empty or its last byte is 0 (no end marker).

@@ -61,6 +61,13 @@ Status NoEndMarker(int stream, bool four_streams) {
                   (four_streams ? " (libzstd tolerates)" : ""));
 }
 
+// One symbol: the table cell of the next `log` bits, then its code length consumed.
+inline uint8_t DecodeSymbol(const HuffmanTable& table, FastBackwardBitReader& br, unsigned log) {
+  const HuffmanCell cell = table.cells[br.Peek(log)];
+  br.Skip(cell.nb_bits);
+  return cell.symbol;
+}
+
 // Decodes n symbols from `br`. Codes are at most kHuffmanMaxLog (12) bits: four symbols per
 // refill of the container's 56 bits, with room to peek the table's width after the fourth.
 inline void DecodeSymbols(const HuffmanTable& table, FastBackwardBitReader& br, uint8_t* out,
@@ -71,16 +78,12 @@ inline void DecodeSymbols(const HuffmanTable& table, FastBackwardBitReader& br, 
   for (; i + 4 <= n; i += 4) {
     br.Reload();
     for (size_t k = 0; k < 4; ++k) {
-      const HuffmanCell cell = table.cells[br.Peek(log)];
-      out[i + k] = cell.symbol;
-      br.Skip(cell.nb_bits);
+      out[i + k] = DecodeSymbol(table, br, log);
     }
   }
   br.Reload();
   for (; i < n; ++i) {
-    const HuffmanCell cell = table.cells[br.Peek(log)];
-    out[i] = cell.symbol;
-    br.Skip(cell.nb_bits);
+    out[i] = DecodeSymbol(table, br, log);
   }
 }
 
@@ -234,9 +237,7 @@ Status DecodeHuffmanLiterals(const HuffmanTable& table, std::span<const uint8_t>
     for (int s = 0; s < 4; ++s) br[s].Reload();
     for (size_t k = 0; k < 4; ++k) {
       for (int s = 0; s < 4; ++s) {
-        const HuffmanCell cell = table.cells[br[s].Peek(log)];
-        dst[s][i + k] = cell.symbol;
-        br[s].Skip(cell.nb_bits);
+        dst[s][i + k] = DecodeSymbol(table, br[s], log);
       }
     }
   }
