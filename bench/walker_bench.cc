@@ -225,80 +225,79 @@ class CountingSink : public NonzeroSink {
   uint64_t sum = 0;
 };
 
+// Runs `once` `reps` times and returns its best wall and thread-CPU times (timing only the
+// call), with the figures `once` recorded; `once` returns false, having reported why, when it
+// failed, and the result is then not ok.
+template <typename F>
+Measurement Repeat(int reps, F once) {
+  Measurement m;
+  for (int r = 0; r < reps; ++r) {
+    const double cpu0 = ThreadCpuSeconds();
+    bench::Stopwatch sw;
+    if (!once(&m)) return Measurement{};
+    const double s = sw.Seconds();
+    const double cpu = ThreadCpuSeconds() - cpu0;
+    if (r == 0 || s < m.best_s) m.best_s = s;
+    if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
+  }
+  m.ok = true;
+  return m;
+}
+
 // The production path: the walker decoder (reused across frames, as the sidecar's decode
 // threads reuse theirs) through DecodeDeltaFrame with the manifest's xor_digest.
 Measurement RunProduction(const std::vector<uint8_t>& frame, size_t size, const XorDigest& digest,
                           int reps) {
-  Measurement m;
   std::unique_ptr<XorDecoder> decoder = MakeSparseWalkerDecoder();
-  for (int r = 0; r < reps; ++r) {
+  return Repeat(reps, [&](Measurement* m) {
     CountingSink sink;
-    const double cpu0 = ThreadCpuSeconds();
-    bench::Stopwatch sw;
     auto result = DecodeDeltaFrame(*decoder, frame, size, 31, sink, "frame", digest);
-    const double s = sw.Seconds();
-    const double cpu = ThreadCpuSeconds() - cpu0;
     if (!result.ok()) {
       std::fprintf(stderr, "walker failed: %s\n", result.status().ToString().c_str());
-      return m;
+      return false;
     }
-    if (r == 0 || s < m.best_s) m.best_s = s;
-    if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
-    m.nonzeros = sink.nonzeros;
-    m.sum = sink.sum;
-  }
-  m.ok = true;
-  return m;
+    m->nonzeros = sink.nonzeros;
+    m->sum = sink.sum;
+    return true;
+  });
 }
 
 // The walker alone, with or without the frame's XXH64 check; one walker for all repetitions
 // (Restart keeps its memory), as in RunProduction.
 Measurement RunWalker(const std::vector<uint8_t>& frame, int reps, bool verify) {
-  Measurement m;
   WalkerOptions options;
   options.limits.max_window_log = 31;
   options.limits.verify_checksum = verify;
   CountingSink first;
   SparseZstdWalker walker(first, options);
-  for (int r = 0; r < reps; ++r) {
+  return Repeat(reps, [&](Measurement* m) {
     CountingSink sink;
-    const double cpu0 = ThreadCpuSeconds();
-    bench::Stopwatch sw;
     walker.Restart(sink, options);
     Status st = walker.Feed(frame);
     if (st.ok()) st = walker.Finish();
-    const double s = sw.Seconds();
-    const double cpu = ThreadCpuSeconds() - cpu0;
     if (!st.ok()) {
       std::fprintf(stderr, "walker failed: %s\n", st.ToString().c_str());
-      return m;
+      return false;
     }
-    if (r == 0 || s < m.best_s) m.best_s = s;
-    if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
-    m.nonzeros = sink.nonzeros;
-    m.sum = sink.sum;
-    m.sequences = walker.stats().sequences;
-    m.checksums_verified = walker.stats().checksums_verified;
-  }
-  m.ok = true;
-  return m;
+    m->nonzeros = sink.nonzeros;
+    m->sum = sink.sum;
+    m->sequences = walker.stats().sequences;
+    m->checksums_verified = walker.stats().checksums_verified;
+    return true;
+  });
 }
 
 // libzstd into one buffer, written once before the first timed run (pre-faulted) and reused;
 // with `scan`, followed by a scan that counts and sums the nonzero bytes.
 Measurement RunDense(const std::vector<uint8_t>& frame, size_t size, int reps, bool scan) {
-  Measurement m;
   std::vector<uint8_t> buffer(size, 1);
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
-  for (int r = 0; r < reps; ++r) {
-    const double cpu0 = ThreadCpuSeconds();
-    bench::Stopwatch sw;
+  Measurement m = Repeat(reps, [&](Measurement* out) {
     const size_t n =
         ZSTD_decompressDCtx(dctx, buffer.data(), buffer.size(), frame.data(), frame.size());
     if (ZSTD_isError(n)) {
       std::fprintf(stderr, "libzstd failed: %s\n", ZSTD_getErrorName(n));
-      ZSTD_freeDCtx(dctx);
-      return m;
+      return false;
     }
     uint64_t nonzeros = 0, sum = 0;
     if (scan) {
@@ -318,34 +317,22 @@ Measurement RunDense(const std::vector<uint8_t>& frame, size_t size, int reps, b
         sum += p[i];
       }
     }
-    const double s = sw.Seconds();
-    const double cpu = ThreadCpuSeconds() - cpu0;
-    if (r == 0 || s < m.best_s) m.best_s = s;
-    if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
-    m.nonzeros = nonzeros;
-    m.sum = sum;
-  }
+    out->nonzeros = nonzeros;
+    out->sum = sum;
+    return true;
+  });
   ZSTD_freeDCtx(dctx);
-  m.ok = true;
   return m;
 }
 
 // XXH64 of `size` zero bytes through the walker's zero-stripe path.
 Measurement RunZeroHash(size_t size, int reps) {
-  Measurement m;
-  for (int r = 0; r < reps; ++r) {
-    const double cpu0 = ThreadCpuSeconds();
-    bench::Stopwatch sw;
+  return Repeat(reps, [&](Measurement* m) {
     walker::Xxh64 hash;
     hash.UpdateZeros(size);
-    m.sum = hash.Digest();  // keeps the work
-    const double s = sw.Seconds();
-    const double cpu = ThreadCpuSeconds() - cpu0;
-    if (r == 0 || s < m.best_s) m.best_s = s;
-    if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
-  }
-  m.ok = true;
-  return m;
+    m->sum = hash.Digest();  // keeps the work
+    return true;
+  });
 }
 
 long CurrentRssKib() {
