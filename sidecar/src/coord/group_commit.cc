@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "base/percent_encode.h"
 #include "log/log.h"
 
 namespace deltakv::sidecar {
@@ -39,18 +39,7 @@ bool ValidName(const std::string& s) {
 }  // namespace
 
 std::string EscapeKeyPart(const std::string& s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
+  return PercentEncode(s, "~");  // keys written before stay the same
 }
 
 StatusOr<std::unique_ptr<GroupCommit>> GroupCommit::Create(GroupOptions o) {

@@ -1,7 +1,8 @@
 #include "coord/peer_records.h"
 
-#include <cctype>
 #include <nlohmann/json.hpp>
+
+#include "base/percent_encode.h"
 
 namespace deltakv::sidecar {
 namespace {
@@ -142,18 +143,7 @@ StatusOr<PeerAddress> ParsePeerUrl(std::string_view url) {
 }
 
 std::string UrlPathEscape(std::string_view s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '.' || c == '_' || c == '-' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
+  return PercentEncode(s);
 }
 
 }  // namespace deltakv::sidecar

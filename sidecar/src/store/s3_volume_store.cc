@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/percent_encode.h"
 #include "store/curl_util.h"
 #include "store/s3_xml.h"
 
@@ -29,19 +30,7 @@ bool IsUnreserved(char c) {
 
 // AWS's URI encoding of a query value: every byte but the unreserved ones as %XX.
 std::string QueryEncode(std::string_view s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (char c : s) {
-    if (IsUnreserved(c)) {
-      out += c;
-    } else {
-      const auto b = static_cast<unsigned char>(c);
-      out += '%';
-      out += kHex[b >> 4];
-      out += kHex[b & 15];
-    }
-  }
-  return out;
+  return PercentEncode(s);
 }
 
 Status CheckChars(std::string_view what, std::string_view s) {
