@@ -46,16 +46,29 @@ bool Overlaps(const deltasync::TensorLayout& layout, const NodeSlice& slice, uin
   return found || !s.ok();
 }
 
+namespace {
+
+// fn(piece) for each canonical run the node holds, once: at the first of its ranks holding it
+// (pieces of one run come together, in rank order).
+template <typename F>
+Status ForEachHeldOnce(const deltasync::TensorLayout& layout, const NodeSlice& slice, F&& fn) {
+  bool have = false;
+  uint64_t last = 0;
+  return layout.ForEachPiece(0, layout.canonical_bytes(), [&](const deltasync::LayoutPiece& p) {
+    if (!slice.Has(p.rank) || (have && p.canonical_offset == last)) return;
+    have = true;
+    last = p.canonical_offset;
+    fn(p);
+  });
+}
+
+}  // namespace
+
 StatusOr<deltasync::AdlerDelta> NodeSums(const deltasync::TensorLayout& layout,
                                          const NodeSlice& slice, std::span<const uint8_t> bytes) {
   if (bytes.size() != layout.canonical_bytes()) return InvalidArgument("tensor size differs");
   deltasync::AdlerDelta sums;
-  bool have = false;
-  uint64_t last = 0;
-  Status s = layout.ForEachPiece(0, layout.canonical_bytes(), [&](const deltasync::LayoutPiece& p) {
-    if (!slice.Has(p.rank) || (have && p.canonical_offset == last)) return;
-    have = true;
-    last = p.canonical_offset;
+  Status s = ForEachHeldOnce(layout, slice, [&](const deltasync::LayoutPiece& p) {
     sums.AddBytes(p.canonical_offset, bytes.subspan(p.canonical_offset, p.length));
   });
   if (!s.ok()) return s;
@@ -72,12 +85,7 @@ StatusOr<std::vector<deltasync::AdlerDelta>> NodeOwnedSumsFromReads(
     uint32_t local;
   };
   std::vector<Run> runs;  // in canonical order, disjoint: each held byte once, at its owner
-  bool have = false;
-  uint64_t last = 0;
-  Status s = layout.ForEachPiece(0, layout.canonical_bytes(), [&](const deltasync::LayoutPiece& p) {
-    if (!slice.Has(p.rank) || (have && p.canonical_offset == last)) return;
-    have = true;
-    last = p.canonical_offset;
+  Status s = ForEachHeldOnce(layout, slice, [&](const deltasync::LayoutPiece& p) {
     for (uint64_t done = 0; done < p.length; done += max_read) {
       runs.push_back({p.canonical_offset + done, std::min(max_read, p.length - done),
                       p.rank - slice.first});
