@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "base/le_bytes.h"
+
 namespace deltakv::shim {
 
 using deltasync::AdlerDelta;
@@ -74,6 +76,54 @@ inline void StageRecord(const PlanRecord& rec, bool owner, bool full_verify, con
   if (owner && full_verify) sums.staged.full.AddBytes(rec.canonical_offset, {x, n});
 }
 
+// Sums of the eight bytes of `w`: plain (sum of b_i) and weighted (sum of i * b_i), from two
+// multiplies over 16-bit lanes (no lane can carry: every lane stays below 2^16).
+struct ByteSums {
+  int64_t plain;
+  int64_t weighted;
+};
+inline ByteSums SumBytes(uint64_t w) {
+  constexpr uint64_t kLanes = 0x00FF00FF00FF00FFull;
+  const uint64_t even = w & kLanes, odd = (w >> 8) & kLanes;  // b_2k and b_2k+1 in lane k
+  const uint64_t pairs = even + odd;                           // b_2k + b_2k+1 <= 510
+  constexpr uint64_t kAll = 0x0001000100010001ull;             // top lane: sum of the lanes
+  constexpr uint64_t kIndex = 0x0000000100020003ull;           // top lane: sum of k * lane k
+  // sum i * b_i = 2 * sum k * (b_2k + b_2k+1) + sum b_2k+1.
+  return {static_cast<int64_t>((pairs * kAll) >> 48),
+          static_cast<int64_t>(2 * ((pairs * kIndex) >> 48) + ((odd * kAll) >> 48))};
+}
+
+// StageRecord for a record of 1 to kInlineSumBytes bytes, a word at a time (with the sums of
+// an owner record: `kSums`): `x` (padded to a multiple of 8 bytes in the plan, the padding left
+// zero), `old` and `packed` have room for the length rounded up to 8 bytes.
+// REQUIRES: 1 <= n <= kInlineSumBytes, position + n <= M.
+template <bool kSums>
+[[gnu::always_inline]] inline void StageWords(uint32_t n, uint64_t position, const uint8_t* old,
+                                              uint8_t* x, uint8_t* packed, PartSums& sums) {
+  int64_t d1 = 0, d2 = 0;
+  for (uint32_t k = 0; k < n; k += 8) {
+    const uint64_t mask = n - k >= 8 ? ~uint64_t{0} : ~uint64_t{0} >> (64 - 8 * (n - k));
+    const uint64_t o = LoadLE64(old + k);
+    const uint64_t v = o ^ (LoadLE64(x + k) & mask);  // equal to `o` past the record's n bytes
+    const uint64_t new_bytes = v & mask;
+    StoreLE64(x + k, new_bytes);
+    StoreLE64(packed + k, new_bytes);  // bytes past n are rewritten by the next record
+    if constexpr (kSums) {
+      // Bytes past n are the same in v and o, so their terms cancel.
+      const ByteSums a = SumBytes(v), b = SumBytes(o);
+      const int64_t w1 = a.plain - b.plain;
+      d1 += w1;
+      d2 += static_cast<int64_t>(position + k) * w1 + (a.weighted - b.weighted);
+    }
+  }
+  if constexpr (kSums) {
+    sums.s1 += d1;
+    sums.s2 += d2;
+    sums.terms += n;
+  }
+  sums.staged.bytes_changed += n;
+}
+
 }  // namespace
 
 Status CheckPlanRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tensors,
@@ -112,7 +162,8 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
   const uint64_t data_bytes = plan.data_bytes();
   auto fits = [&](uint64_t at, const PlanRecord& rec) { return rec.length <= data_bytes - at; };
   ScatterBatch batch;
-  batch.data.resize(data_bytes);
+  // Room for 7 bytes past the last record's packed bytes (StageWords), trimmed at the end.
+  batch.data.resize(data_bytes + 8);
   batch.ops.reserve(plan.record_count());
   std::vector<PartSums> part(plan_tensors.size());
   uint8_t* const data = batch.data.data();
@@ -120,36 +171,85 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
   if (gather == nullptr) {
     // Host-addressable weights: one walk checks, reads the old bytes in place and stages. The
     // weight lines a sparse part reads are scattered over the tensors and almost never cached,
-    // so each record's line is prefetched kAhead records before it is staged.
+    // so each record's line is prefetched kAhead records before it is staged. Each plan
+    // tensor's destination is resolved once, not per record.
+    struct Target {
+      uint8_t* base = nullptr;
+      uint64_t bytes = 0;
+      bool valid = false;
+      bool full_verify = false;
+    };
+    std::vector<Target> targets(plan_tensors.size());
+    for (size_t i = 0; i < plan_tensors.size(); ++i) {
+      const uint32_t t = plan_tensors[i].rank_tensor;
+      if (t >= tensors.size()) continue;  // a record naming it fails CheckPlanRecord
+      targets[i] = {static_cast<uint8_t*>(tensors[t].device), tensors[t].bytes, true,
+                    (plan_tensors[i].flags & deltasync::kPlanTensorFullVerify) != 0};
+    }
     struct Staging {
-      PlanRecord rec;
+      const uint8_t* old;
       uint8_t* x;
-      uint8_t* device;
       uint8_t* packed;
+      uint64_t canonical_offset;
+      uint32_t length;
+      uint32_t tensor;
+      bool owner;
+      bool words;  // a record StageWords takes
     };
     constexpr size_t kAhead = 16;
     Staging ring[kAhead];
     size_t queued = 0;
     auto stage = [&](const Staging& e) {
-      const PlanTensor& pt = plan_tensors[e.rec.tensor];
-      StageRecord(e.rec, e.rec.flags & deltasync::kPlanRecordOwner,
-                  pt.flags & deltasync::kPlanTensorFullVerify, e.device, e.x, e.packed,
-                  part[e.rec.tensor]);
+      PartSums& into = part[e.tensor];
+      if (e.words) {
+        if (!e.owner) {
+          StageWords<false>(e.length, 0, e.old, e.x, e.packed, into);
+          return;
+        }
+        StageWords<true>(e.length, e.canonical_offset % kAdlerModulus, e.old, e.x, e.packed, into);
+        if (into.terms >= kReduceAfterTerms) {
+          into.s1 = ReduceMod(into.s1);
+          into.s2 = ReduceMod(into.s2);
+          into.terms = 0;
+        }
+        return;
+      }
+      PlanRecord rec{};
+      rec.length = e.length;
+      rec.canonical_offset = e.canonical_offset;
+      StageRecord(rec, e.owner, targets[e.tensor].full_verify, e.old, e.x, e.packed, into);
     };
+    uint8_t* const packed_data = data;
+    batch.ops.resize(plan.record_count());
+    CopyOp* const ops = batch.ops.data();
+    const size_t max_ops = batch.ops.size();
+    size_t op_count = 0;
     RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> x) -> Status {
-      uint8_t* device = nullptr;
-      if (!locate(rec, &device)) return CheckPlanRecord(rec, plan_tensors, tensors);
-      if (!fits(at, rec)) return Internal("plan changed after it was opened");
+      const Target& target = targets[rec.tensor];
+      if (!target.valid || rec.local_offset > target.bytes ||
+          rec.length > target.bytes - rec.local_offset) {
+        return CheckPlanRecord(rec, plan_tensors, tensors);
+      }
+      if (!fits(at, rec) || op_count == max_ops) return Internal("plan changed after it was opened");
+      uint8_t* const device = target.base + rec.local_offset;
       __builtin_prefetch(device);
+      const bool owner = rec.flags & deltasync::kPlanRecordOwner;
+      const uint64_t position = rec.canonical_offset % kAdlerModulus;
+      // Words read the old bytes up to the next multiple of 8: they must lie in the tensor.
+      const bool words = rec.length - 1 < kInlineSumBytes &&
+                         target.bytes - rec.local_offset >= ((uint64_t{rec.length} + 7) & ~7ull) &&
+                         (!owner || (!target.full_verify && position + rec.length <= kAdlerModulus));
       Staging& slot = ring[queued % kAhead];
       if (queued >= kAhead) stage(slot);
-      slot = {rec, x.data(), device, data + at};
+      slot = {device, x.data(), packed_data + at, rec.canonical_offset, rec.length, rec.tensor,
+              owner, words};
       ++queued;
-      batch.ops.push_back({device, data + at, rec.length});
+      ops[op_count++] = {device, packed_data + at, rec.length};
       at += rec.length;
       return Status::Ok();
     }));
     for (size_t i = queued > kAhead ? queued - kAhead : 0; i < queued; ++i) stage(ring[i % kAhead]);
+    batch.ops.resize(op_count);
   } else {
     // One walk checks and lays out the batch, one Gather brings every old byte into it (a
     // device backend moves them in a few launches), one walk stages in place.
@@ -173,6 +273,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       return Status::Ok();
     }));
   }
+  batch.data.resize(data_bytes);
   for (size_t t = 0; t < part.size(); ++t) part[t].MergeInto((*sums)[t]);
   return batch;
 }

@@ -18,6 +18,12 @@ inline uint64_t LoadLE64(const uint8_t* p) {
   return v;
 }
 
+// Writes `v` as 8 little-endian bytes at p.
+inline void StoreLE64(uint8_t* p, uint64_t v) {
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+  std::memcpy(p, &v, 8);
+}
+
 // The `n` (1 to 8) bytes at p as the low bytes of a little-endian word, the rest zero. Reads
 // only those bytes and has no loop: two overlapping 4-byte loads for 4..8 bytes, three single
 // bytes (some the same) below.
