@@ -293,7 +293,8 @@ const char* StateName(deltakv_engine_state s) {
 class Engine {
  public:
   Engine(const std::string& shm_name, int rank, int world_size, const std::string& backend,
-         const std::string& initial_version, bool poll_mode, uint32_t attach_timeout_ms) {
+         const std::string& initial_version, bool poll_mode, uint32_t attach_timeout_ms,
+         uint64_t staging_reserve_bytes) {
     // The handle copies every string of the params.
     deltakv_engine_params p = deltakv_engine_default_params();
     p.shm_name = shm_name.c_str();
@@ -303,6 +304,7 @@ class Engine {
     p.initial_version = initial_version.c_str();
     p.poll_mode = poll_mode ? 1 : 0;
     p.attach_timeout_ms = attach_timeout_ms;
+    p.staging_reserve_bytes = staging_reserve_bytes;
     Check(deltakv_engine_create(&p, &e_));
   }
   ~Engine() { Close(); }
@@ -834,9 +836,10 @@ NB_MODULE(_native, m) {
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<const std::string&, int, int, const std::string&, const std::string&, bool,
-                    uint32_t>(),
+                    uint32_t, uint64_t>(),
            "shm_name"_a = "deltakv", "rank"_a = 0, "world_size"_a = 1, "backend"_a = "cpu",
-           "initial_version"_a = "", "poll_mode"_a = false, "attach_timeout_ms"_a = 10000)
+           "initial_version"_a = "", "poll_mode"_a = false, "attach_timeout_ms"_a = 10000,
+           "staging_reserve_bytes"_a = 0)
       .def("register_tensor", &Engine::RegisterTensor, "name"_a, "tensor"_a = nb::none(),
            nb::kw_only(), "data_ptr"_a = 0, "dtype"_a = nb::none(), "shape"_a = nb::none(),
            "layout_json"_a = nb::none())

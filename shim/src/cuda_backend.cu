@@ -180,27 +180,6 @@ unsigned Blocks(uint64_t count) {
   return static_cast<unsigned>(std::clamp<uint64_t>((count + 255) / 256, 1, 1u << 20));
 }
 
-// Device memory freed on destruction.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  uint64_t size = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-  Status Reserve(uint64_t n) {
-    if (n <= size) return Status::Ok();
-    if (ptr != nullptr) cudaFree(ptr);
-    ptr = nullptr;
-    size = 0;
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, std::max<uint64_t>(n, 1)), "cudaMalloc");
-    size = n;
-    return Status::Ok();
-  }
-};
-
 // Pinned host memory freed on destruction.
 struct PinnedBuffer {
   void* ptr = nullptr;
@@ -234,8 +213,12 @@ struct PoolBuffer {
   PoolBuffer() = default;
   PoolBuffer(const PoolBuffer&) = delete;
   PoolBuffer& operator=(const PoolBuffer&) = delete;
-  ~PoolBuffer() {
+  ~PoolBuffer() { Release(); }
+  // Returns the memory to the pool (before the stream it was allocated on is destroyed).
+  void Release() {
     if (ptr != nullptr) cudaFreeAsync(ptr, stream);
+    ptr = nullptr;
+    size = 0;
   }
   Status Reserve(uint64_t n, cudaStream_t on) {
     if (n <= size) return Status::Ok();
@@ -267,6 +250,9 @@ class CudaBackend final : public DeviceBackend {
   ~CudaBackend() override {
     if (stream_ != nullptr) {
       cudaSetDevice(device_);
+      staging_.Release();
+      descs_.Release();
+      cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
     }
   }
@@ -289,8 +275,8 @@ class CudaBackend final : public DeviceBackend {
         ++end;
       }
       if (staged > UINT32_MAX) return InvalidArgument("one gather op is larger than 4 GiB");
-      RETURN_IF_ERROR(staging_.Reserve(staged));
-      RETURN_IF_ERROR(descs_.Reserve(descs.size() * sizeof(Desc)));
+      RETURN_IF_ERROR(staging_.Reserve(staged, stream_));
+      RETURN_IF_ERROR(descs_.Reserve(descs.size() * sizeof(Desc), stream_));
       RETURN_IF_ERROR(pinned_.Reserve(std::max<uint64_t>(staged, descs.size() * sizeof(Desc))));
       std::memcpy(pinned_.ptr, descs.data(), descs.size() * sizeof(Desc));
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(descs_.ptr, pinned_.ptr, descs.size() * sizeof(Desc),
@@ -337,8 +323,8 @@ class CudaBackend final : public DeviceBackend {
       }
     }
     const uint64_t sum_bytes = 2 * sizeof(unsigned long long) * ranges.size();
-    RETURN_IF_ERROR(descs_.Reserve(descs.size() * sizeof(SumDesc)));
-    RETURN_IF_ERROR(staging_.Reserve(sum_bytes));
+    RETURN_IF_ERROR(descs_.Reserve(descs.size() * sizeof(SumDesc), stream_));
+    RETURN_IF_ERROR(staging_.Reserve(sum_bytes, stream_));
     RETURN_IF_ERROR(Upload(descs_.ptr, descs.data(), descs.size() * sizeof(SumDesc)));
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(staging_.ptr, 0, sum_bytes, stream_), "sums reset");
     const unsigned blocks =
@@ -355,74 +341,131 @@ class CudaBackend final : public DeviceBackend {
     return Status::Ok();
   }
 
-  // One part: the plan bytes and two descriptor arrays go up once, one kernel XORs and sums,
-  // the sums come back; the new bytes stay on the device as the prepared scatter's data.
+  // One part in one walk over its records, which checks each record and writes its bytes and
+  // descriptors straight into a pinned buffer; then three uploads, one kernel that XORs and sums,
+  // and the sums' download go onto the stream back to back, and the call waits once. The new
+  // bytes stay on the device as the prepared scatter's data.
   StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums) override {
-    if (sums->size() != plan.tensors().size()) return Internal("one sum per plan tensor");
-    uint64_t total = 0, records = 0;
-    std::vector<CopyOp> probes;
-    RETURN_IF_ERROR(plan.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
-      RETURN_IF_ERROR(CheckPlanRecord(rec, plan.tensors(), tensors));
-      if (probes.size() < 8) {
-        const LocalTensor& lt = tensors[plan.tensors()[rec.tensor].rank_tensor];
-        probes.push_back({static_cast<uint8_t*>(lt.device) + rec.local_offset, nullptr, rec.length});
-      }
-      total += rec.length;
-      ++records;
-      return Status::Ok();
-    }));
+    const std::span<const deltasync::PlanTensor> plan_tensors = plan.tensors();
+    if (sums->size() != plan_tensors.size()) return Internal("one sum per plan tensor");
     auto p = std::make_unique<CudaPreparedScatter>();
-    p->ops_ = records;
+    const uint64_t records = plan.record_count();
+    const uint64_t data_bytes = plan.data_bytes();
     if (records == 0) return std::unique_ptr<PreparedScatter>(std::move(p));
-    if (total > UINT32_MAX) return InvalidArgument("a plan part above 4 GiB must be split");
-    RETURN_IF_ERROR(Bind(probes));
-    std::vector<uint8_t> data(total);
-    std::vector<StageDesc> stage;
-    std::vector<Desc> scatter;
-    uint64_t at = 0;
+    if (data_bytes > UINT32_MAX) return InvalidArgument("a plan part above 4 GiB must be split");
+    // Each record splits into at most length / kPieceBytes + 1 pieces.
+    const uint64_t max_pieces = records + data_bytes / kPieceBytes;
+    const uint64_t sum_bytes = 4 * sizeof(unsigned long long) * plan_tensors.size();
+    auto align = [](uint64_t n) { return (n + 63) & ~uint64_t{63}; };
+    const uint64_t desc_at = align(data_bytes);
+    const uint64_t stage_at = desc_at + align(max_pieces * sizeof(Desc));
+    const uint64_t sums_at = stage_at + align(max_pieces * sizeof(StageDesc));
+    RETURN_IF_ERROR(part_pinned_.Reserve(sums_at + sum_bytes));
+    uint8_t* const host = part_pinned_.bytes();
+    Desc* const scatter = reinterpret_cast<Desc*>(host + desc_at);
+    StageDesc* const stage = reinterpret_cast<StageDesc*>(host + stage_at);
+    // Each plan tensor's destination, resolved once.
+    struct Target {
+      uint64_t base = 0;
+      uint64_t bytes = 0;
+      uint32_t full_verify = 0;  // StageDesc flag bit 1 for owner records
+      bool valid = false;
+    };
+    std::vector<Target> targets(plan_tensors.size());
+    for (size_t i = 0; i < plan_tensors.size(); ++i) {
+      const uint32_t t = plan_tensors[i].rank_tensor;
+      if (t >= tensors.size()) continue;  // a record naming it fails CheckPlanRecord
+      targets[i] = {reinterpret_cast<uint64_t>(tensors[t].device), tensors[t].bytes,
+                    (plan_tensors[i].flags & deltasync::kPlanTensorFullVerify) ? 2u : 0u, true};
+    }
+    std::vector<uint64_t> changed(plan_tensors.size(), 0);  // merged into *sums on success
+    std::vector<CopyOp> probes;  // a few weight pointers, to find the device
+    uint64_t at = 0, pieces = 0;
     RETURN_IF_ERROR(plan.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t> bytes) {
-      const deltasync::PlanTensor& pt = plan.tensors()[rec.tensor];
-      const uint64_t device = reinterpret_cast<uint64_t>(tensors[pt.rank_tensor].device) +
-                              rec.local_offset;
-      std::memcpy(data.data() + at, bytes.data(), bytes.size());
+      const Target& target = targets[rec.tensor];
+      if (!target.valid || rec.local_offset > target.bytes ||
+          rec.length > target.bytes - rec.local_offset) {
+        return CheckPlanRecord(rec, plan_tensors, tensors);
+      }
+      const uint64_t n_pieces = (uint64_t{rec.length} + kPieceBytes - 1) / kPieceBytes;
+      if (rec.length > data_bytes - at || n_pieces > max_pieces - pieces) {
+        return Internal("plan changed after it was opened");
+      }
+      const uint64_t device = target.base + rec.local_offset;
+      if (probes.size() < 8) probes.push_back({reinterpret_cast<void*>(device), nullptr, rec.length});
+      std::memcpy(host + at, bytes.data(), rec.length);
       const bool owner = rec.flags & deltasync::kPlanRecordOwner;
-      const uint32_t flags =
-          (owner ? 1u : 0u) | (owner && (pt.flags & deltasync::kPlanTensorFullVerify) ? 2u : 0u);
+      const uint32_t flags = owner ? 1u | target.full_verify : 0u;
       for (uint64_t done = 0; done < rec.length; done += kPieceBytes) {
         const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kPieceBytes, rec.length - done));
-        stage.push_back({device + done, static_cast<uint32_t>(at + done), n,
+        stage[pieces] = {device + done, static_cast<uint32_t>(at + done), n,
                          static_cast<uint32_t>((rec.canonical_offset + done) % kAdlerMod),
-                         rec.tensor, flags, 0});
-        scatter.push_back({device + done, static_cast<uint32_t>(at + done), n});
+                         rec.tensor, flags, 0};
+        scatter[pieces] = {device + done, static_cast<uint32_t>(at + done), n};
+        ++pieces;
       }
-      (*sums)[rec.tensor].bytes_changed += rec.length;
+      changed[rec.tensor] += rec.length;
       at += rec.length;
       return Status::Ok();
     }));
+    p->ops_ = records;
+    if (pieces == 0) return std::unique_ptr<PreparedScatter>(std::move(p));
+    RETURN_IF_ERROR(Bind(probes));
     p->device = device_;
-    p->pieces = scatter.size();
-    RETURN_IF_ERROR(p->data.Reserve(total, stream_));
-    RETURN_IF_ERROR(p->descs.Reserve(scatter.size() * sizeof(Desc), stream_));
-    RETURN_IF_ERROR(Upload(p->data.ptr, data.data(), total));
-    RETURN_IF_ERROR(Upload(p->descs.ptr, scatter.data(), scatter.size() * sizeof(Desc)));
-    RETURN_IF_ERROR(descs_.Reserve(stage.size() * sizeof(StageDesc)));
-    RETURN_IF_ERROR(Upload(descs_.ptr, stage.data(), stage.size() * sizeof(StageDesc)));
-    const uint64_t sum_bytes = 4 * sizeof(unsigned long long) * sums->size();
-    RETURN_IF_ERROR(staging_.Reserve(sum_bytes));
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(staging_.ptr, 0, sum_bytes, stream_), "sums reset");
-    StageXor<<<Blocks(stage.size()), 256, 0, stream_>>>(
-        static_cast<const StageDesc*>(descs_.ptr), stage.size(), static_cast<uint8_t*>(p->data.ptr),
-        static_cast<unsigned long long*>(staging_.ptr));
-    CUDA_RETURN_IF_ERROR(cudaGetLastError(), "staging kernel launch");
-    ASSIGN_OR_RETURN(const unsigned long long* w, DownloadSums(sum_bytes));
+    p->pieces = pieces;
+    RETURN_IF_ERROR(p->data.Reserve(at, stream_));
+    RETURN_IF_ERROR(p->descs.Reserve(pieces * sizeof(Desc), stream_));
+    RETURN_IF_ERROR(descs_.Reserve(pieces * sizeof(StageDesc), stream_));
+    RETURN_IF_ERROR(staging_.Reserve(sum_bytes, stream_));
+    // Everything below is queued on the stream; the pinned buffer is reused by the next part, so
+    // every way out waits for the stream first.
+    Status queued = [&]() -> Status {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->data.ptr, host, at, cudaMemcpyHostToDevice, stream_),
+                           "plan bytes upload");
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p->descs.ptr, scatter, pieces * sizeof(Desc),
+                                           cudaMemcpyHostToDevice, stream_),
+                           "scatter descriptors upload");
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(descs_.ptr, stage, pieces * sizeof(StageDesc),
+                                           cudaMemcpyHostToDevice, stream_),
+                           "staging descriptors upload");
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(staging_.ptr, 0, sum_bytes, stream_), "sums reset");
+      StageXor<<<Blocks(pieces), 256, 0, stream_>>>(
+          static_cast<const StageDesc*>(descs_.ptr), pieces, static_cast<uint8_t*>(p->data.ptr),
+          static_cast<unsigned long long*>(staging_.ptr));
+      CUDA_RETURN_IF_ERROR(cudaGetLastError(), "staging kernel launch");
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host + sums_at, staging_.ptr, sum_bytes,
+                                           cudaMemcpyDeviceToHost, stream_),
+                           "sums download");
+      return Status::Ok();
+    }();
+    const Status done = CudaError(cudaStreamSynchronize(stream_), "staging");
+    RETURN_IF_ERROR(queued);
+    RETURN_IF_ERROR(done);
+    const auto* w = reinterpret_cast<const unsigned long long*>(host + sums_at);
     for (size_t t = 0; t < sums->size(); ++t) {
       auto word = [&](size_t k) { return static_cast<uint32_t>(w[4 * t + k] % kAdlerMod); };
       (*sums)[t].delta.Merge(deltasync::AdlerDelta::FromSums(word(0), word(1)));
       (*sums)[t].full.Merge(deltasync::AdlerDelta::FromSums(word(2), word(3)));
+      (*sums)[t].bytes_changed += changed[t];
     }
     return std::unique_ptr<PreparedScatter>(std::move(p));
+  }
+
+  // Allocates and frees `bytes` on the stream: the pool, whose release threshold Bind raised,
+  // keeps them for the staging that follows.
+  Status ReserveStaging(uint64_t bytes, const std::vector<LocalTensor>& tensors) override {
+    std::vector<CopyOp> probes;
+    for (const LocalTensor& t : tensors) {
+      if (t.bytes > 0 && probes.size() < 8) probes.push_back({t.device, nullptr, t.bytes});
+    }
+    if (bytes == 0 || probes.empty()) return Status::Ok();
+    RETURN_IF_ERROR(Bind(probes));
+    PoolBuffer reserve;
+    RETURN_IF_ERROR(reserve.Reserve(bytes, stream_));
+    reserve.Release();
+    return CudaError(cudaStreamSynchronize(stream_), "staging reserve");
   }
 
   Status Scatter(std::span<const CopyOp> ops) override {
@@ -578,9 +621,15 @@ class CudaBackend final : public DeviceBackend {
   int device_count_ = 0;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
-  DeviceBuffer staging_;
-  DeviceBuffer descs_;
+  // Stream-ordered device buffers, grown on demand and never given back to the driver while the
+  // engine serves (the pool keeps freed blocks): staging for gathers and sum words, and the
+  // descriptors of the last gather, checksum or staging launch.
+  PoolBuffer staging_;
+  PoolBuffer descs_;
   PinnedBuffer pinned_;
+  // One plan part as StagePart uploads it: its bytes, scatter and staging descriptors, and the
+  // sum words coming back.
+  PinnedBuffer part_pinned_;
 };
 
 }  // namespace

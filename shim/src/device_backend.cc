@@ -51,6 +51,10 @@ Status DeviceBackend::ChecksumRanges(std::span<const ChecksumRange> ranges,
   return Status::Ok();
 }
 
+Status DeviceBackend::ReserveStaging(uint64_t, const std::vector<LocalTensor>&) {
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(std::string_view name) {
   if (name.empty() || name == "cpu") return MakeCpuBackend();
 #ifdef DELTAKV_HAVE_CUDA

@@ -24,6 +24,7 @@ Engine::Engine(const deltakv_engine_params& p)
       backend_name_(p.backend ? p.backend : "cpu"),
       poll_mode_(p.poll_mode != 0),
       attach_timeout_ms_(p.attach_timeout_ms == 0 ? 10000 : p.attach_timeout_ms),
+      staging_reserve_bytes_(p.staging_reserve_bytes),
       version_id_(p.initial_version ? p.initial_version : "") {}
 
 Engine::~Engine() {
@@ -151,6 +152,11 @@ Status Engine::PublishTensorTable() {
 Status Engine::Start() {
   if (worker_.joinable()) return FailedPrecondition("engine already started");
   ASSIGN_OR_RETURN(backend_, MakeDeviceBackend(backend_name_));
+  if (staging_reserve_bytes_ > 0) {
+    RETURN_IF_ERROR(backend_->ReserveStaging(staging_reserve_bytes_, locals_)
+                        .WithPrefix("reserving " + std::to_string(staging_reserve_bytes_) +
+                                    " bytes of staging memory"));
+  }
   auto deadline = Clock::now() + std::chrono::milliseconds(attach_timeout_ms_);
   for (;;) {
     auto cb = shm::ControlBlock::Attach(shm_name_);

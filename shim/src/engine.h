@@ -133,6 +133,7 @@ class Engine {
   std::string backend_name_;
   bool poll_mode_ = false;
   uint32_t attach_timeout_ms_ = 10000;
+  uint64_t staging_reserve_bytes_ = 0;
 
   std::vector<LocalTensor> locals_;
   std::vector<deltasync::EngineTensor> table_;

@@ -99,7 +99,9 @@ def test_poll_mode(sidecar_factory, tmp_path):
     v1, client = weights(3), deltakv.SidecarClient(s.url, token=TOKEN)
     v2 = step(v1, 4)
     live = {k: v.copy() for k, v in v1.items()}
-    with make_engine(s, live, poll_mode=True) as e:
+    # A staging reserve (device memory set aside at start; the cpu backend has none to set
+    # aside) changes nothing in the sync.
+    with make_engine(s, live, poll_mode=True, staging_reserve_bytes=64 << 20) as e:
         e.start()
         wait_attached(client)
         deltakv.publish(as_published(v1), as_published(v2), str(tmp_path / "d"),

@@ -2,6 +2,7 @@
 // convention, one thread-local message, versions, and struct_size on every parameter struct.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -121,6 +122,14 @@ TEST(CAbiTest, EngineParamsAreVersioned) {
   newer.future_field = 5;
   EXPECT_EQ(deltakv_engine_create(&newer.base, &e), DELTAKV_ERR_INVALID_ARGUMENT);
   EXPECT_NE(LastError().find("newer header"), std::string::npos) << LastError();
+
+  // A struct from the header before staging_reserve_bytes: the library's default (0) applies.
+  p = deltakv_engine_default_params();
+  EXPECT_EQ(p.staging_reserve_bytes, 0u);
+  p.struct_size = offsetof(deltakv_engine_params, staging_reserve_bytes);
+  p.staging_reserve_bytes = 12345;  // past struct_size: never read
+  ASSERT_EQ(deltakv_engine_create(&p, &e), DELTAKV_OK) << LastError();
+  deltakv_engine_free(e);
 
   p = deltakv_engine_default_params();
   p.rank = 2;

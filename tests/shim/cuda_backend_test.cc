@@ -210,6 +210,112 @@ TEST_F(CudaBackendTest, EngineStagingPathOnTheDevice) {
   }
 }
 
+// StagePart parts back to back, as the engine stages them (each part's bytes and descriptors
+// go through the same pinned buffer): records of 1 to 300 bytes (several kernel pieces), owners
+// and replicas, and a full-verify tensor give the cpu backend's sums and bytes; a part with a
+// record outside its tensor fails with InvalidArgument and leaves the sums as they were; the
+// two good parts committed together leave the device holding old ^ delta.
+TEST_F(CudaBackendTest, StagedPartsBackToBackMatchTheCpuBackend) {
+  using deltasync::PlanTensor;
+  Mirror w0(1 << 20), w1(4096);
+  const std::vector<PlanTensor> table = {{0, 0, 1 << 20, 0, 0},
+                                         {1, deltasync::kPlanTensorFullVerify, 4096, 0, 0}};
+  std::vector<uint8_t> h0 = w0.host, h1 = w1.host;  // the cpu backend's copies
+  const std::vector<LocalTensor> device_locals = {{"w", w0.device, w0.host.size()},
+                                                  {"n", w1.device, w1.host.size()}};
+  const std::vector<LocalTensor> host_locals = {{"w", h0.data(), h0.size()},
+                                                {"n", h1.data(), h1.size()}};
+  std::mt19937_64 rng(11);
+  auto make_part = [&](uint64_t first, bool bad) {
+    std::vector<uint64_t> words(1 << 18);
+    deltasync::WritePlanWriter writer(
+        {reinterpret_cast<uint8_t*>(words.data()), words.size() * 8}, table);
+    uint64_t pos = first;
+    for (int k = 0; k < 3000; ++k) {
+      const uint64_t len = rng() % 8 == 0 ? 1 + rng() % 300 : 1 + rng() % 8;
+      if (pos + len > (1u << 20)) break;
+      std::vector<uint8_t> x(len);
+      for (auto& b : x) b = static_cast<uint8_t>(rng() | 1);
+      EXPECT_TRUE(writer.Add(0, pos, pos, x, rng() % 4 != 0).ok());
+      pos += len + rng() % 100;
+    }
+    std::vector<uint8_t> dense(4096);
+    for (auto& b : dense) b = static_cast<uint8_t>(rng());
+    EXPECT_TRUE(writer.Add(1, 0, 0, dense, true).ok());
+    if (bad) {
+      EXPECT_TRUE(writer.Add(1, 4000, 0, std::vector<uint8_t>(200, 1), true).ok());
+    }
+    words.resize((writer.Finish().value() + 7) / 8);
+    return words;
+  };
+  auto stage = [&](DeviceBackend& b, std::vector<uint64_t> words,
+                   const std::vector<LocalTensor>& locals, std::vector<StagedTensor>* sums) {
+    std::span<uint8_t> plan(reinterpret_cast<uint8_t*>(words.data()), words.size() * 8);
+    auto reader = deltasync::WritePlanReader::Open(plan).value();
+    return b.StagePart(reader, locals, sums);
+  };
+  auto cpu = MakeDeviceBackend("cpu").value();
+  const std::vector<uint64_t> a = make_part(0, false), bad = make_part(10, true),
+                              c = make_part(5, false);
+  std::vector<StagedTensor> on_device(2), on_host(2);
+  std::vector<std::unique_ptr<PreparedScatter>> device_parts, host_parts;
+  for (const auto* words : {&a, &bad, &c}) {
+    auto d = stage(*backend, *words, device_locals, &on_device);
+    auto h = stage(*cpu, *words, host_locals, &on_host);
+    if (words == &bad) {
+      EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << d.status().ToString();
+      EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+    } else {
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      EXPECT_EQ((*d)->ops(), (*h)->ops());
+      device_parts.push_back(std::move(*d));
+      host_parts.push_back(std::move(*h));
+    }
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_EQ(on_device[t].delta.s1(), on_host[t].delta.s1()) << t;
+      EXPECT_EQ(on_device[t].delta.s2(), on_host[t].delta.s2()) << t;
+      EXPECT_EQ(on_device[t].full.s1(), on_host[t].full.s1()) << t;
+      EXPECT_EQ(on_device[t].full.s2(), on_host[t].full.s2()) << t;
+      EXPECT_EQ(on_device[t].bytes_changed, on_host[t].bytes_changed) << t;
+    }
+  }
+  EXPECT_EQ(w0.Download(), w0.host);  // staging writes no weight byte
+  ASSERT_TRUE(backend->CommitScatters(device_parts).ok());
+  ASSERT_TRUE(cpu->CommitScatters(host_parts).ok());
+  EXPECT_EQ(w0.Download(), h0);
+  EXPECT_EQ(w1.Download(), h1);
+  EXPECT_NE(h0, w0.host);
+}
+
+// The staging reserve comes from the device's pool and stays usable for staging afterwards; a
+// reserve the device cannot hold is ResourceExhausted; without registered tensors there is no
+// device to reserve on, so nothing happens.
+TEST_F(CudaBackendTest, StagingReserveIsTakenFromThePool) {
+  Mirror w(1 << 16);
+  const std::vector<LocalTensor> locals = {{"w", w.device, w.host.size()}};
+  ASSERT_TRUE(backend->ReserveStaging(64 << 20, locals).ok());
+  EXPECT_TRUE(backend->ReserveStaging(64 << 20, {}).ok());
+  EXPECT_EQ(backend->ReserveStaging(uint64_t{1} << 50, locals).code(),
+            StatusCode::kResourceExhausted);
+  std::vector<uint8_t> x(100, 0x5a);
+  std::vector<uint64_t> words(1 << 10);
+  const std::vector<deltasync::PlanTensor> table = {{0, 0, w.host.size(), 0, 0}};
+  deltasync::WritePlanWriter writer({reinterpret_cast<uint8_t*>(words.data()), words.size() * 8},
+                                    table);
+  ASSERT_TRUE(writer.Add(0, 1000, 1000, x, true).ok());
+  const uint64_t used = writer.Finish().value();
+  auto reader = deltasync::WritePlanReader::Open(
+                    {reinterpret_cast<uint8_t*>(words.data()), used})
+                    .value();
+  std::vector<StagedTensor> sums(1);
+  auto prepared = backend->StagePart(reader, locals, &sums);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  ASSERT_TRUE(backend->CommitScatter(**prepared).ok());
+  for (size_t i = 0; i < x.size(); ++i) w.host[1000 + i] ^= 0x5a;
+  EXPECT_EQ(w.Download(), w.host);
+}
+
 TEST_F(CudaBackendTest, PreparedScatterWritesExactlyTheRanges) {
   Mirror m(1 << 22);
   auto ranges = Ranges(m.host.size(), 80000, 2);

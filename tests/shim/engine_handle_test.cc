@@ -106,6 +106,24 @@ TEST(EngineHandle, StatesAndVerifyAnswersTheLiveChecksum) {
   EXPECT_EQ(deltakv_engine_get_state(nullptr), DELTAKV_ENGINE_STOPPED);
 }
 
+// staging_reserve_bytes: the cpu backend has no device memory to set aside, so a reserve of any
+// size starts the handle as usual.
+TEST(EngineHandle, StagingReserveStartsOnTheCpuBackend) {
+  Sidecar sidecar("reserve");
+  std::vector<uint8_t> weights(4096, 1);
+  deltakv_engine_params p = deltakv_engine_default_params();
+  p.shm_name = sidecar.name.c_str();
+  p.staging_reserve_bytes = uint64_t{1} << 40;
+  deltakv_engine* e = nullptr;
+  ASSERT_EQ(deltakv_engine_create(&p, &e), DELTAKV_OK) << deltakv_last_error();
+  int64_t shape = static_cast<int64_t>(weights.size());
+  ASSERT_EQ(deltakv_engine_register_tensor(e, "w", weights.data(), "U8", &shape, 1, nullptr),
+            DELTAKV_OK);
+  ASSERT_EQ(deltakv_engine_start(e), DELTAKV_OK) << deltakv_last_error();
+  EXPECT_EQ(deltakv_engine_get_state(e), DELTAKV_ENGINE_ATTACHED);
+  deltakv_engine_free(e);
+}
+
 // Regression: ~Engine stored stop_ and notified without the mutex, so a worker about to sleep
 // could miss the wake-up and join() hung. Free right after start, and right after a VERIFY was
 // queued, many times; each free must return promptly.

@@ -82,6 +82,12 @@ typedef struct deltakv_engine_params {
    * ranks. global_world_size 0 (the default): the node serves the whole group. */
   int32_t first_global_rank;
   int32_t global_world_size;
+  /* Device memory for staging that start() reserves up front (the cuda backend: in the device's
+   * stream-ordered pool, which keeps what syncs free), so that syncs while the engine serves
+   * take staging memory from the pool instead of the driver. A sync needs about the new bytes of
+   * its parts plus 16 bytes per changed range of at most 64 bytes. 0 (the default): the pool
+   * grows on the first syncs. The cpu backend reserves nothing. */
+  uint64_t staging_reserve_bytes;
 } deltakv_engine_params;
 
 /* A changed byte range of a registered tensor, in rank-local bytes. */
@@ -117,6 +123,7 @@ static inline deltakv_engine_params deltakv_engine_default_params(void) {
   p.attach_timeout_ms = 10000;
   p.first_global_rank = 0;
   p.global_world_size = 0;
+  p.staging_reserve_bytes = 0;
   return p;
 }
 

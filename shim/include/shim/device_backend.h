@@ -93,6 +93,12 @@ class DeviceBackend {
   // host buffer; the cpu backend reads in place. Device bytes are never changed.
   virtual Status ChecksumRanges(std::span<const ChecksumRange> ranges,
                                 std::span<deltasync::AdlerDelta> out);
+  // Sets aside `bytes` of device memory for later staging, on the device that holds `tensors`
+  // (the engine's registered weights), so that staging while the engine serves never asks the
+  // driver for memory. The default (and the cpu backend) reserves nothing; the cuda backend
+  // allocates and frees the bytes in its stream-ordered pool, which keeps them.
+  // ResourceExhausted when the device cannot hold them.
+  virtual Status ReserveStaging(uint64_t bytes, const std::vector<LocalTensor>& tensors);
 };
 
 // "cpu" (and "" for the default), and "cuda" in builds with CUDA; InvalidArgument for names
