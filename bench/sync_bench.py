@@ -171,7 +171,9 @@ def main():
             ports = t(f"ports{run}")
             os.makedirs(ports)
             engine = subprocess.Popen([a.engine, "--checkpoint", t("v1"), "--tp", str(tp), "--shm", shm,
-                                       "--port-dir", ports, "--backend", a.backend],
+                                       "--port-dir", ports, "--backend", a.backend]
+                                      # cuda: staging memory reserved in the pool at start
+                                      + (["--staging-reserve-mib", "256"] if a.backend == "cuda" else []),
                                       stderr=proc_err)
             rank_ports = [wait_file(os.path.join(ports, f"rank{r}.port"), engine, "engine")
                           for r in range(tp)]

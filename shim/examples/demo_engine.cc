@@ -396,7 +396,8 @@ std::string Sha256Hex(const Weights& w) {
 
 int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_world,
             uint32_t first_rank, const std::string& backend, const std::string& shm, int port,
-            const std::string& port_dir, bool poll, std::string version) {
+            const std::string& port_dir, bool poll, std::string version,
+            uint64_t staging_reserve_bytes) {
   // This process is global rank `grank` of a `gworld`-rank group: layouts and shards use it.
   const uint32_t gworld = tp_world > 0 ? tp_world : tp;
   const uint32_t grank = first_rank + rank;
@@ -417,6 +418,7 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_worl
   p.initial_version = version.c_str();
   p.poll_mode = poll ? 1 : 0;
   p.backend = backend.c_str();
+  p.staging_reserve_bytes = staging_reserve_bytes;
   deltakv_engine* engine = nullptr;
   if (deltakv_engine_create(&p, &engine) != DELTAKV_OK) {
     std::fprintf(stderr, "rank %u: %s\n", rank, deltakv_last_error());
@@ -722,6 +724,7 @@ int main(int argc, char** argv) {
   CLI::App app{"deltakv reference engine (tensor parallel rank processes)"};
   std::string dir, shm = "deltakv", port_dir, version, backend = "cpu";
   uint32_t tp = 1, tp_world = 0, first_rank = 0;
+  uint64_t staging_reserve_mib = 0;
   int rank = -1, port = 0;
   bool poll = false;
   app.add_option("--checkpoint", dir, "Checkpoint directory")->required();
@@ -738,6 +741,9 @@ int main(int argc, char** argv) {
   app.add_option("--port-dir", port_dir, "Write rank<r>.port files here");
   app.add_option("--version", version, "Version id of the loaded checkpoint");
   app.add_flag("--poll", poll, "Apply commits from the scheduler loop (deltakv_engine_poll)");
+  app.add_option("--staging-reserve-mib", staging_reserve_mib,
+                 "Device memory each rank reserves for staging at start (cuda backend)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   app.add_option("--rank", rank, "Internal: run one rank");
   CLI11_PARSE(app, argc, argv);
   signal(SIGINT, OnSignal);
@@ -753,7 +759,7 @@ int main(int argc, char** argv) {
   }
   if (rank >= 0)
     return RunRank(dir, static_cast<uint32_t>(rank), tp, tp_world, first_rank, backend, shm, port,
-                   port_dir, poll, version);
+                   port_dir, poll, version, staging_reserve_mib << 20);
 
   // Parent: one process per rank, as real engines run tensor parallelism.
   std::vector<pid_t> children;
