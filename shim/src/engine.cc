@@ -278,7 +278,7 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   // Fails only if the sidecar retired the arena meanwhile: it gave the sync up.
   RETURN_IF_ERROR(arena->MarkConsumed());
   if (root.part_index == 0) {
-    incoming_.emplace();
+    incoming_ = IncomingPlan{};
     incoming_->pc.sync_id = sync_id;
     incoming_->pc.version = version_id;
     SetState(DELTAKV_ENGINE_STAGING);

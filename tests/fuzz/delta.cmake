@@ -4,3 +4,5 @@ deltakv_add_fuzzer(write_plan_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/write_plan_fuzz.c
 # The sidecar's group records, topology file and S3 XML answers. Seeds: corpus/sidecar_records/.
 deltakv_add_fuzzer(sidecar_records_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/sidecar_records_fuzz.cc
                    deltakv_sidecar)
+# A rank's staging of plan parts on host memory (the cpu backend's path).
+deltakv_add_fuzzer(plan_stage_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/plan_stage_fuzz.cc deltakv_shim)

@@ -1,0 +1,144 @@
+// Fuzzes a rank's staging of a plan part on host memory (StagePartToBatch without a gather
+// backend, as the cpu backend stages): plans built from the input with records of 1 to 80 bytes
+// (the word-at-a-time path and the byte path), owners and replicas, a full-verify tensor,
+// canonical offsets around multiples of 65521, local ranges up to and past the end of their
+// tensor, and now and then padding bytes that are not zero. Either the part is refused with
+// InvalidArgument (then a record lies outside its tensor, and no sum changed) or its new bytes,
+// ops and sums equal a byte-by-byte reference. The weights are allocated at their exact sizes,
+// so a read past a tensor's end is caught by the sanitizers (the fuzz build instruments the
+// libraries too).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "deltasync/adler32.h"
+#include "deltasync/write_plan.h"
+#include "shim/plan_stage.h"
+
+using namespace deltakv;
+using namespace deltakv::deltasync;
+
+namespace {
+
+struct Input {
+  const uint8_t* data;
+  size_t size;
+  size_t pos = 0;
+  uint64_t Next(uint64_t bound) {  // a value below bound (0 when the input ran out)
+    uint64_t v = 0;
+    for (int i = 0; i < 4 && pos < size; ++i) v = v << 8 | data[pos++];
+    return bound == 0 ? 0 : v % bound;
+  }
+  bool done() const { return pos >= size; }
+};
+
+struct Rec {
+  uint32_t tensor;
+  uint64_t local, canonical;
+  std::vector<uint8_t> bytes;
+  bool owner;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in{data, size};
+  // Tensor 0: sharded-like (canonical offsets far from local ones); tensor 1: small,
+  // full-verify. Exact-size allocations, so a read past a tensor's end is caught.
+  const uint64_t local0 = 64 + in.Next(4000), local1 = 1 + in.Next(300);
+  std::vector<uint8_t> w0(local0), w1(local1);
+  for (size_t i = 0; i < w0.size(); ++i) w0[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (size_t i = 0; i < w1.size(); ++i) w1[i] = static_cast<uint8_t>(i * 101 + 3);
+  const uint64_t canonical_base = 65521 * in.Next(4) + 65521 - in.Next(200);
+  const std::vector<PlanTensor> table = {{0, 0, canonical_base + local0 + 100, 0, 0},
+                                         {1, kPlanTensorFullVerify, local1 + 100, 0, 0}};
+  std::vector<Rec> recs;
+  while (!in.done() && recs.size() < 200) {
+    Rec r;
+    r.tensor = in.Next(5) == 0 ? 1 : 0;
+    const uint64_t limit = r.tensor == 0 ? local0 : local1;
+    const uint64_t len = 1 + (in.Next(4) == 0 ? in.Next(80) : in.Next(8));
+    r.local = in.Next(limit + 4);  // now and then past the end
+    r.canonical = (r.tensor == 0 ? canonical_base : 0) + in.Next(limit);
+    r.owner = in.Next(4) != 0;
+    for (uint64_t i = 0; i < len; ++i) r.bytes.push_back(static_cast<uint8_t>(in.Next(256)));
+    if (r.canonical + len > table[r.tensor].canonical_length) continue;  // the reader refuses
+    recs.push_back(std::move(r));
+  }
+  std::vector<uint64_t> words(1 << 13);
+  WritePlanWriter writer({reinterpret_cast<uint8_t*>(words.data()), words.size() * 8}, table);
+  for (const Rec& r : recs) {
+    if (!writer.Add(r.tensor, r.local, r.canonical, r.bytes, r.owner).ok()) std::abort();
+  }
+  const uint64_t used = *writer.Finish();
+  std::span<uint8_t> plan(reinterpret_cast<uint8_t*>(words.data()), used);
+  // Nonzero padding after some records' bytes: staging must not count or write it.
+  {
+    auto reader = WritePlanReader::Open(plan);
+    if (!reader.ok()) std::abort();
+    uint64_t k = 0;
+    (void)reader->ForEach([&](const PlanRecord&, std::span<uint8_t> b) {
+      if (++k % 3 == 0 && b.size() % 8 != 0) {
+        b.data()[b.size()] = 0xee;
+      }
+      return Status::Ok();
+    });
+  }
+
+  // The reference, byte by byte.
+  bool outside = false;
+  std::vector<uint8_t> want_new;
+  std::vector<AdlerDelta> want_delta(2), want_full(2);
+  for (const Rec& r : recs) {
+    const std::vector<uint8_t>& w = r.tensor == 0 ? w0 : w1;
+    if (r.local > w.size() || r.bytes.size() > w.size() - r.local) {
+      outside = true;
+      break;
+    }
+    for (size_t i = 0; i < r.bytes.size(); ++i) {
+      const uint8_t o = w[r.local + i], v = static_cast<uint8_t>(o ^ r.bytes[i]);
+      want_new.push_back(v);
+      if (r.owner) {
+        want_delta[r.tensor].AddByte(r.canonical + i, o, v);
+        if (r.tensor == 1) want_full[1].AddByte(r.canonical + i, 0, v);
+      }
+    }
+  }
+
+  const std::vector<shim::LocalTensor> locals = {{"a", w0.data(), w0.size()},
+                                                 {"b", w1.data(), w1.size()}};
+  const std::vector<uint8_t> w0_before = w0, w1_before = w1;
+  auto reader = WritePlanReader::Open(plan);
+  if (!reader.ok()) std::abort();
+  std::vector<shim::StagedTensor> sums(2);
+  auto batch = shim::StagePartToBatch(*reader, locals, nullptr, &sums);
+  if (w0 != w0_before || w1 != w1_before) std::abort();  // staging writes no weight byte
+  if (outside) {
+    if (batch.ok() || batch.status().code() != StatusCode::kInvalidArgument) std::abort();
+    for (const shim::StagedTensor& t : sums) {
+      if (t.bytes_changed != 0 || t.delta.s1() != 0 || t.delta.s2() != 0) std::abort();
+    }
+    return 0;
+  }
+  if (!batch.ok()) std::abort();
+  if (batch->data != want_new || batch->ops.size() != recs.size()) std::abort();
+  uint64_t at = 0;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const Rec& r = recs[i];
+    const uint8_t* device = (r.tensor == 0 ? w0.data() : w1.data()) + r.local;
+    if (batch->ops[i].device != device || batch->ops[i].bytes != r.bytes.size() ||
+        batch->ops[i].host != batch->data.data() + at) {
+      std::abort();
+    }
+    at += r.bytes.size();
+  }
+  for (int t = 0; t < 2; ++t) {
+    if (sums[t].delta.s1() != want_delta[t].s1() || sums[t].delta.s2() != want_delta[t].s2() ||
+        sums[t].full.s1() != want_full[t].s1() || sums[t].full.s2() != want_full[t].s2()) {
+      std::abort();
+    }
+  }
+  if (sums[0].bytes_changed + sums[1].bytes_changed != want_new.size()) std::abort();
+  return 0;
+}
