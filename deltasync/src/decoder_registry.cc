@@ -37,8 +37,11 @@ StatusOr<DecodeResult> DecodeDeltaFrame(XorDecoder& decoder, std::span<const uin
   limits.max_output = expected_length;
   limits.max_window_log = max_window_log;
   limits.verify_checksum = !expected_digest.has_value();
+  // The digest comes from the decoder when it computes one, else from the delivered runs.
+  const bool own_digest = expected_digest.has_value() && decoder.computes_digest();
+  limits.compute_digest = own_digest;
   DigestingSink digesting(sink);
-  auto r = decoder.Decode(input, limits, expected_digest ? digesting : sink);
+  auto r = decoder.Decode(input, limits, expected_digest && !own_digest ? digesting : sink);
   if (!r.ok()) {
     if (IsOutputLimitError(r.status())) {
       return DataLoss(where + ": decodes to more than its declared " +
@@ -50,10 +53,15 @@ StatusOr<DecodeResult> DecodeDeltaFrame(XorDecoder& decoder, std::span<const uin
     return DataLoss(where + ": decoded " + std::to_string(r->decoded_length) +
                     " bytes, expected " + std::to_string(expected_length));
   }
-  if (expected_digest && digesting.value() != *expected_digest) {
-    return DataLoss(where + ": decoded bytes have xor_digest " +
-                    FormatXorDigest(digesting.value()) + ", the manifest says " +
-                    FormatXorDigest(*expected_digest));
+  if (expected_digest) {
+    if (own_digest && !r->digest.has_value()) {
+      return Internal(where + ": the " + std::string(decoder.name()) + " decoder gave no digest");
+    }
+    const XorDigest got = own_digest ? *r->digest : digesting.value();
+    if (got != *expected_digest) {
+      return DataLoss(where + ": decoded bytes have xor_digest " + FormatXorDigest(got) +
+                      ", the manifest says " + FormatXorDigest(*expected_digest));
+    }
   }
   return r;
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "deltasync/xor_decoder.h"
+#include "deltasync/xor_digest.h"
 #include "deltasync/zstd_walker.h"
 
 namespace deltakv::deltasync::walker_test {
@@ -212,6 +214,7 @@ struct WalkOutcome {
   Status status;
   WalkStats stats;
   Nonzeros nonzeros;
+  std::optional<XorDigest> digest;  // with options.limits.compute_digest
 };
 
 inline WalkOutcome Walk(std::span<const uint8_t> frame, const WalkerOptions& options = {}) {
@@ -222,6 +225,7 @@ inline WalkOutcome Walk(std::span<const uint8_t> frame, const WalkerOptions& opt
   if (out.status.ok()) out.status = walker.Finish();
   out.stats = walker.stats();
   out.nonzeros = sink.nonzeros();
+  out.digest = walker.result().digest;
   return out;
 }
 
@@ -238,6 +242,7 @@ inline std::vector<uint8_t> Concat(std::initializer_list<std::span<const uint8_t
 inline std::string CompareWithLibzstd(std::span<const uint8_t> input, size_t max_output) {
   WalkerOptions options;
   options.limits.max_output = max_output;
+  options.limits.compute_digest = true;
   const WalkOutcome walked = Walk(input, options);
   const OracleResult one_shot = LibzstdOneShot(input, max_output);
   const OracleResult streaming = LibzstdStreaming(input, max_output);
@@ -263,6 +268,7 @@ inline std::string CompareWithLibzstd(std::span<const uint8_t> input, size_t max
              std::to_string(one_shot.data.size());
     }
     if (walked.nonzeros != ScanNonzeros(one_shot.data)) return "nonzero bytes differ";
+    if (walked.digest != ComputeXorDigest(one_shot.data)) return "xor_digest differs";
     return "";
   }
   if (walked.status.ok() && walked.stats.compat_flags == 0) {

@@ -90,6 +90,40 @@ TEST(XorDigestTest, AnySegmentationGivesTheDenseDigest) {
   }
 }
 
+// AddByte (a decoder's nonzero bytes in output order, gathered per word) gives the dense
+// digest, alone or mixed with Add over other positions, and value() may be read at any point.
+TEST(XorDigestTest, BytesInOrderGiveTheDenseDigest) {
+  std::mt19937 rng(12);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng() % 3000;
+    std::vector<uint8_t> x = ScatteredSparse(n, round % 2 ? 0.02 : 0.5, 100 + round);
+    XorDigestBuilder bytes_only, mixed, prefix;
+    std::vector<uint8_t> seen(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (x[i] == 0) continue;
+      bytes_only.AddByte(i, x[i]);
+      // Every third word goes through Add in mixed (a whole word's bytes at once).
+      if ((i / 8) % 3 == 0) {
+        if (i % 8 == 0 || seen[i - 1] == 0) {
+          const size_t end = std::min(n, (i / 8 + 1) * 8);
+          mixed.Add(i, std::span<const uint8_t>(x).subspan(i, end - i));
+          std::fill(seen.begin() + i, seen.begin() + end, 1);
+        }
+      } else {
+        mixed.AddByte(i, x[i]);
+      }
+      prefix.AddByte(i, x[i]);
+      std::vector<uint8_t> head(x.begin(), x.begin() + i + 1);
+      if (i % 97 == 0) {
+        ASSERT_EQ(prefix.value(), ComputeXorDigest(head)) << i;
+      }
+    }
+    const XorDigest dense = ComputeXorDigest(x);
+    ASSERT_EQ(bytes_only.value(), dense) << "round " << round;
+    ASSERT_EQ(mixed.value(), dense) << "round " << round;
+  }
+}
+
 TEST(XorDigestTest, EveryOneWordChangeIsCaught) {
   std::mt19937_64 rng(5);
   std::vector<uint8_t> x = ScatteredSparse(4096, 0.05, 3);
@@ -185,6 +219,43 @@ TEST_P(DecodeWithDigestTest, ChecksTheDigestInsteadOfTheFrameChecksum) {
   auto swapped = decode(other_frame, good);
   ASSERT_FALSE(swapped.ok());
   EXPECT_NE(swapped.status().message().find("xor_digest"), std::string::npos);
+}
+
+// The sparse walker computes the digest itself (DecodeLimits::compute_digest) over all frames
+// of an input, at their concatenated positions, and from scratch on each Decode of a reused
+// decoder; the libzstd decoder leaves it to the caller.
+TEST(XorDigestTest, TheWalkerDigestsWhatItDecodes) {
+  auto walker = MakeXorDecoder("walker");
+  auto libzstd = MakeXorDecoder("libzstd");
+  ASSERT_TRUE(walker.ok() && libzstd.ok());
+  EXPECT_TRUE((*walker)->computes_digest());
+  EXPECT_FALSE((*libzstd)->computes_digest());
+  DecodeLimits limits;
+  limits.compute_digest = true;
+  for (int round = 0; round < 6; ++round) {
+    std::vector<uint8_t> whole, input;
+    for (int f = 0; f < 1 + round % 3; ++f) {
+      std::vector<uint8_t> part = ScatteredSparse(1000 + 70000 * f + 333 * round,
+                                                  round % 2 ? 0.001 : 0.05, 40 + 7 * round + f);
+      std::vector<uint8_t> frame = Compress(part, /*checksum=*/round % 2 == 0);
+      input.insert(input.end(), frame.begin(), frame.end());
+      whole.insert(whole.end(), part.begin(), part.end());
+    }
+    CollectingSink sink;
+    auto r = (*walker)->Decode(input, limits, sink);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->digest.has_value());
+    EXPECT_EQ(*r->digest, ComputeXorDigest(whole)) << "round " << round;
+    CollectingSink other;
+    auto plain = (*libzstd)->Decode(input, limits, other);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_FALSE(plain->digest.has_value());
+  }
+  DecodeLimits off;
+  CollectingSink sink;
+  auto none = (*walker)->Decode(Compress(std::vector<uint8_t>(100, 1), true), off, sink);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->digest.has_value());
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, DecodeWithDigestTest, ::testing::Values("walker", "libzstd"));

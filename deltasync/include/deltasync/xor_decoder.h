@@ -57,18 +57,27 @@ struct DecodeLimits {
   uint32_t max_window_log = 27;
   // Verify the XXH64 content checksum of frames that carry one.
   bool verify_checksum = true;
+  // Compute the xor_digest (deltasync/xor_digest.h) of the whole decoded output into
+  // DecodeResult::digest, for decoders whose computes_digest() is true.
+  bool compute_digest = false;
 };
 
 struct DecodeResult {
   uint64_t decoded_length = 0;  // total decoded bytes across all frames
   uint64_t frames = 0;          // zstd frames decoded (skippable frames not counted)
   uint64_t nonzero_bytes = 0;   // nonzero bytes delivered
+  // With DecodeLimits::compute_digest, from a decoder that computes it: the xor_digest of the
+  // concatenated decoded output (positions as delivered to the sink).
+  std::optional<XorDigest> digest;
 };
 
 class XorDecoder {
  public:
   virtual ~XorDecoder() = default;
   virtual std::string_view name() const = 0;
+  // True if Decode fills DecodeResult::digest when DecodeLimits::compute_digest is set (the
+  // sparse walker, from the nonzero bytes it already holds); otherwise callers digest the runs.
+  virtual bool computes_digest() const { return false; }
   // Decodes all frames in `input`. See the contract above.
   virtual StatusOr<DecodeResult> Decode(std::span<const uint8_t> input, const DecodeLimits& limits,
                                         NonzeroSink& sink) = 0;

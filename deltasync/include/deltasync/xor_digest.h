@@ -56,8 +56,21 @@ class XorDigestBuilder {
       AddLong(position, bytes.data(), bytes.size());
     }
   }
+  // Adds one byte found at `position` (a decoder's nonzero bytes in output order): bytes of one
+  // word are gathered and multiplied once, when a byte of another word comes. REQUIRES:
+  // positions increase from call to call, and Add covers none of them.
+  void AddByte(uint64_t position, uint8_t value) {
+    const uint64_t j = position >> 3;
+    if (j != word_) {
+      sum_ += static_cast<U128>(pending_) * XorDigestKey(word_);
+      word_ = j;
+      pending_ = 0;
+    }
+    pending_ |= uint64_t{value} << (8 * (position & 7));
+  }
   XorDigest value() const {
-    return {static_cast<uint64_t>(sum_ >> 64), static_cast<uint64_t>(sum_)};
+    const U128 sum = sum_ + static_cast<U128>(pending_) * XorDigestKey(word_);
+    return {static_cast<uint64_t>(sum >> 64), static_cast<uint64_t>(sum)};
   }
 
  private:
@@ -75,6 +88,9 @@ class XorDigestBuilder {
   void AddLong(uint64_t position, const uint8_t* p, size_t n);
 
   U128 sum_ = 0;  // the running sum mod 2^128
+  // AddByte's word in progress: index and the bytes gathered so far.
+  uint64_t word_ = 0;
+  uint64_t pending_ = 0;
 };
 
 // The digest of a whole dense X (its zero words are skipped at memory speed).

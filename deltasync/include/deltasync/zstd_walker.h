@@ -91,7 +91,8 @@ class SparseZstdWalker {
   Status Finish();
 
   const WalkStats& stats() const;
-  // decoded_length, frames and nonzero_bytes of stats().
+  // decoded_length, frames and nonzero_bytes of stats(); with options.limits.compute_digest,
+  // the xor_digest of everything delivered since the walker was made or restarted.
   DecodeResult result() const;
 
  private:

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "deltasync/xor_digest.h"
 #include "walker/nonzero_index.h"
 #include "walker/run_emitter.h"
 #include "walker/xxh64.h"
@@ -60,6 +61,14 @@ class FrameOutput {
   // Hashes the trailing zeros and returns the frame's XXH64.
   uint64_t FinishHash();
 
+  // Starts (or, with false, stops) the xor_digest of everything delivered from now on, over
+  // the global positions of all frames until the next call.
+  void StartDigest(bool on) {
+    digesting_ = on;
+    digest_ = XorDigestBuilder();
+  }
+  XorDigest digest() const { return digest_.value(); }
+
  private:
   void CopyMatch(uint64_t offset, uint64_t length);
   void AddNonzero(uint64_t position, uint8_t value) { index_.Append(position, value); }
@@ -68,6 +77,8 @@ class FrameOutput {
   NonzeroIndex index_;
   Xxh64 hash_;
   bool hashing_ = false;
+  XorDigestBuilder digest_;
+  bool digesting_ = false;
   uint64_t delivered_ = 0;  // absolute index of the first entry EndBlock has not handled
   uint64_t global_start_ = 0;
   uint64_t window_ = 0;

@@ -38,15 +38,22 @@ std::string Hex(uint64_t v) {
 class SparseZstdWalker::Impl {
  public:
   Impl(NonzeroSink& sink, const WalkerOptions& options)
-      : options_(options), emitter_(sink, options.merge_gap), output_(emitter_) {}
+      : options_(options), emitter_(sink, options.merge_gap), output_(emitter_) {
+    output_.StartDigest(options.limits.compute_digest);
+  }
 
   Status Feed(std::span<const uint8_t> chunk);
   Status Finish();
   const WalkStats& stats() const { return stats_; }
+  std::optional<XorDigest> digest() const {
+    if (!options_.limits.compute_digest) return std::nullopt;
+    return output_.digest();
+  }
   // A fresh walk with `sink`; the buffers (index, bitmap, runs, tables) keep their memory.
   void Restart(NonzeroSink& sink, const WalkerOptions& options) {
     options_ = options;
     emitter_.Restart(sink, options.merge_gap);
+    output_.StartDigest(options.limits.compute_digest);
     stats_ = WalkStats();
     status_ = Status::Ok();
     state_ = State::kMagic;
@@ -397,7 +404,7 @@ Status SparseZstdWalker::Finish() { return impl_->Finish(); }
 const WalkStats& SparseZstdWalker::stats() const { return impl_->stats(); }
 DecodeResult SparseZstdWalker::result() const {
   const WalkStats& s = impl_->stats();
-  return DecodeResult{s.decoded_length, s.frames, s.nonzero_bytes};
+  return DecodeResult{s.decoded_length, s.frames, s.nonzero_bytes, impl_->digest()};
 }
 
 StatusOr<WalkStats> WalkZstd(std::span<const uint8_t> input, const WalkerOptions& options,
@@ -413,6 +420,7 @@ namespace {
 class SparseWalkerDecoder final : public XorDecoder {
  public:
   std::string_view name() const override { return "sparse-walker"; }
+  bool computes_digest() const override { return true; }
   // One walker for every input this decoder sees: a delta of many frames allocates (and
   // page-faults) its index and bitmap once, not once per frame.
   StatusOr<DecodeResult> Decode(std::span<const uint8_t> input, const DecodeLimits& limits,
