@@ -19,6 +19,7 @@
 // a reader walks it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -61,7 +62,9 @@ struct PlanRecord {
   uint32_t flags;
   uint32_t reserved;
 };
-static_assert(sizeof(PlanRecord) == 32);
+static_assert(sizeof(PlanRecord) == 32 && offsetof(PlanRecord, length) == 4 &&
+              offsetof(PlanRecord, local_offset) == 8 &&
+              offsetof(PlanRecord, canonical_offset) == 16 && offsetof(PlanRecord, flags) == 24);
 
 // Root block of a plan arena (shm/PROTOCOL.md section 9.2), written by the sidecar and read by
 // the rank: this header, then the new version id padded to 8 bytes, then the plan (one part of
@@ -98,13 +101,15 @@ class WritePlanWriter {
         buf_.size() - pos_ < sizeof(PlanRecord) + 8 || !status_.ok()) {
       return false;
     }
-    const PlanRecord r{tensor, static_cast<uint32_t>(n), local_offset, canonical_offset,
-                       owner ? kPlanRecordOwner : 0u, 0};
+    // The PlanRecord as four little-endian words stored straight into the buffer (a record
+    // built on the stack and copied would be read back before its field stores retire), then
+    // the bytes and their zero padding as one word.
     uint8_t* out = buf_.data() + pos_;
-    std::memcpy(out, &r, sizeof(r));
-    // The bytes and their zero padding as one word.
-    const uint64_t word = LoadShortLE(bytes.data(), n);
-    std::memcpy(out + sizeof(r), &word, 8);
+    StoreLE64(out, uint64_t{tensor} | uint64_t{n} << 32);  // tensor, length
+    StoreLE64(out + 8, local_offset);
+    StoreLE64(out + 16, canonical_offset);
+    StoreLE64(out + 24, owner ? kPlanRecordOwner : 0u);  // flags, reserved
+    StoreLE64(out + 32, LoadShortLE(bytes.data(), n));
     pos_ += sizeof(PlanRecord) + 8;
     ++records_;
     return true;
@@ -163,8 +168,16 @@ Status WritePlanReader::ForEach(F&& fn) const {
   uint8_t* const base = buf_.data();
   for (uint64_t index = 0; pos < end; ++index) {
     if (end - pos < sizeof(PlanRecord)) return BadRecord(index, RecordError::kTruncated);
+    // Field by field (the compiler keeps them in registers; one block copy into a stack record
+    // read back field by field stalls the loads behind it).
     PlanRecord rec;
-    std::memcpy(&rec, base + pos, sizeof(rec));
+    const uint8_t* const at = base + pos;
+    std::memcpy(&rec.tensor, at, 4);
+    std::memcpy(&rec.length, at + 4, 4);
+    std::memcpy(&rec.local_offset, at + 8, 8);
+    std::memcpy(&rec.canonical_offset, at + 16, 8);
+    std::memcpy(&rec.flags, at + 24, 4);
+    rec.reserved = 0;
     if (rec.tensor >= tensors_.size()) return BadRecord(index, RecordError::kTensor);
     const PlanTensor& t = tensors_[rec.tensor];
     if (rec.canonical_offset > t.canonical_length ||
