@@ -287,6 +287,12 @@ class CountingOutput final : public PlanOutput {
     piece_bytes += bytes.size();
     return Status::Ok();
   }
+  bool AddShort(uint32_t, uint32_t, uint64_t, uint64_t, std::span<const uint8_t> bytes,
+                bool) override {
+    ++pieces;
+    piece_bytes += bytes.size();
+    return true;
+  }
   uint64_t pieces = 0;
   uint64_t piece_bytes = 0;
 };
@@ -396,10 +402,7 @@ class PartOutput final : public PlanOutput {
              std::span<const uint8_t> bytes, bool owner) override {
     if (r >= ranks_.size()) return Internal("layout names rank beyond the plan writers");
     RankParts& rp = ranks_[r];
-    if (rp.writer && rp.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
-      ++records_;
-      return Status::Ok();
-    }
+    if (AddShort(r, tensor, local_offset, canonical_offset, bytes, owner)) return Status::Ok();
     while (!bytes.empty()) {
       if (!rp.writer) Open(rp);
       uint64_t n = bytes.size();
@@ -417,6 +420,18 @@ class PartOutput final : public PlanOutput {
       canonical_offset += n;
     }
     return Status::Ok();
+  }
+
+  // As PlanStreamer::AddShort.
+  bool AddShort(uint32_t r, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+                std::span<const uint8_t> bytes, bool owner) override {
+    if (r >= ranks_.size()) return false;
+    RankParts& rp = ranks_[r];
+    if (!rp.writer || !rp.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
+      return false;
+    }
+    ++records_;
+    return true;
   }
 
   Status Finish() {
@@ -464,9 +479,11 @@ class PartOutput final : public PlanOutput {
 };
 
 Status AppendAll(const RecordingOutput& pieces, PartOutput& out) {
+  // As PlanSink hands pieces over: short ones through AddShort first.
   for (const Piece& p : pieces.pieces) {
-    RETURN_IF_ERROR(out.Add(p.rank, 0, p.local, p.canonical, {pieces.pool.data() + p.at, p.len},
-                            p.owner));
+    const std::span<const uint8_t> bytes(pieces.pool.data() + p.at, p.len);
+    if (p.len - 1 < 8 && out.AddShort(p.rank, 0, p.local, p.canonical, bytes, p.owner)) continue;
+    RETURN_IF_ERROR(out.Add(p.rank, 0, p.local, p.canonical, bytes, p.owner));
   }
   return out.Finish();
 }

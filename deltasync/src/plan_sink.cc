@@ -51,8 +51,13 @@ Status PlanSink::Flush() {
   const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
   pending_len_ = 0;
   return layout_.ForEachPiece(cursor_, start, bytes.size(), [&](const LayoutPiece& p) -> Status {
-    return out_.Add(p.rank, tensor_, p.local_offset, p.canonical_offset,
-                    bytes.subspan(p.canonical_offset - start, p.length), p.owner);
+    const std::span<const uint8_t> piece = bytes.subspan(p.canonical_offset - start, p.length);
+    // Short pieces go through AddShort, which returns in a register (no Status).
+    if (p.length - 1 < 8 &&
+        out_.AddShort(p.rank, tensor_, p.local_offset, p.canonical_offset, piece, p.owner)) {
+      return Status::Ok();
+    }
+    return out_.Add(p.rank, tensor_, p.local_offset, p.canonical_offset, piece, p.owner);
   });
 }
 

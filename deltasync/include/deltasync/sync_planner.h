@@ -102,6 +102,14 @@ class PlanOutput {
   virtual Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
                      uint64_t canonical_offset, std::span<const uint8_t> xor_bytes,
                      bool owner) = 0;
+  // Add for a piece of 1 to 8 bytes (most pieces of a sparse delta) without building a Status:
+  // true when the piece was taken; false, having done nothing, when the output cannot take it
+  // this way (then the planner calls Add). The default takes nothing.
+  virtual bool AddShort(uint32_t /*rank*/, uint32_t /*tensor*/, uint64_t /*local_offset*/,
+                        uint64_t /*canonical_offset*/, std::span<const uint8_t> /*xor_bytes*/,
+                        bool /*owner*/) {
+    return false;
+  }
 };
 
 // A PlanOutput into one WritePlanWriter per rank (whole plans in caller buffers).
@@ -110,6 +118,11 @@ class WriterPlanOutput final : public PlanOutput {
   explicit WriterPlanOutput(std::vector<WritePlanWriter>& writers) : writers_(writers) {}
   Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner) override;
+  bool AddShort(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+                std::span<const uint8_t> xor_bytes, bool owner) override {
+    return rank < writers_.size() &&
+           writers_[rank].TryAddShort(tensor, local_offset, canonical_offset, xor_bytes, owner);
+  }
 
  private:
   std::vector<WritePlanWriter>& writers_;

@@ -128,13 +128,7 @@ Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
   if (r >= ranks_.size()) return Internal("layout names rank beyond the registered ranks");
   RankStream& rs = ranks_[r];
   if (tensor >= rs.last_line.size()) return Internal("plan record names an unknown tensor");
-  if (!bytes.empty()) {
-    // Pieces of one tensor mostly arrive in increasing order; a line shared with the previous
-    // piece is not counted twice.
-    const uint64_t first = local_offset / 64, last = (local_offset + bytes.size() - 1) / 64;
-    touched_lines_ += last - first + 1 - (rs.last_line[tensor] == first + 1 ? 1 : 0);
-    rs.last_line[tensor] = last + 1;
-  }
+  if (!bytes.empty()) CountLines(rs, tensor, local_offset, bytes.size());
   if (rs.writer && rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
     ++records_;
     return Status::Ok();
@@ -157,6 +151,19 @@ Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
     canonical_offset += n;
   }
   return Status::Ok();
+}
+
+bool PlanStreamer::AddShort(uint32_t r, uint32_t tensor, uint64_t local_offset,
+                            uint64_t canonical_offset, std::span<const uint8_t> bytes, bool owner) {
+  if (r >= ranks_.size()) return false;
+  RankStream& rs = ranks_[r];
+  if (tensor >= rs.last_line.size() || !rs.writer ||
+      !rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
+    return false;
+  }
+  CountLines(rs, tensor, local_offset, bytes.size());
+  ++records_;
+  return true;
 }
 
 Status PlanStreamer::Finish() {

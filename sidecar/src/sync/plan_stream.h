@@ -64,6 +64,9 @@ class PlanStreamer final : public deltasync::PlanOutput {
 
   Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner) override;
+  // Add for a 1-8 byte piece that fits the rank's open part; false (nothing done) otherwise.
+  bool AddShort(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+                std::span<const uint8_t> xor_bytes, bool owner) override;
   // Sends every rank its last part.
   Status Finish();
 
@@ -86,6 +89,14 @@ class PlanStreamer final : public deltasync::PlanOutput {
     std::vector<uint64_t> last_line;         // per plan tensor: 1 + the last line counted
   };
 
+  // Counts the lines [local_offset, + n) of `tensor` touches. REQUIRES: n > 0.
+  void CountLines(RankStream& rs, uint32_t tensor, uint64_t local_offset, uint64_t n) {
+    // Pieces of one tensor mostly arrive in increasing order; a line shared with the previous
+    // piece is not counted twice.
+    const uint64_t first = local_offset / 64, last = (local_offset + n - 1) / 64;
+    touched_lines_ += last - first + 1 - (rs.last_line[tensor] == first + 1 ? 1 : 0);
+    rs.last_line[tensor] = last + 1;
+  }
   Status OpenPart(uint32_t rank);
   Status SendPart(uint32_t rank, bool last);
   // Waits until at most `keep` sent parts of `rank` are unconsumed; forgets consumed ones.
