@@ -11,6 +11,19 @@ namespace {
 
 std::string Label(std::string_view name) { return "plan arena '" + std::string(name) + "'"; }
 
+// Moves `state` from `from` to `to` in one compare-and-swap (`order` on success);
+// FailedPrecondition "<arena>: <action> in state <actual>" when it was not in `from`.
+Status Transition(std::atomic<uint32_t>& state, ArenaState from, ArenaState to,
+                  std::memory_order order, std::string_view name, const char* action) {
+  uint32_t expected = static_cast<uint32_t>(from);
+  if (!state.compare_exchange_strong(expected, static_cast<uint32_t>(to), order,
+                                     std::memory_order_relaxed)) {
+    return FailedPrecondition(Label(name) + ": " + action + " in state " +
+                              std::string(ArenaStateName(expected)));
+  }
+  return Status::Ok();
+}
+
 // Maps the pages of [data, data + size) now, with MADV_POPULATE_(READ|WRITE) (Linux 5.14); a
 // kernel without it (EINVAL) keeps faulting them one by one, which is only slower.
 void Populate(uint8_t* data, uint64_t size, bool write) {
@@ -197,26 +210,15 @@ Status PlanArenaWriter::SetRoot(uint64_t offset) {
 }
 
 Status PlanArenaWriter::Publish() {
-  uint32_t expected = static_cast<uint32_t>(ArenaState::kWriting);
-  if (!header_->state.compare_exchange_strong(expected, static_cast<uint32_t>(ArenaState::kReady),
-                                              std::memory_order_release,
-                                              std::memory_order_relaxed)) {
-    return FailedPrecondition(Label(name()) + ": publish in state " +
-                              std::string(ArenaStateName(expected)));
-  }
-  return Status::Ok();
+  return Transition(header_->state, ArenaState::kWriting, ArenaState::kReady,
+                    std::memory_order_release, name(), "publish");
 }
 
 Status PlanArenaWriter::Reuse(uint64_t generation, uint64_t sync_id) {
-  uint32_t expected = static_cast<uint32_t>(ArenaState::kConsumed);
   // Acquire pairs with the rank's CAS to CONSUMED: its reads of the old part happen before the
   // writes of the new one.
-  if (!header_->state.compare_exchange_strong(expected, static_cast<uint32_t>(ArenaState::kWriting),
-                                              std::memory_order_acquire,
-                                              std::memory_order_relaxed)) {
-    return FailedPrecondition(Label(name()) + ": reuse in state " +
-                              std::string(ArenaStateName(expected)));
-  }
+  RETURN_IF_ERROR(Transition(header_->state, ArenaState::kConsumed, ArenaState::kWriting,
+                             std::memory_order_acquire, name(), "reuse"));
   header_->generation = generation;
   header_->sync_id = sync_id;
   header_->used.store(kArenaDataOffset, std::memory_order_relaxed);
@@ -305,13 +307,8 @@ Status PlanArenaReader::CheckValid() const {
 }
 
 Status PlanArenaReader::MarkConsumed() {
-  uint32_t expected = static_cast<uint32_t>(ArenaState::kReady);
-  if (!header_->state.compare_exchange_strong(
-          expected, static_cast<uint32_t>(ArenaState::kConsumed), std::memory_order_acq_rel)) {
-    return FailedPrecondition(Label(segment_.name()) + ": consume in state " +
-                              std::string(ArenaStateName(expected)));
-  }
-  return Status::Ok();
+  return Transition(header_->state, ArenaState::kReady, ArenaState::kConsumed,
+                    std::memory_order_acq_rel, segment_.name(), "consume");
 }
 
 // -------------------------------------------------------------------------------------- pool
