@@ -366,38 +366,23 @@ class CudaBackend final : public DeviceBackend {
     uint8_t* const host = part_pinned_.bytes();
     Desc* const scatter = reinterpret_cast<Desc*>(host + desc_at);
     StageDesc* const stage = reinterpret_cast<StageDesc*>(host + stage_at);
-    // Each plan tensor's destination, resolved once.
-    struct Target {
-      uint64_t base = 0;
-      uint64_t bytes = 0;
-      uint32_t full_verify = 0;  // StageDesc flag bit 1 for owner records
-      bool valid = false;
-    };
-    std::vector<Target> targets(plan_tensors.size());
-    for (size_t i = 0; i < plan_tensors.size(); ++i) {
-      const uint32_t t = plan_tensors[i].rank_tensor;
-      if (t >= tensors.size()) continue;  // a record naming it fails CheckPlanRecord
-      targets[i] = {reinterpret_cast<uint64_t>(tensors[t].device), tensors[t].bytes,
-                    (plan_tensors[i].flags & deltasync::kPlanTensorFullVerify) ? 2u : 0u, true};
-    }
+    const std::vector<PartTarget> targets = PartTargets(plan_tensors, tensors);
     std::vector<uint64_t> changed(plan_tensors.size(), 0);  // merged into *sums on success
     std::vector<CopyOp> probes;  // a few weight pointers, to find the device
     uint64_t at = 0, pieces = 0;
     RETURN_IF_ERROR(plan.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t> bytes) {
-      const Target& target = targets[rec.tensor];
-      if (!target.valid || rec.local_offset > target.bytes ||
-          rec.length > target.bytes - rec.local_offset) {
-        return CheckPlanRecord(rec, plan_tensors, tensors);
-      }
+      const PartTarget& target = targets[rec.tensor];
+      if (!target.Holds(rec)) return CheckPlanRecord(rec, plan_tensors, tensors);
       const uint64_t n_pieces = (uint64_t{rec.length} + kPieceBytes - 1) / kPieceBytes;
       if (rec.length > data_bytes - at || n_pieces > max_pieces - pieces) {
         return Internal("plan changed after it was opened");
       }
-      const uint64_t device = target.base + rec.local_offset;
+      const uint64_t device = reinterpret_cast<uint64_t>(target.base) + rec.local_offset;
       if (probes.size() < 8) probes.push_back({reinterpret_cast<void*>(device), nullptr, rec.length});
       std::memcpy(host + at, bytes.data(), rec.length);
       const bool owner = rec.flags & deltasync::kPlanRecordOwner;
-      const uint32_t flags = owner ? 1u | target.full_verify : 0u;
+      // StageDesc flags: bit 0 owner, bit 1 full-verify sums (owners only).
+      const uint32_t flags = owner ? 1u | (target.full_verify ? 2u : 0u) : 0u;
       for (uint64_t done = 0; done < rec.length; done += kPieceBytes) {
         const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kPieceBytes, rec.length - done));
         stage[pieces] = {device + done, static_cast<uint32_t>(at + done), n,

@@ -142,21 +142,25 @@ Status CheckPlanRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_t
   return Status::Ok();
 }
 
+std::vector<PartTarget> PartTargets(std::span<const PlanTensor> plan_tensors,
+                                    const std::vector<LocalTensor>& tensors) {
+  std::vector<PartTarget> targets(plan_tensors.size());
+  for (size_t i = 0; i < plan_tensors.size(); ++i) {
+    const uint32_t t = plan_tensors[i].rank_tensor;
+    if (t >= tensors.size()) continue;  // a record naming it fails CheckPlanRecord
+    targets[i] = {static_cast<uint8_t*>(tensors[t].device), tensors[t].bytes, true,
+                  (plan_tensors[i].flags & deltasync::kPlanTensorFullVerify) != 0};
+  }
+  return targets;
+}
+
 StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
                                         const std::vector<LocalTensor>& tensors,
                                         DeviceBackend* gather, std::vector<StagedTensor>* sums) {
   if (sums->size() != plan.tensors().size()) return Internal("one sum per plan tensor");
   const std::span<const PlanTensor> plan_tensors = plan.tensors();
-  // CheckPlanRecord without building its message: false for a record outside its tensor, else
-  // the device address of the record's first byte in *device.
-  auto locate = [&](const PlanRecord& rec, uint8_t** device) {
-    const uint32_t t = plan_tensors[rec.tensor].rank_tensor;
-    if (t >= tensors.size()) return false;
-    const LocalTensor& lt = tensors[t];
-    if (rec.local_offset > lt.bytes || rec.length > lt.bytes - rec.local_offset) return false;
-    *device = static_cast<uint8_t*>(lt.device) + rec.local_offset;
-    return true;
-  };
+  // Each plan tensor's destination, resolved once.
+  const std::vector<PartTarget> targets = PartTargets(plan_tensors, tensors);
   // The packed bytes of record k start at the sum of the lengths before it; the walks below
   // stop at data_bytes() should the plan not be the one Open counted.
   const uint64_t data_bytes = plan.data_bytes();
@@ -171,21 +175,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
   if (gather == nullptr) {
     // Host-addressable weights: one walk checks, reads the old bytes in place and stages. The
     // weight lines a sparse part reads are scattered over the tensors and almost never cached,
-    // so each record's line is prefetched kAhead records before it is staged. Each plan
-    // tensor's destination is resolved once, not per record.
-    struct Target {
-      uint8_t* base = nullptr;
-      uint64_t bytes = 0;
-      bool valid = false;
-      bool full_verify = false;
-    };
-    std::vector<Target> targets(plan_tensors.size());
-    for (size_t i = 0; i < plan_tensors.size(); ++i) {
-      const uint32_t t = plan_tensors[i].rank_tensor;
-      if (t >= tensors.size()) continue;  // a record naming it fails CheckPlanRecord
-      targets[i] = {static_cast<uint8_t*>(tensors[t].device), tensors[t].bytes, true,
-                    (plan_tensors[i].flags & deltasync::kPlanTensorFullVerify) != 0};
-    }
+    // so each record's line is prefetched kAhead records before it is staged.
     struct Staging {
       const uint8_t* old;
       uint8_t* x;
@@ -225,11 +215,8 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     const size_t max_ops = batch.ops.size();
     size_t op_count = 0;
     RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> x) -> Status {
-      const Target& target = targets[rec.tensor];
-      if (!target.valid || rec.local_offset > target.bytes ||
-          rec.length > target.bytes - rec.local_offset) {
-        return CheckPlanRecord(rec, plan_tensors, tensors);
-      }
+      const PartTarget& target = targets[rec.tensor];
+      if (!target.Holds(rec)) return CheckPlanRecord(rec, plan_tensors, tensors);
       if (!fits(at, rec) || op_count == max_ops) return Internal("plan changed after it was opened");
       uint8_t* const device = target.base + rec.local_offset;
       __builtin_prefetch(device);
@@ -254,10 +241,10 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     // One walk checks and lays out the batch, one Gather brings every old byte into it (a
     // device backend moves them in a few launches), one walk stages in place.
     RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) -> Status {
-      uint8_t* device = nullptr;
-      if (!locate(rec, &device)) return CheckPlanRecord(rec, plan_tensors, tensors);
+      const PartTarget& target = targets[rec.tensor];
+      if (!target.Holds(rec)) return CheckPlanRecord(rec, plan_tensors, tensors);
       if (!fits(at, rec)) return Internal("plan changed after it was opened");
-      batch.ops.push_back({device, data + at, rec.length});
+      batch.ops.push_back({target.base + rec.local_offset, data + at, rec.length});
       at += rec.length;
       return Status::Ok();
     }));
@@ -265,10 +252,8 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     at = 0;
     RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> x) -> Status {
       if (!fits(at, rec)) return Internal("plan changed after it was opened");
-      const PlanTensor& pt = plan_tensors[rec.tensor];
-      StageRecord(rec, rec.flags & deltasync::kPlanRecordOwner,
-                  pt.flags & deltasync::kPlanTensorFullVerify, data + at, x.data(), data + at,
-                  part[rec.tensor]);
+      StageRecord(rec, rec.flags & deltasync::kPlanRecordOwner, targets[rec.tensor].full_verify,
+                  data + at, x.data(), data + at, part[rec.tensor]);
       at += rec.length;
       return Status::Ok();
     }));

@@ -51,6 +51,21 @@ Status CheckPlanRecord(const deltasync::PlanRecord& rec,
                        std::span<const deltasync::PlanTensor> plan_tensors,
                        const std::vector<LocalTensor>& tensors);
 
+// Where one plan tensor's records go on this rank, resolved once per part (PartTargets).
+struct PartTarget {
+  uint8_t* base = nullptr;  // the rank tensor's device address
+  uint64_t bytes = 0;       // its local size
+  bool valid = false;       // false: the plan names a tensor this rank did not register
+  bool full_verify = false;  // the plan tensor is flagged kPlanTensorFullVerify
+  // True if `rec`'s local range lies inside the tensor (CheckPlanRecord says why not).
+  bool Holds(const deltasync::PlanRecord& rec) const {
+    return valid && rec.local_offset <= bytes && rec.length <= bytes - rec.local_offset;
+  }
+};
+// One PartTarget per plan tensor.
+std::vector<PartTarget> PartTargets(std::span<const deltasync::PlanTensor> plan_tensors,
+                                    const std::vector<LocalTensor>& tensors);
+
 // Stages one plan part and packs its new bytes for the scatter: validates every record against
 // the registered tensors, turns its XOR bytes into new bytes in place in the plan, adds each plan
 // tensor's partial sums to (*sums)[t] and returns the batch (one CopyOp per record: device
