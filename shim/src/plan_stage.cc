@@ -34,6 +34,17 @@ struct PartSums {
   uint64_t terms = 0;
   StagedTensor staged;  // long records' sums, full-verify sums, bytes changed
 
+  // Adds one record's inline terms (`n` changed positions), reducing now and then.
+  void AddInline(int64_t d1, int64_t d2, uint32_t n) {
+    s1 += d1;
+    s2 += d2;
+    terms += n;
+    if (terms >= kReduceAfterTerms) {
+      s1 = ReduceMod(s1);
+      s2 = ReduceMod(s2);
+      terms = 0;
+    }
+  }
   void MergeInto(StagedTensor& out) {
     staged.delta.Merge(AdlerDelta::FromSums(static_cast<uint32_t>(ReduceMod(s1)),
                                             static_cast<uint32_t>(ReduceMod(s2))));
@@ -41,14 +52,13 @@ struct PartSums {
   }
 };
 
-// Turns one record's XOR bytes `x` into new bytes, written back to `x` and to `packed`, from its
-// `old` bytes (`old` may alias `packed`: each byte is read before it is written), and adds the
-// record's sums.
-inline void StageRecord(const PlanRecord& rec, bool owner, bool full_verify, const uint8_t* old,
-                        uint8_t* x, uint8_t* packed, PartSums& sums) {
-  const uint32_t n = rec.length;
+// Turns the XOR bytes `x` of a record of `n` bytes at `canonical_offset` into new bytes, written
+// back to `x` and to `packed`, from its `old` bytes (`old` may alias `packed`: each byte is read
+// before it is written), and adds the record's sums.
+inline void StageRecord(uint32_t n, uint64_t canonical_offset, bool owner, bool full_verify,
+                        const uint8_t* old, uint8_t* x, uint8_t* packed, PartSums& sums) {
   sums.staged.bytes_changed += n;
-  const uint64_t position = rec.canonical_offset % kAdlerModulus;
+  const uint64_t position = canonical_offset % kAdlerModulus;
   if (!owner) {
     for (uint32_t i = 0; i < n; ++i) packed[i] = x[i] = static_cast<uint8_t>(old[i] ^ x[i]);
   } else if (n < kInlineSumBytes && position + n <= kAdlerModulus) {
@@ -61,19 +71,12 @@ inline void StageRecord(const PlanRecord& rec, bool owner, bool full_verify, con
       s1 += d;
       s2 += static_cast<int64_t>(position + i) * d;
     }
-    sums.s1 += s1;
-    sums.s2 += s2;
-    sums.terms += n;
-    if (sums.terms >= kReduceAfterTerms) {
-      sums.s1 = ReduceMod(sums.s1);
-      sums.s2 = ReduceMod(sums.s2);
-      sums.terms = 0;
-    }
+    sums.AddInline(s1, s2, n);
   } else {
-    sums.staged.delta.AddXorRun(rec.canonical_offset, {old, n}, {x, n});
+    sums.staged.delta.AddXorRun(canonical_offset, {old, n}, {x, n});
     for (uint32_t i = 0; i < n; ++i) packed[i] = x[i] = static_cast<uint8_t>(old[i] ^ x[i]);
   }
-  if (owner && full_verify) sums.staged.full.AddBytes(rec.canonical_offset, {x, n});
+  if (owner && full_verify) sums.staged.full.AddBytes(canonical_offset, {x, n});
 }
 
 // Sums of the eight bytes of `w`: plain (sum of b_i) and weighted (sum of i * b_i), from two
@@ -116,11 +119,7 @@ template <bool kSums>
       d2 += static_cast<int64_t>(position + k) * w1 + (a.weighted - b.weighted);
     }
   }
-  if constexpr (kSums) {
-    sums.s1 += d1;
-    sums.s2 += d2;
-    sums.terms += n;
-  }
+  if constexpr (kSums) sums.AddInline(d1, d2, n);
   sums.staged.bytes_changed += n;
 }
 
@@ -197,17 +196,10 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
           return;
         }
         StageWords<true>(e.length, e.canonical_offset % kAdlerModulus, e.old, e.x, e.packed, into);
-        if (into.terms >= kReduceAfterTerms) {
-          into.s1 = ReduceMod(into.s1);
-          into.s2 = ReduceMod(into.s2);
-          into.terms = 0;
-        }
         return;
       }
-      PlanRecord rec{};
-      rec.length = e.length;
-      rec.canonical_offset = e.canonical_offset;
-      StageRecord(rec, e.owner, targets[e.tensor].full_verify, e.old, e.x, e.packed, into);
+      StageRecord(e.length, e.canonical_offset, e.owner, targets[e.tensor].full_verify, e.old,
+                  e.x, e.packed, into);
     };
     uint8_t* const packed_data = data;
     batch.ops.resize(plan.record_count());
@@ -252,8 +244,9 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     at = 0;
     RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> x) -> Status {
       if (!fits(at, rec)) return Internal("plan changed after it was opened");
-      StageRecord(rec, rec.flags & deltasync::kPlanRecordOwner, targets[rec.tensor].full_verify,
-                  data + at, x.data(), data + at, part[rec.tensor]);
+      StageRecord(rec.length, rec.canonical_offset, rec.flags & deltasync::kPlanRecordOwner,
+                  targets[rec.tensor].full_verify, data + at, x.data(), data + at,
+                  part[rec.tensor]);
       at += rec.length;
       return Status::Ok();
     }));
