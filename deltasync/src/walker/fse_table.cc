@@ -70,15 +70,20 @@ Status ReadFseCounts(std::span<const uint8_t> in, uint32_t max_symbol, uint32_t 
   return Status::Ok();
 }
 
-void BuildFseTable(const FseCounts& counts, FseTable* table) {
+namespace {
+
+// Spreads the symbols over the cells (the RFC 8878 order) and hands each cell's symbol, state
+// bits and next-state base to `fill(u, symbol, nb_bits, base)`.
+template <class Fill>
+void SpreadCells(const FseCounts& counts, Fill fill) {
   const uint32_t size = 1u << counts.log;
   const uint32_t mask = size - 1;
-  table->log = counts.log;
   std::array<uint16_t, kFseMaxSymbols> next;
+  uint8_t symbols[(1u << kFseMaxLog) + 8];
   uint32_t high = size - 1;
   for (uint32_t s = 0; s < counts.num_symbols; ++s) {
     if (counts.prob[s] == -1) {
-      table->cells[high--].symbol = static_cast<uint8_t>(s);
+      symbols[high--] = static_cast<uint8_t>(s);
       next[s] = 1;
     } else {
       next[s] = static_cast<uint16_t>(counts.prob[s] > 0 ? counts.prob[s] : 0);
@@ -98,14 +103,14 @@ void BuildFseTable(const FseCounts& counts, FseTable* table) {
     }
     uint32_t pos = 0;
     for (uint32_t i = 0; i < size; ++i) {
-      table->cells[pos].symbol = spread[i];
+      symbols[pos] = spread[i];
       pos = (pos + step) & mask;
     }
   } else {
     uint32_t pos = 0;
     for (uint32_t s = 0; s < counts.num_symbols; ++s) {
       for (int32_t i = 0; i < counts.prob[s]; ++i) {
-        table->cells[pos].symbol = static_cast<uint8_t>(s);
+        symbols[pos] = static_cast<uint8_t>(s);
         do {
           pos = (pos + step) & mask;
         } while (pos > high);
@@ -113,12 +118,35 @@ void BuildFseTable(const FseCounts& counts, FseTable* table) {
     }
   }
   for (uint32_t u = 0; u < size; ++u) {
-    FseCell& cell = table->cells[u];
-    const uint32_t x = next[cell.symbol]++;
+    const uint8_t symbol = symbols[u];
+    const uint32_t x = next[symbol]++;
     const uint32_t nb = counts.log - (std::bit_width(x) - 1);
-    cell.nb_bits = static_cast<uint8_t>(nb);
-    cell.base = static_cast<uint16_t>((x << nb) - size);
+    fill(u, symbol, nb, static_cast<uint16_t>((x << nb) - size));
   }
+}
+
+}  // namespace
+
+void BuildFseTable(const FseCounts& counts, FseTable* table) {
+  table->log = counts.log;
+  SpreadCells(counts, [&](uint32_t u, uint8_t symbol, uint32_t nb, uint16_t base) {
+    table->cells[u] = FseCell{base, symbol, static_cast<uint8_t>(nb)};
+  });
+}
+
+void BuildSequenceCodeTable(const FseCounts& counts, const uint32_t* value_base,
+                            const uint8_t* extra_bits, SequenceCodeTable* table) {
+  table->log = counts.log;
+  SpreadCells(counts, [&](uint32_t u, uint8_t symbol, uint32_t nb, uint16_t base) {
+    table->cells[u] =
+        SequenceCell{value_base[symbol], extra_bits[symbol], static_cast<uint8_t>(nb), base};
+  });
+}
+
+void BuildRleSequenceCodeTable(uint8_t symbol, const uint32_t* value_base,
+                               const uint8_t* extra_bits, SequenceCodeTable* table) {
+  table->log = 0;
+  table->cells[0] = SequenceCell{value_base[symbol], extra_bits[symbol], 0, 0};
 }
 
 void BuildRleFseTable(uint8_t symbol, FseTable* table) {

@@ -29,6 +29,21 @@ struct FseTable {
   std::array<FseCell, 1u << kFseMaxLog> cells;
 };
 
+// A sequence-code decoding state with its code resolved (the layout libzstd's decoder uses):
+// the value is value_base + read(extra_bits), then next state = next_base + read(nb_bits). One
+// load per table per sequence, no second lookup of the code's base and extra bits.
+struct SequenceCell {
+  uint32_t value_base;
+  uint8_t extra_bits;
+  uint8_t nb_bits;
+  uint16_t next_base;
+};
+
+struct SequenceCodeTable {
+  uint32_t log = 0;
+  std::array<SequenceCell, 1u << kFseMaxLog> cells;
+};
+
 // Normalized counts read from a table description; -1 means "less than 1".
 struct FseCounts {
   uint32_t log = 0;
@@ -45,6 +60,15 @@ Status ReadFseCounts(std::span<const uint8_t> in, uint32_t max_symbol, uint32_t 
 
 // Builds the decoding table for valid counts (as produced by ReadFseCounts).
 void BuildFseTable(const FseCounts& counts, FseTable* table);
+
+// Builds the decoding table for valid counts with each symbol's code resolved through
+// `value_base` and `extra_bits` (indexed by symbol; every symbol the counts use must be listed).
+void BuildSequenceCodeTable(const FseCounts& counts, const uint32_t* value_base,
+                            const uint8_t* extra_bits, SequenceCodeTable* table);
+
+// A one-state table that always yields `symbol`'s value and reads no state bits (RLE mode).
+void BuildRleSequenceCodeTable(uint8_t symbol, const uint32_t* value_base,
+                               const uint8_t* extra_bits, SequenceCodeTable* table);
 
 // A one-state table that always yields `symbol` and reads no bits (RLE mode).
 void BuildRleFseTable(uint8_t symbol, FseTable* table);

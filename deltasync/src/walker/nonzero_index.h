@@ -59,6 +59,21 @@ class EntryBuffer {
   size_t capacity_ = 0;
 };
 
+// kBitsBelow[n][k]: the bits of word k (of four) below bit n of the four words' 256.
+struct BitsBelowTable {
+  uint64_t rows[4 * 64 + 1][4];
+  constexpr BitsBelowTable() : rows() {
+    for (unsigned n = 0; n <= 4 * 64; ++n) {
+      for (unsigned k = 0; k < 4; ++k) {
+        const unsigned bits = n <= 64 * k ? 0 : (n - 64 * k >= 64 ? 64 : n - 64 * k);
+        rows[n][k] = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+      }
+    }
+  }
+  const uint64_t* operator[](uint64_t n) const { return rows[n]; }
+};
+inline constexpr BitsBelowTable kBitsBelow{};
+
 class NonzeroIndex {
  public:
   static constexpr unsigned kPageShift = 12;
@@ -103,22 +118,22 @@ class NonzeroIndex {
   // REQUIRES: floor() <= begin < end <= frontier.
   [[gnu::always_inline]] bool EmptyRange(uint64_t begin, uint64_t end, uint64_t frontier) {
     // Ring bits for positions in [frontier - ring, frontier) are current (BeginBlock).
-    const uint64_t last = end - 1;
-    const uint64_t w0 = begin >> 6, w1 = last >> 6;
-    const uint64_t lo_mask = ~uint64_t{0} << (begin & 63);
-    const uint64_t hi_mask = ~uint64_t{0} >> (63 - (last & 63));
-    const uint64_t span = w1 - w0;
-    if (span <= 3) [[likely]] {
-      // Up to four words (ranges of ~200 bytes and less), without a branch on the span: words
-      // past w1 are masked out.
-      const uint64_t m0 = lo_mask & (span == 0 ? hi_mask : ~uint64_t{0});
-      const uint64_t m1 = span == 1 ? hi_mask : (span > 1 ? ~uint64_t{0} : 0);
-      const uint64_t m2 = span == 2 ? hi_mask : (span > 2 ? ~uint64_t{0} : 0);
-      const uint64_t m3 = span == 3 ? hi_mask : 0;
-      return ((chunk_bits_[w0 & word_mask_] & m0) | (chunk_bits_[(w0 + 1) & word_mask_] & m1) |
-              (chunk_bits_[(w0 + 2) & word_mask_] & m2) |
-              (chunk_bits_[(w0 + 3) & word_mask_] & m3)) == 0;
+    const uint64_t w0 = begin >> 6;
+    const uint64_t first_bit = begin & 63;
+    const uint64_t stop = first_bit + (end - begin);  // end, in bits from the start of word w0
+    if (stop <= 4 * 64) [[likely]] {
+      // Up to four words (ranges of ~200 bytes and less) without a branch on the span: word k
+      // is masked to the bits below `stop` by a table row (all-zero rows past the range).
+      const uint64_t* below = kBitsBelow[stop];
+      return ((chunk_bits_[w0 & word_mask_] & (~uint64_t{0} << first_bit) & below[0]) |
+              (chunk_bits_[(w0 + 1) & word_mask_] & below[1]) |
+              (chunk_bits_[(w0 + 2) & word_mask_] & below[2]) |
+              (chunk_bits_[(w0 + 3) & word_mask_] & below[3])) == 0;
     }
+    const uint64_t last = end - 1;
+    const uint64_t w1 = last >> 6;
+    const uint64_t lo_mask = ~uint64_t{0} << first_bit;
+    const uint64_t hi_mask = ~uint64_t{0} >> (63 - (last & 63));
     // Longer: the two edge words, then the interior words through the summary (one bit per
     // word), up to 256 KiB of interior in at most 64 summary words.
     if (((chunk_bits_[w0 & word_mask_] & lo_mask) | (chunk_bits_[w1 & word_mask_] & hi_mask)) !=

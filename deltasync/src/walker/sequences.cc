@@ -28,6 +28,18 @@ constexpr uint8_t kMatchBits[kMaxMatchCode + 1] = {
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0,  0,  0,  0,  0,  0, 0,
     0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 
+constexpr uint32_t kOffsetBase[kMaxOffsetCode + 1] = {
+    1u << 0,  1u << 1,  1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
+    1u << 8,  1u << 9,  1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
+    1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
+    1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+constexpr uint8_t kOffsetBits[kMaxOffsetCode + 1] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                                     11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                                     22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+// Each table's code values (indexed by LL = 0, OF = 1, ML = 2).
+constexpr const uint32_t* kCodeBase[3] = {kLiteralBase, kOffsetBase, kMatchBase};
+constexpr const uint8_t* kCodeBits[3] = {kLiteralBits, kOffsetBits, kMatchBits};
+
 constexpr int16_t kLiteralDefault[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1,  1,  2,  2,
                                          2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1};
 constexpr int16_t kMatchDefault[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1,  1,  1,  1,  1,  1,  1, 1,
@@ -36,20 +48,20 @@ constexpr int16_t kMatchDefault[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1,  1,  1, 
 constexpr int16_t kOffsetDefault[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1,  1,  1,  1,  1, 1,
                                         1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
 
-FseTable MakeDefault(const int16_t* prob, uint32_t n, uint32_t log) {
+SequenceCodeTable MakeDefault(int which, const int16_t* prob, uint32_t n, uint32_t log) {
   FseCounts counts;
   counts.log = log;
   counts.num_symbols = n;
   for (uint32_t i = 0; i < n; ++i) counts.prob[i] = prob[i];
-  FseTable table;
-  BuildFseTable(counts, &table);
+  SequenceCodeTable table;
+  BuildSequenceCodeTable(counts, kCodeBase[which], kCodeBits[which], &table);
   return table;
 }
 
-const FseTable& DefaultTable(int which) {
-  static const FseTable kLiteral = MakeDefault(kLiteralDefault, 36, 6);
-  static const FseTable kOffset = MakeDefault(kOffsetDefault, 29, 5);
-  static const FseTable kMatch = MakeDefault(kMatchDefault, 53, 6);
+const SequenceCodeTable& DefaultTable(int which) {
+  static const SequenceCodeTable kLiteral = MakeDefault(0, kLiteralDefault, 36, 6);
+  static const SequenceCodeTable kOffset = MakeDefault(1, kOffsetDefault, 29, 5);
+  static const SequenceCodeTable kMatch = MakeDefault(2, kMatchDefault, 53, 6);
   return which == 0 ? kLiteral : which == 1 ? kOffset : kMatch;
 }
 
@@ -73,7 +85,7 @@ Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* 
         return DataLoss(std::string(kTableNames[which]) + ": RLE symbol " + std::to_string(symbol) +
                         " above maximum code");
       }
-      BuildRleFseTable(symbol, &table->rle);
+      BuildRleSequenceCodeTable(symbol, kCodeBase[which], kCodeBits[which], &table->rle);
       table->current = &table->rle;
       ++*pos;
       return Status::Ok();
@@ -93,7 +105,7 @@ Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* 
       RETURN_IF_ERROR(
           ReadFseCounts(in.subspan(*pos), kMaxSymbol[which], kMaxLog[which], &counts, &used)
               .WithPrefix(kTableNames[which]));
-      BuildFseTable(counts, &table->built);
+      BuildSequenceCodeTable(counts, kCodeBase[which], kCodeBits[which], &table->built);
       table->current = &table->built;
       if (used <= sizeof(table->description)) {
         std::memcpy(table->description, in.data() + *pos, used);
@@ -217,9 +229,9 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   if (!br.Init(in.data() + pos, in.size() - pos)) {
     return DataLoss("sequence bitstream empty or without end marker");
   }
-  const FseCell* ll_cells = state->ll.current->cells.data();
-  const FseCell* of_cells = state->of.current->cells.data();
-  const FseCell* ml_cells = state->ml.current->cells.data();
+  const SequenceCell* ll_cells = state->ll.current->cells.data();
+  const SequenceCell* of_cells = state->of.current->cells.data();
+  const SequenceCell* ml_cells = state->ml.current->cells.data();
   uint32_t ll_state = static_cast<uint32_t>(br.Read(state->ll.current->log));
   uint32_t of_state = static_cast<uint32_t>(br.Read(state->of.current->log));
   uint32_t ml_state = static_cast<uint32_t>(br.Read(state->ml.current->log));
@@ -230,15 +242,15 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
       limits.output_room < limits.block_max ? limits.output_room : limits.block_max;
   const uint64_t window = limits.window;
   for (uint32_t n = 0; n < count; ++n) {
-    const FseCell ll_cell = ll_cells[ll_state];
-    const FseCell of_cell = of_cells[of_state];
-    const FseCell ml_cell = ml_cells[ml_state];
+    const SequenceCell ll_cell = ll_cells[ll_state];
+    const SequenceCell of_cell = of_cells[of_state];
+    const SequenceCell ml_cell = ml_cells[ml_state];
     // Extra bits in stream order offset, match length, literal length, then the state updates
     // in order LL, ML, OF (none after the last sequence): one read each, one refill, when the
     // whole sequence fits the container's 56 bits (nearly always).
-    const unsigned of_bits = of_cell.symbol;
-    const unsigned ml_bits = kMatchBits[ml_cell.symbol];
-    const unsigned ll_bits = kLiteralBits[ll_cell.symbol];
+    const unsigned of_bits = of_cell.extra_bits;
+    const unsigned ml_bits = ml_cell.extra_bits;
+    const unsigned ll_bits = ll_cell.extra_bits;
     const unsigned extra_bits = of_bits + ml_bits + ll_bits;
     const unsigned ll_n = ll_cell.nb_bits, ml_n = ml_cell.nb_bits, of_n = of_cell.nb_bits;
     const bool update = n + 1 < count;
@@ -265,14 +277,14 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     }
     if (update) {
       const uint64_t v = br.Read(state_bits);
-      of_state = of_cell.base + static_cast<uint32_t>(v & SmallMask(of_n));
-      ml_state = ml_cell.base + static_cast<uint32_t>((v >> of_n) & SmallMask(ml_n));
-      ll_state = ll_cell.base + static_cast<uint32_t>(v >> (of_n + ml_n));
+      of_state = of_cell.next_base + static_cast<uint32_t>(v & SmallMask(of_n));
+      ml_state = ml_cell.next_base + static_cast<uint32_t>((v >> of_n) & SmallMask(ml_n));
+      ll_state = ll_cell.next_base + static_cast<uint32_t>(v >> (of_n + ml_n));
     }
     br.Reload();
-    const uint64_t offset_value = (uint64_t{1} << of_bits) + offset_extra;
-    const uint64_t match_length = kMatchBase[ml_cell.symbol] + ml_extra;
-    const uint64_t literal_length = kLiteralBase[ll_cell.symbol] + ll_extra;
+    const uint64_t offset_value = of_cell.value_base + offset_extra;
+    const uint64_t match_length = ml_cell.value_base + ml_extra;
+    const uint64_t literal_length = ll_cell.value_base + ll_extra;
     // Repeat offsets without data-dependent branches (sparse frames alternate between the
     // LL > 0 and LL == 0 forms): index 0..2 = rep0..rep2, 3 = rep0 - 1, 4 = a new offset.
     const unsigned index =

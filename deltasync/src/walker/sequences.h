@@ -19,9 +19,9 @@ namespace deltakv::deltasync::walker {
 // kept with the description it came from, so a later block that repeats the same description
 // bytes (common: consecutive blocks of a delta have the same statistics) reuses it unbuilt.
 struct SequenceTable {
-  const FseTable* current = nullptr;  // what the block decodes with
-  FseTable built;                     // from the description in `description`
-  FseTable rle;
+  const SequenceCodeTable* current = nullptr;  // what the block decodes with
+  SequenceCodeTable built;                     // from the description in `description`
+  SequenceCodeTable rle;
   uint8_t description[kFseMaxDescriptionBytes];
   size_t description_size = 0;  // 0: `built` holds nothing reusable
 };
