@@ -123,6 +123,7 @@ struct FetchWindow {
 // Frames `keep` rejects are left out (and the objects holding them named in *partial); a gap
 // between kept frames starts a new window, so skipped bytes are never read.
 std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_bytes,
+                                     uint64_t first_window_bytes,
                                      const PlannerOptions::FrameFilter& keep,
                                      std::set<std::string>* partial) {
   std::map<std::string, std::vector<FrameRef>> by_object;
@@ -136,6 +137,9 @@ std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_byt
     }
   }
   std::vector<FetchWindow> out;
+  // The first window is small so that decoding starts after a short read; each next one may be
+  // twice the last, up to window_bytes (it is fetched while the one before it decodes).
+  uint64_t limit = std::min(window_bytes, std::max<uint64_t>(first_window_bytes, 1));
   for (auto& [object, frames] : by_object) {
     std::sort(frames.begin(), frames.end(), [](const FrameRef& a, const FrameRef& b) {
       return a.frame->object_offset < b.frame->object_offset;
@@ -144,8 +148,9 @@ std::vector<FetchWindow> PlanWindows(const DeltaManifest& m, uint64_t window_byt
     for (const FrameRef& fr : frames) {
       const uint64_t begin = fr.frame->object_offset;
       const uint64_t end = begin + fr.frame->compressed_length;
-      if (w == nullptr || begin < w->offset || end - w->offset > window_bytes ||
+      if (w == nullptr || begin < w->offset || end - w->offset > limit ||
           (!partial->empty() && begin > w->offset + w->length)) {
+        if (w != nullptr) limit = limit > window_bytes / 2 ? window_bytes : limit * 2;
         out.push_back({object, begin, 0, {}});
         w = &out.back();
       }
@@ -298,7 +303,8 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
   }
   std::set<std::string> partial;
   const std::vector<FetchWindow> windows =
-      PlanWindows(m, std::max<uint64_t>(opt.fetch_window_bytes, 1), opt.frame_filter, &partial);
+      PlanWindows(m, std::max<uint64_t>(opt.fetch_window_bytes, 1), opt.first_fetch_window_bytes,
+                  opt.frame_filter, &partial);
   // Windows are fetched one at a time (at most one prefetch in flight), so the digests are fed
   // in window order, each call ordered after the previous by the future's get(). An object read
   // only in part has no digest to check (the ranks' Adler-32 sums cover what is applied).

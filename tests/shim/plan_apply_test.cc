@@ -6,8 +6,10 @@
 
 #include <cstring>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "deltasync/applier.h"
 #include "deltasync/checkpoint.h"
@@ -243,6 +245,87 @@ TEST(PlanApply, SmallPartsAndFetchWindowsGiveTheSameResult) {
     }
     }
   }
+}
+
+// The first fetch is small and each next one at most twice the last, up to the window bound;
+// the reads cover every frame once, and the plans are the same as with one size throughout.
+TEST(PlanApply, FetchWindowsStartSmallAndGrow) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 1024));  // several frames per tensor
+  class RecordingStore final : public ObjectStore {
+   public:
+    explicit RecordingStore(std::unique_ptr<ObjectStore> inner) : inner_(std::move(inner)) {}
+    StatusOr<uint64_t> Size(const std::string& name) override { return inner_->Size(name); }
+    StatusOr<std::string> ReadRange(const std::string& name, uint64_t offset,
+                                    uint64_t length) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_.push_back(length);
+      return inner_->ReadRange(name, offset, length);
+    }
+    StatusOr<std::string> ReadObject(const std::string& name, uint64_t max_bytes) override {
+      return inner_->ReadObject(name, max_bytes);
+    }
+    std::string Describe() const override { return inner_->Describe(); }
+    std::vector<uint64_t> reads() {
+      std::lock_guard<std::mutex> lock(mu_);
+      return reads_;
+    }
+
+   private:
+    std::unique_ptr<ObjectStore> inner_;
+    std::mutex mu_;
+    std::vector<uint64_t> reads_;
+  };
+  auto m = ParseDeltaManifest(ReadAll(f.tmp / "d12/manifest.json"));
+  ASSERT_TRUE(m.ok());
+  uint64_t largest_frame = 0, frame_bytes = 0;
+  for (const DeltaTensor& t : m->tensors) {
+    for (const DeltaFrame& fr : t.frames) {
+      largest_frame = std::max(largest_frame, fr.compressed_length);
+      frame_bytes += fr.compressed_length;
+    }
+  }
+  ASSERT_GT(frame_bytes, 8 * largest_frame);
+  const uint64_t first = largest_frame, cap = 4 * largest_frame;
+  PlannerOptions opt;
+  opt.verify_sha256 = false;  // only the windows read
+  opt.first_fetch_window_bytes = first;
+  opt.fetch_window_bytes = cap;
+  RankTensorTables ranks = f.Tables();
+  auto plan_tables = PlanTensorTables(*m, ranks);
+  ASSERT_TRUE(plan_tables.ok());
+  auto plan = [&](const PlannerOptions& o, std::vector<uint64_t>* reads) {
+    PartedOutput out(*plan_tables, 1 << 20);
+    RecordingStore store(MakeFileStore(f.tmp / "d12"));
+    auto stats = BuildSyncPlans(*m, store, ranks, out, o);
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    *reads = store.reads();
+    auto parts = out.Finish();
+    EXPECT_TRUE(parts.ok());
+    std::vector<std::vector<uint8_t>> bytes;
+    for (auto& rank : *parts) {
+      for (std::span<uint8_t> p : rank) bytes.emplace_back(p.begin(), p.end());
+    }
+    return bytes;
+  };
+  std::vector<uint64_t> reads;
+  auto grown = plan(opt, &reads);
+  ASSERT_GE(reads.size(), 3u);
+  EXPECT_LE(reads[0], first);
+  uint64_t total = 0, limit = first;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    EXPECT_LE(reads[i], std::max(limit, largest_frame)) << "read " << i;
+    EXPECT_LE(reads[i], cap) << "read " << i;
+    total += reads[i];
+    limit = std::min(cap, limit * 2);
+  }
+  EXPECT_EQ(total, frame_bytes);  // one object per shard, frames back to back
+  EXPECT_GT(*std::max_element(reads.begin(), reads.end()), 2 * first);  // it did grow
+  PlannerOptions flat = opt;
+  flat.first_fetch_window_bytes = cap;
+  std::vector<uint64_t> flat_reads;
+  EXPECT_EQ(plan(flat, &flat_reads), grown);
+  EXPECT_LT(flat_reads.size(), reads.size());
 }
 
 TEST(PlanApply, CorruptFrameFailsWithParallelDecode) {

@@ -1,16 +1,15 @@
 // SyncPlanner: turns a delta into one write plan per engine rank, without ever building a
 // dense tensor or reading model weights.
 //
-// Each shard object is fetched from the store once, in windows of whole frames (ranged reads
-// of at most PlannerOptions::fetch_window_bytes unless one frame is larger), the next window
-// fetched on a second thread while the current one decodes. Every frame is decoded by an
-// XorDecoder into runs of nonzero XOR bytes; each run is split by the tensor's layout into
+// Each shard object is fetched from the store once, in windows of whole frames (ranged reads of at
+// most PlannerOptions::fetch_window_bytes unless one frame is larger, the first ones smaller), the
+// next window fetched on a second thread while the current one decodes. Every frame is decoded by
+// an XorDecoder into runs of nonzero XOR bytes; each run is split by the tensor's layout into
 // per-rank pieces (rank, local offset, canonical offset) and handed to a PlanOutput. With
 // decode_threads >= 2, decode_threads - 1 walker threads decode frames (each its own, in frame
-// order) and stream their runs in chunks to the calling thread, which routes them as they
-// arrive, so walking and planning overlap. Memory is bounded by two fetch windows, a few
-// chunks per frame in flight and what the output keeps: the planner never holds an object, a
-// tensor or a plan.
+// order) and stream their runs in chunks to the calling thread, which routes them as they arrive,
+// so walking and planning overlap. Memory is bounded by two fetch windows, a few chunks per frame
+// in flight and what the output keeps: the planner never holds an object, a tensor or a plan.
 // Tensors shorter than kFullVerifyBelowBytes are planned in full (every byte, XOR zero where
 // unchanged) and flagged, so ranks can return full-checksum partial sums for them.
 //
@@ -68,8 +67,11 @@ StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManif
 struct PlannerOptions {
   std::string decoder;  // "" = default XorDecoder
   uint32_t max_window_log = 27;
-  // Frames are fetched in ranged reads of up to this many bytes (a larger frame alone).
+  // Frames are fetched in ranged reads of up to this many bytes (a larger frame alone). The
+  // first read is at most first_fetch_window_bytes and each next one at most twice the one
+  // before, so decoding starts after a short read whatever this bound.
   uint64_t fetch_window_bytes = 32ull << 20;
+  uint64_t first_fetch_window_bytes = 1ull << 20;
   // Fetch the next window while the current one decodes.
   bool prefetch = true;
   // Threads the planner uses. 1: decode on the calling thread, straight into the output.
