@@ -4,9 +4,10 @@
 // measured in the same run.
 //
 // Stages (each timed on its own, best of --reps, CPU time and wall clock):
-//   layout_mapping  the planner's routing of the walker's runs: its PlanSink
-//                   (deltasync/src/plan_sink.h) merging runs closer than 32 bytes and
-//                   splitting each merged run into per-rank pieces with
+//   layout_mapping  the planner's routing of the walker's nonzero bytes: its PlanSink
+//                   (deltasync/src/plan_sink.h) taking them one by one in the walker's
+//                   batches of a block (NonzeroSink::OnBytes), merging those closer than
+//                   32 bytes and splitting each merged run into per-rank pieces with
 //                   TensorLayout::ForEachPiece into a PlanOutput that only counts; every
 //                   workload checks that its pieces are exactly the ones BuildSyncPlans emits
 //                   for the same delta (compressed with zstd, walked by the real planner).
@@ -233,11 +234,15 @@ struct Run {
   uint32_t len = 0;
 };
 
-// A synthetic XOR delta as a walker emits it: maximal runs of nonzero bytes, in order.
+// A synthetic XOR delta as the sparse walker delivers it to the planner's sink (which takes
+// bytes, NonzeroSink::TakesBytes): its nonzero bytes packed (position << 8 | value), in
+// batches of one 128 KiB block of output each; also as maximal runs of nonzero bytes.
 struct Delta {
   std::vector<uint8_t> dense;  // for the checks only
   std::vector<Run> runs;
   std::vector<uint8_t> bytes;
+  std::vector<uint64_t> entries;
+  std::vector<size_t> batch_ends;  // entries of batch k: [batch_ends[k - 1], batch_ends[k])
   uint64_t changed = 0;  // nonzero bytes
 };
 
@@ -265,16 +270,28 @@ Delta MakeDelta(uint64_t size, double density, uint64_t seed) {
     d.changed += j - i;
     i = j;
   }
+  constexpr uint64_t kBlock = 128 << 10;
+  for (uint64_t i = 0; i < size; ++i) {
+    if (d.dense[i] != 0) d.entries.push_back(i << 8 | d.dense[i]);
+    if ((i + 1) % kBlock == 0 || i + 1 == size) {
+      if (d.batch_ends.empty() || d.batch_ends.back() != d.entries.size()) {
+        d.batch_ends.push_back(d.entries.size());
+      }
+    }
+  }
   return d;
 }
 
 // ---- Stage 1: layout mapping -----------------------------------------------------------
 
-// The planner's own sink (deltasync/src/plan_sink.h) over the walker's runs of one frame.
+// The planner's own sink (deltasync/src/plan_sink.h) over the walker's bytes of one frame.
 Status RouteAll(const Delta& d, const TensorLayout& layout, PlanOutput& out) {
   deltasync::PlanSink sink(layout, 0, 0, out, nullptr);
-  for (const Run& r : d.runs) {
-    RETURN_IF_ERROR(sink.OnRun(r.pos, {d.bytes.data() + r.at, r.len}));
+  if (!sink.TakesBytes()) return Internal("the planner's sink no longer takes bytes");
+  size_t begin = 0;
+  for (size_t end : d.batch_ends) {
+    RETURN_IF_ERROR(sink.OnBytes(d.entries.data() + begin, end - begin, 0));
+    begin = end;
   }
   return sink.Flush();
 }

@@ -1,7 +1,25 @@
 #include "deltasync/xor_decoder.h"
 #include "deltasync/zstd_walker.h"
 
+#include <cstdint>
+#include <vector>
+
 namespace deltakv::deltasync {
+
+Status NonzeroSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
+  std::vector<uint8_t> run;
+  size_t i = 0;
+  while (i < count) {
+    const uint64_t start = base + (entries[i] >> 8);
+    run.clear();
+    do {
+      run.push_back(static_cast<uint8_t>(entries[i]));
+      ++i;
+    } while (i < count && base + (entries[i] >> 8) == start + run.size());
+    RETURN_IF_ERROR(OnRun(start, run));
+  }
+  return Status::Ok();
+}
 
 StatusOr<std::unique_ptr<XorDecoder>> MakeXorDecoder(std::string_view name) {
   // The sparse walker is the default: its memory does not depend on the decoded size.

@@ -45,6 +45,42 @@ Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
   return Status::Ok();
 }
 
+Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
+  if (dense_ != nullptr) {  // small tensor: collected, planned in full later
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t canonical = base_ + base + (entries[i] >> 8);
+      if (canonical >= dense_->size()) return DataLoss("decoded bytes fall outside the tensor");
+      (*dense_)[canonical] = static_cast<uint8_t>(entries[i]);
+    }
+    return Status::Ok();
+  }
+  uint8_t* p = pending_.data();
+  uint64_t room = pending_.size();  // bytes of pending_; a write at `at` needs at + 8 of them
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t canonical = base_ + base + (entries[i] >> 8);
+    const uint8_t value = static_cast<uint8_t>(entries[i]);
+    uint64_t at = 0;
+    if (pending_len_ != 0 && canonical - pending_end() <= kPlanMergeGap &&
+        pending_len_ < kPlanMaxPendingRun) [[likely]] {
+      at = canonical - pending_start_;  // joins the held-back run
+    } else {
+      RETURN_IF_ERROR(Flush());
+      pending_start_ = canonical;
+    }
+    if (at + 8 > room) [[unlikely]] {
+      pending_.resize(std::max<uint64_t>({at + 8, 2 * room, 64}));
+      p = pending_.data();
+      room = pending_.size();
+    }
+    // The gap a merge bridges (at most kPlanMergeGap zero XOR bytes), a word at a time: words
+    // past `at` are overwritten by the byte and later ones.
+    for (uint64_t k = pending_len_; k < at; k += 8) std::memset(p + k, 0, 8);
+    p[at] = value;
+    pending_len_ = at + 1;
+  }
+  return Status::Ok();
+}
+
 Status PlanSink::Flush() {
   if (pending_len_ == 0) return Status::Ok();
   const uint64_t start = pending_start_;

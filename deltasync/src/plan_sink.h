@@ -36,6 +36,9 @@ class PlanSink final : public NonzeroSink {
   // kPlanMergeGap bytes after the held-back run joins it, otherwise the held-back run is
   // routed first. DataLoss for dense bytes outside the tensor; the output's errors.
   Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override;
+  // The same for nonzero bytes one by one (the sparse walker's batches): merged as runs are.
+  bool TakesBytes() const override { return true; }
+  Status OnBytes(const uint64_t* entries, size_t count, uint64_t base) override;
 
   // Routes the run still held back. Call once after the frame decoded.
   Status Flush();

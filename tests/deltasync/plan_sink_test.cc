@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -99,6 +100,102 @@ TEST(PlanSink, AnySplitRebuildsTheBufferPerRank) {
       ASSERT_EQ(local[r][c - r * shard], x[c - frame_offset]) << "round " << round << " at " << c;
     }
   }
+}
+
+// Nonzero bytes one by one (OnBytes, the sparse walker's delivery) in batches of any size give
+// exactly the pieces that maximal runs of the same bytes give through OnRun: merged across
+// gaps of up to kPlanMergeGap zeros (also across batches), split at shard edges, dense runs
+// cut at kPlanMaxPendingRun; and a small tensor's dense buffer is filled the same way.
+TEST(PlanSink, BytesOneByOneGiveThePiecesOfTheirRuns) {
+  const uint64_t rows = 64, row_bytes = 64 << 10, frame_offset = 3000;
+  auto layout = TensorLayout::ShardDim0({rows, row_bytes}, DType::kU8, 4);
+  ASSERT_TRUE(layout.ok());
+  const uint64_t total = rows * row_bytes, frame = total - frame_offset;
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 12; ++round) {
+    std::vector<uint8_t> x(frame, 0);
+    if (round % 4 == 3) {
+      // Dense: a run longer than kPlanMaxPendingRun.
+      for (uint64_t i = 100; i < 100 + kPlanMaxPendingRun + 5000; ++i) {
+        x[i] = static_cast<uint8_t>(1 + rng() % 255);
+      }
+    } else {
+      const uint64_t gap_max = round % 4 == 0 ? 3 : (round % 4 == 1 ? 2 * kPlanMergeGap : 4000);
+      for (uint64_t i = rng() % 50; i < frame; i += 1 + rng() % gap_max) {
+        x[i] = static_cast<uint8_t>(1 + rng() % 255);
+      }
+    }
+    std::vector<uint64_t> entries;
+    for (uint64_t i = 0; i < frame; ++i) {
+      if (x[i] != 0) entries.push_back(i << 8 | x[i]);
+    }
+    Collect by_runs, by_bytes;
+    PlanSink runs(*layout, 0, frame_offset, by_runs, nullptr);
+    for (uint64_t i = 0; i < frame;) {
+      if (x[i] == 0) {
+        ++i;
+        continue;
+      }
+      uint64_t e = i;
+      while (e < frame && x[e] != 0) ++e;
+      ASSERT_TRUE(runs.OnRun(i, std::span<const uint8_t>(x.data() + i, e - i)).ok());
+      i = e;
+    }
+    ASSERT_TRUE(runs.Flush().ok());
+    PlanSink bytes(*layout, 0, frame_offset, by_bytes, nullptr);
+    ASSERT_TRUE(bytes.TakesBytes());
+    for (size_t i = 0; i < entries.size();) {
+      const size_t n = std::min<size_t>(entries.size() - i, 1 + rng() % 3000);
+      ASSERT_TRUE(bytes.OnBytes(entries.data() + i, n, 0).ok());
+      i += n;
+    }
+    ASSERT_TRUE(bytes.Flush().ok());
+    // Both rebuild the frame's bytes exactly, each byte in one piece.
+    const uint64_t shard = total / 4;
+    for (const Collect* out : {&by_runs, &by_bytes}) {
+      std::vector<uint8_t> rebuilt(total, 0);
+      std::vector<bool> seen(total, false);
+      for (const Collect::Piece& p : out->pieces) {
+        ASSERT_LT(p.rank, 4u);
+        ASSERT_EQ(p.local, p.canonical - p.rank * shard);
+        ASSERT_LE(p.local + p.bytes.size(), shard);
+        ASSERT_LE(p.bytes.size(), kPlanMaxPendingRun + kPlanMergeGap);
+        for (size_t k = 0; k < p.bytes.size(); ++k) {
+          ASSERT_FALSE(seen[p.canonical + k]) << "byte in two pieces";
+          seen[p.canonical + k] = true;
+          rebuilt[p.canonical + k] = p.bytes[k];
+        }
+      }
+      ASSERT_TRUE(std::equal(x.begin(), x.end(), rebuilt.begin() + frame_offset))
+          << "round " << round << (out == &by_bytes ? " bytes" : " runs");
+    }
+    // Where no merged run comes near kPlanMaxPendingRun (which a run may pass by its own length
+    // and a byte may not), the pieces are the same.
+    if (round % 4 != 1 && round % 4 != 2) continue;
+    ASSERT_EQ(by_bytes.pieces.size(), by_runs.pieces.size()) << "round " << round;
+    for (size_t k = 0; k < by_runs.pieces.size(); ++k) {
+      const Collect::Piece &a = by_runs.pieces[k], &b = by_bytes.pieces[k];
+      ASSERT_EQ(a.rank, b.rank) << "round " << round << " piece " << k;
+      ASSERT_EQ(a.local, b.local) << "round " << round << " piece " << k;
+      ASSERT_EQ(a.canonical, b.canonical) << "round " << round << " piece " << k;
+      ASSERT_EQ(a.bytes, b.bytes) << "round " << round << " piece " << k;
+    }
+  }
+  // A small tensor: bytes land in its dense buffer at their canonical offsets (with `base`);
+  // one past the end is refused.
+  auto small = TensorLayout::Replicated({256}, DType::kU8, 2);
+  ASSERT_TRUE(small.ok());
+  Collect none;
+  std::vector<uint8_t> dense(256, 0);
+  PlanSink sink(*small, 0, 16, none, &dense);
+  const std::vector<uint64_t> e = {uint64_t{0} << 8 | 5, uint64_t{7} << 8 | 9};
+  ASSERT_TRUE(sink.OnBytes(e.data(), e.size(), 100).ok());
+  EXPECT_EQ(dense[116], 5);
+  EXPECT_EQ(dense[123], 9);
+  const std::vector<uint64_t> past = {uint64_t{140} << 8 | 1};
+  Status st = sink.OnBytes(past.data(), past.size(), 100);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  EXPECT_TRUE(none.pieces.empty());
 }
 
 }  // namespace

@@ -27,6 +27,23 @@ using Nonzeros = std::vector<std::pair<uint64_t, uint8_t>>;
 // non-overlapping positions).
 class CollectingSink : public NonzeroSink {
  public:
+  // With takes_bytes, a decoder that can delivers the nonzero bytes one by one (OnBytes).
+  explicit CollectingSink(bool takes_bytes = false) : takes_bytes_(takes_bytes) {}
+  bool TakesBytes() const override { return takes_bytes_; }
+  Status OnBytes(const uint64_t* entries, size_t count, uint64_t base) override {
+    if (!takes_bytes_) return Internal("OnBytes to a sink that does not take bytes");
+    if (count == 0) return Internal("empty OnBytes");
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t position = base + (entries[i] >> 8);
+      const uint8_t value = static_cast<uint8_t>(entries[i]);
+      if (value == 0) return Internal("OnBytes delivered a zero byte");
+      if (runs_ > 0 && position < next_) return Internal("bytes out of order or repeated");
+      nonzeros_.emplace_back(position, value);
+      next_ = position + 1;
+      ++runs_;
+    }
+    return Status::Ok();
+  }
   Status OnRun(uint64_t position, std::span<const uint8_t> bytes) override {
     if (bytes.empty()) return Internal("empty run");
     if (runs_ > 0 && position < next_) return Internal("runs out of order or overlapping");
@@ -41,9 +58,10 @@ class CollectingSink : public NonzeroSink {
   uint64_t runs() const { return runs_; }
 
  private:
+  bool takes_bytes_;
   Nonzeros nonzeros_;
   uint64_t next_ = 0;
-  uint64_t runs_ = 0;
+  uint64_t runs_ = 0;  // runs, or bytes through OnBytes
 };
 
 inline Nonzeros ScanNonzeros(std::span<const uint8_t> data, uint64_t base = 0) {
@@ -217,15 +235,30 @@ struct WalkOutcome {
   std::optional<XorDigest> digest;  // with options.limits.compute_digest
 };
 
+// Walks `frame` into a sink taking runs, and again into one taking bytes (NonzeroSink::OnBytes):
+// both must see the same nonzero bytes, the same outcome and the same digest; otherwise the
+// status is Internal.
 inline WalkOutcome Walk(std::span<const uint8_t> frame, const WalkerOptions& options = {}) {
-  CollectingSink sink;
-  SparseZstdWalker walker(sink, options);
-  WalkOutcome out;
-  out.status = walker.Feed(frame);
-  if (out.status.ok()) out.status = walker.Finish();
-  out.stats = walker.stats();
-  out.nonzeros = sink.nonzeros();
-  out.digest = walker.result().digest;
+  auto once = [&](bool takes_bytes) {
+    CollectingSink sink(takes_bytes);
+    SparseZstdWalker walker(sink, options);
+    WalkOutcome out;
+    out.status = walker.Feed(frame);
+    if (out.status.ok()) out.status = walker.Finish();
+    out.stats = walker.stats();
+    out.nonzeros = sink.nonzeros();
+    out.digest = walker.result().digest;
+    return out;
+  };
+  WalkOutcome out = once(false);
+  const WalkOutcome bytes = once(true);
+  if (bytes.status.code() != out.status.code() || bytes.status.message() != out.status.message() ||
+      bytes.digest != out.digest || bytes.stats.nonzero_bytes != out.stats.nonzero_bytes ||
+      bytes.stats.decoded_length != out.stats.decoded_length ||
+      (out.status.ok() && bytes.nonzeros != out.nonzeros)) {
+    out.status = Internal("byte delivery differs from run delivery: " + bytes.status.ToString() +
+                          " vs " + out.status.ToString());
+  }
   return out;
 }
 

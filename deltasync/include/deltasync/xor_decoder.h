@@ -48,6 +48,17 @@ class NonzeroSink {
  public:
   virtual ~NonzeroSink() = default;
   virtual Status OnRun(uint64_t position, std::span<const uint8_t> bytes) = 0;
+
+  // Byte-wise delivery, for sinks that merge runs themselves. A decoder that holds the nonzero
+  // bytes one by one (the sparse walker) hands a sink whose TakesBytes() is true each batch of
+  // them through OnBytes instead of grouping them into runs for OnRun: `count` entries, entry i
+  // packing the byte at position base + (entries[i] >> 8) with value entries[i] & 0xFF (never
+  // 0). Positions increase strictly within and across calls, each nonzero byte is delivered
+  // once, through OnBytes or OnRun, and an error stops decoding as for OnRun. The array is
+  // valid only during the call. Other decoders call OnRun only.
+  virtual bool TakesBytes() const { return false; }
+  // The default hands each group of adjacent bytes to OnRun.
+  virtual Status OnBytes(const uint64_t* entries, size_t count, uint64_t base);
 };
 
 struct DecodeLimits {

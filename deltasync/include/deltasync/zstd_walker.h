@@ -42,7 +42,8 @@ struct WalkerOptions {
   // Exceeding it gives ResourceExhausted. Bounds CPU on hostile input independently of output.
   uint64_t max_work = UINT64_MAX;
   // Nonzero bytes separated by at most this many zero bytes are delivered in one run (the zeros
-  // included). 0 delivers maximal runs of nonzero bytes only.
+  // included). 0 delivers maximal runs of nonzero bytes only. Not used for a sink that takes
+  // bytes (NonzeroSink::TakesBytes), which gets every nonzero byte on its own.
   uint32_t merge_gap = 0;
 };
 
@@ -60,7 +61,7 @@ struct WalkStats {
   uint64_t rle_blocks = 0;          //   RLE_Block
   uint64_t sequences = 0;           // sequences executed
   uint64_t nonzero_bytes = 0;       // nonzero bytes delivered
-  uint64_t runs = 0;                // OnRun calls made
+  uint64_t runs = 0;                // OnRun calls made (OnBytes calls, to a sink taking bytes)
   uint64_t checksums_verified = 0;  // frames whose content checksum was checked and matched
   uint64_t checksums_skipped = 0;   // frames with a checksum not checked (verify_checksum off)
   uint64_t work = 0;                // work units spent (see WalkerOptions::max_work)

@@ -1,7 +1,9 @@
 // RunEmitter: groups nonzero bytes, produced in increasing position order, into runs for a
 // NonzeroSink. Adjacent bytes (or bytes at most `merge_gap` zeros apart) share a run; a run is
 // delivered when the next byte does not extend it, when it reaches kMaxRun bytes, or on Flush().
-// The first sink error is kept; afterwards nothing more is delivered.
+// A sink that takes bytes (NonzeroSink::TakesBytes) gets each batch of entries as it is, through
+// OnBytes, and does its own merging. The first sink error is kept; afterwards nothing more is
+// delivered.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +18,15 @@ class RunEmitter {
  public:
   static constexpr size_t kMaxRun = 64 * 1024;
 
-  RunEmitter(NonzeroSink& sink, uint32_t merge_gap) : sink_(&sink), merge_gap_(merge_gap) {
+  RunEmitter(NonzeroSink& sink, uint32_t merge_gap)
+      : sink_(&sink), merge_gap_(merge_gap), bytes_(sink.TakesBytes()) {
     run_.reserve(kMaxRun);
   }
 
   // Starts over for another sink, keeping the run buffer.
   void Restart(NonzeroSink& sink, uint32_t merge_gap) {
     sink_ = &sink;
+    bytes_ = sink.TakesBytes();
     merge_gap_ = merge_gap;
     run_.clear();
     start_ = 0;
@@ -52,6 +56,13 @@ class RunEmitter {
   // Add() for each of `count` packed entries (position << 8 | value) at `base` + position, in
   // one loop: the common step (the next byte extends the run) is one compare and one store.
   void AddEntries(const uint64_t* entries, size_t count, uint64_t base) {
+    if (bytes_) {
+      if (count == 0 || !status_.ok()) return;
+      Status s = sink_->OnBytes(entries, count, base);
+      if (!s.ok()) [[unlikely]] status_ = std::move(s);
+      ++runs_;
+      return;
+    }
     size_t i = 0;
     while (i < count) {
       if (!run_.empty()) {
@@ -80,11 +91,13 @@ class RunEmitter {
   }
 
   const Status& status() const { return status_; }
+  // OnRun calls made (OnBytes calls for a sink that takes bytes).
   uint64_t runs() const { return runs_; }
 
  private:
   NonzeroSink* sink_;
   uint64_t merge_gap_;
+  bool bytes_;  // the sink takes bytes: entries go to OnBytes as they come
   std::vector<uint8_t> run_;
   uint64_t start_ = 0;
   uint64_t runs_ = 0;
