@@ -28,10 +28,10 @@ class Bench:
             sys.exit(f"{self.name}: {what} reports {key}={v}, which cannot be a measurement")
         return v
 
-    def wait_job(self, url, job_id, terminal, poll_s=0.005):
-        """Polls GET /v1/syncs/ID until its state is one of `terminal`; returns the record."""
+    def wait_job(self, url, job_id, terminal):
+        """Long-polls GET /v1/syncs/ID?wait_ms= until its state is one of `terminal`; returns the
+        record. The sidecar answers when the job ends, so no polling adds CPU or delay."""
         while True:
-            rec = self.http("GET", f"{url}/v1/syncs/{job_id}")
+            rec = self.http("GET", f"{url}/v1/syncs/{job_id}?wait_ms=10000")
             if rec.get("state") in terminal:
                 return rec
-            time.sleep(poll_s)

@@ -138,16 +138,24 @@ class SidecarClient:
 
     def wait(self, sync_id: str, timeout: float = 600, poll_interval: float = 0.05, *,
              raise_on_failure: bool = True) -> Dict[str, Any]:
-        """Polls a job until it is finished and returns its record.
+        """Waits until a job is finished and returns its record.
 
-        Raises SyncFailed if it ended other than live or verified (unless `raise_on_failure`
-        is False) and TimeoutError if it has not finished after `timeout` seconds.
+        Each request is a long poll (GET /v1/syncs/ID?wait_ms=...): the sidecar answers as soon
+        as the job ends, so the record comes back without polling delay; `poll_interval` is the
+        pause between requests only after an answer that came early without the end (none with
+        this sidecar). Raises SyncFailed if it ended other than live or verified (unless
+        `raise_on_failure` is False) and TimeoutError if it has not finished after `timeout`
+        seconds.
         """
         deadline = time.monotonic() + timeout
+        path = "/v1/syncs/" + urllib.parse.quote(sync_id, safe="")
         while True:
             left = deadline - time.monotonic()
-            rec = self._json("GET", "/v1/syncs/" + urllib.parse.quote(sync_id, safe=""),
-                             timeout=min(self.timeout, max(left, 1.0)))
+            # The sidecar waits at most 60 s per request; leave the HTTP timeout a margin.
+            wait_s = max(0.0, min(left, self.timeout - 1.0, 60.0))
+            t0 = time.monotonic()
+            rec = self._json("GET", f"{path}?wait_ms={int(wait_s * 1000)}",
+                             timeout=max(min(self.timeout, left + 1.0), 1.0))
             state = rec.get("state")
             if state in TERMINAL_STATES:
                 if raise_on_failure and state not in SUCCESS_STATES:
@@ -156,7 +164,8 @@ class SidecarClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"job {sync_id} is still {state} after {timeout} s")
-            time.sleep(min(poll_interval, left))
+            if time.monotonic() - t0 < wait_s * 0.5:
+                time.sleep(min(poll_interval, left))
 
     def sync_and_wait(self, version: str, delta: str, timeout: float = 600,
                       poll_interval: float = 0.05, *, raise_on_failure: bool = True,

@@ -138,10 +138,9 @@ class Cluster:
     def wait(self, sync_id, timeout=60):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            code, rec = http("GET", f"{self.url}/v1/syncs/{sync_id}")
+            code, rec = http("GET", f"{self.url}/v1/syncs/{sync_id}?wait_ms=1000")
             if rec["state"] in ("live", "aborted", "verified", "diverged", "failed"):
                 return rec
-            time.sleep(0.02)
         raise AssertionError("sync did not finish")
 
     def verify(self, checkpoint, **extra):
@@ -594,6 +593,33 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(code, 409)
         self.assertIn(first, err["error"]["message"])
         self.assertEqual(c.wait(first)["state"], "live")
+
+    def test_long_poll_answers_when_the_job_ends(self):
+        c = self.cluster(tp=1)
+        c.sidecar.send_signal(signal.SIGTERM)
+        c.sidecar.wait()
+        c.start_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
+        sid = c.sync("v2", self.t("d12"))
+        # Not finished within a short wait: the record as it is, after about that long.
+        t0 = time.time()
+        code, rec = http("GET", f"{c.url}/v1/syncs/{sid}?wait_ms=200")
+        self.assertEqual(code, 200, rec)
+        self.assertNotIn(rec["state"], ("live", "aborted"), rec)
+        self.assertGreaterEqual(time.time() - t0, 0.15)
+        # A long wait returns as soon as the sync is live, well before its limit.
+        t0 = time.time()
+        code, rec = http("GET", f"{c.url}/v1/syncs/{sid}?wait_ms=60000")
+        self.assertEqual((code, rec["state"]), (200, "live"), rec)
+        self.assertLess(time.time() - t0, 30)
+        # A finished job answers at once; bad waits and unknown jobs are refused.
+        t0 = time.time()
+        self.assertEqual(http("GET", f"{c.url}/v1/syncs/{sid}?wait_ms=60000")[1]["state"], "live")
+        self.assertLess(time.time() - t0, 5)
+        for bad in ("-1", "60001", "1.5", "x", ""):
+            code, err = http("GET", f"{c.url}/v1/syncs/{sid}?wait_ms={bad}")
+            self.assertEqual(code, 400, (bad, err))
+            self.assertIn("wait_ms", err["error"]["message"])
+        self.assertEqual(http("GET", f"{c.url}/v1/syncs/nope?wait_ms=10")[0], 404)
 
     def test_sidecar_killed_mid_sync(self):
         c = self.cluster(tp=2)

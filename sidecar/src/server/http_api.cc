@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <charconv>
+#include <chrono>
+#include <optional>
 #include <sstream>
 
 namespace deltakv::sidecar {
@@ -205,7 +208,22 @@ void HttpApi::Routes() {
 
   s.Get(
       R"(/v1/syncs/([A-Za-z0-9_-]+))", [this](const httplib::Request& req, httplib::Response& res) {
-        auto rec = manager_->Get(req.matches[1]);
+        // ?wait_ms=N: answer once the job has finished or N ms have passed (a long poll, so a
+        // client learns of the end at once without polling; at most kMaxWaitMs).
+        std::optional<SyncRecord> rec;
+        if (req.has_param("wait_ms")) {
+          constexpr uint64_t kMaxWaitMs = 60000;
+          const std::string v = req.get_param_value("wait_ms");
+          uint64_t ms = 0;
+          const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
+          if (v.empty() || ec != std::errc() || end != v.data() + v.size() || ms > kMaxWaitMs) {
+            return SendError(res, 400, "INVALID_ARGUMENT",
+                             "wait_ms must be an integer from 0 to " + std::to_string(kMaxWaitMs));
+          }
+          rec = manager_->WaitFinished(req.matches[1], std::chrono::milliseconds(ms));
+        } else {
+          rec = manager_->Get(req.matches[1]);
+        }
         if (!rec)
           return SendError(res, 404, "NOT_FOUND", "no job '" + std::string(req.matches[1]) + "'");
         Json j = rec->ToJson();

@@ -76,6 +76,19 @@ std::optional<SyncRecord> SyncManager::Get(const std::string& id) const {
   return it->second;
 }
 
+std::optional<SyncRecord> SyncManager::WaitFinished(const std::string& id,
+                                                    std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Every path that finishes a job notifies cv_ (the worker, Shutdown for a queued one).
+  cv_.wait_for(lock, timeout, [&] {
+    auto it = records_.find(id);
+    return it == records_.end() || it->second.finished();
+  });
+  auto it = records_.find(id);
+  if (it == records_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::optional<SyncRecord> SyncManager::FindGroupSync(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {

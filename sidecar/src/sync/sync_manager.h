@@ -95,6 +95,10 @@ class SyncManager {
   // or delta, or a verify without checkpoint.
   StatusOr<std::string> Submit(SyncRequest request);
   std::optional<SyncRecord> Get(const std::string& id) const;
+  // Get, once the job has finished (SyncRecord::finished) or `timeout` has passed, whichever
+  // comes first; nullopt if no such job is kept.
+  std::optional<SyncRecord> WaitFinished(const std::string& id,
+                                         std::chrono::milliseconds timeout) const;
   // The newest sync record of the group sync `key` (its request's group_key, or the key the
   // executor ran it under), if one is kept.
   std::optional<SyncRecord> FindGroupSync(const std::string& key) const;
@@ -124,7 +128,7 @@ class SyncManager {
   std::unique_ptr<SyncExecutor> executor_;
   SyncManagerOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;  // job starts and ends, submissions, shutdown
   std::map<std::string, SyncRecord> records_;  // GUARDED_BY(mu_)
   std::deque<std::string> order_;              // GUARDED_BY(mu_), oldest first
   std::optional<std::string> pending_;         // GUARDED_BY(mu_)
