@@ -290,11 +290,11 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     const unsigned index =
         offset_value > 3 ? 4u
                          : static_cast<unsigned>(offset_value) - 1 + (literal_length == 0 ? 1 : 0);
-    const uint64_t offset = index == 4   ? offset_value - 3
-                            : index == 0 ? rep0
-                            : index == 1 ? rep1
-                            : index == 2 ? rep2
-                                         : rep0 - 1;
+    // A table lookup, not a chain of conditionals (which compilers make branches that
+    // mispredict on sparse frames).
+    const uint64_t reps[4] = {rep0, rep1, rep2, rep0 - 1};
+    const uint64_t repeat = reps[index & 3];
+    const uint64_t offset = index == 4 ? offset_value - 3 : repeat;
     rep2 = index <= 1 ? rep2 : rep1;
     rep1 = index == 0 ? rep1 : rep0;
     rep0 = offset;
