@@ -499,7 +499,10 @@ Status AppendAll(const RecordingOutput& pieces, PartOutput& out) {
   // As PlanSink hands pieces over: short ones through AddShort first.
   for (const Piece& p : pieces.pieces) {
     const std::span<const uint8_t> bytes(pieces.pool.data() + p.at, p.len);
-    if (p.len - 1 < 8 && out.AddShort(p.rank, 0, p.local, p.canonical, bytes, p.owner)) continue;
+    if (p.len - 1 < WritePlanWriter::kShortBytes &&
+        out.AddShort(p.rank, 0, p.local, p.canonical, bytes, p.owner)) {
+      continue;
+    }
     RETURN_IF_ERROR(out.Add(p.rank, 0, p.local, p.canonical, bytes, p.owner));
   }
   return out.Finish();

@@ -89,7 +89,7 @@ Status PlanSink::Flush() {
   return layout_.ForEachPiece(cursor_, start, bytes.size(), [&](const LayoutPiece& p) -> Status {
     const std::span<const uint8_t> piece = bytes.subspan(p.canonical_offset - start, p.length);
     // Short pieces go through AddShort, which returns in a register (no Status).
-    if (p.length - 1 < 8 &&
+    if (p.length - 1 < WritePlanWriter::kShortBytes &&
         out_.AddShort(p.rank, tensor_, p.local_offset, p.canonical_offset, piece, p.owner)) {
       return Status::Ok();
     }

@@ -61,15 +61,15 @@ TEST(WritePlan, RoundTrip) {
 }
 
 TEST(WritePlan, TryAddShortWritesWhatAddWrites) {
-  // Every length 1..8 (and the cases it refuses), written by TryAddShort into one buffer and by
-  // Add into another: byte-identical plans.
+  // Every length 1..kShortBytes (and the cases it refuses), written by TryAddShort into one
+  // buffer and by Add into another: byte-identical plans (zero padding included).
   std::vector<PlanTensor> tensors = {{0, 0, 1 << 20, 0, 0}};
-  Buffer a(1 << 16), b(1 << 16);
+  Buffer a(1 << 17), b(1 << 17);
   WritePlanWriter fast(a.span(), tensors), slow(b.span(), tensors);
   std::mt19937 rng(4);
   uint64_t at = 0;
-  for (int i = 0; i < 400; ++i) {
-    const size_t n = 1 + rng() % 8;
+  for (int i = 0; i < 600; ++i) {
+    const size_t n = 1 + rng() % WritePlanWriter::kShortBytes;
     std::vector<uint8_t> bytes(n);
     for (auto& x : bytes) x = static_cast<uint8_t>(rng());
     const bool owner = rng() % 2 == 0;
@@ -77,8 +77,8 @@ TEST(WritePlan, TryAddShortWritesWhatAddWrites) {
     ASSERT_TRUE(slow.Add(0, at + 3, at, bytes, owner).ok());
     at += n + rng() % 50;
   }
-  std::vector<uint8_t> nine(9, 1);
-  EXPECT_FALSE(fast.TryAddShort(0, 0, 0, nine, true));  // longer than 8
+  std::vector<uint8_t> nine(WritePlanWriter::kShortBytes + 1, 1);
+  EXPECT_FALSE(fast.TryAddShort(0, 0, 0, nine, true));  // longer than kShortBytes
   EXPECT_FALSE(fast.TryAddShort(0, 0, 0, {}, true));    // empty
   EXPECT_FALSE(fast.TryAddShort(1, 0, 0, std::span(nine).first(2), true));  // no such tensor
   EXPECT_EQ(fast.record_count(), slow.record_count());
@@ -90,9 +90,20 @@ TEST(WritePlan, TryAddShortWritesWhatAddWrites) {
 }
 
 TEST(WritePlan, TryAddShortRefusesWhenFull) {
-  // Room for the header, the table and exactly two short records.
+  // Room for the header, the table and exactly two short records of 2 bytes, then one of 20
+  // that fits only in the room of three words.
   std::vector<PlanTensor> tensors = {{0, 0, 100, 0, 0}};
   const size_t room = WritePlanWriter::FixedBytes(1) + 2 * WritePlanWriter::RecordBytes(8);
+  {
+    const size_t size = room + WritePlanWriter::RecordBytes(20) - 1;
+    Buffer big(size);
+    WritePlanWriter w(big.span().first(size), tensors);
+    const std::vector<uint8_t> twenty(20, 3);
+    EXPECT_TRUE(w.TryAddShort(0, 0, 0, std::span(twenty).first(2), true));
+    EXPECT_TRUE(w.TryAddShort(0, 10, 10, std::span(twenty).first(2), true));
+    EXPECT_FALSE(w.TryAddShort(0, 40, 40, twenty, true));  // one byte short of its room
+    EXPECT_TRUE(w.TryAddShort(0, 40, 40, std::span(twenty).first(16), true));
+  }
   Buffer buf(room);
   WritePlanWriter w(buf.span().first(room), tensors);
   const std::vector<uint8_t> two = {1, 2};

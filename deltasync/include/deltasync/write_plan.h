@@ -91,26 +91,30 @@ class WritePlanWriter {
   // Appends one run; runs longer than 2^31 bytes are split.
   Status Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner);
-  // Add for a run of 1 to 8 bytes that fits in the buffer (most runs of a sparse delta), with
-  // no Status and no loop. Returns false, having written nothing, when it does not apply (a
-  // longer or empty run, no room, a bad tensor, an earlier error): call Add then.
+  // Add for a run of 1 to kShortBytes bytes that fits in the buffer (most runs of a sparse
+  // delta), with no Status and no call. Returns false, having written nothing, when it does not
+  // apply (a longer or empty run, no room, a bad tensor, an earlier error): call Add then.
+  static constexpr size_t kShortBytes = 32;
   bool TryAddShort(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                    std::span<const uint8_t> bytes, bool owner) {
     const size_t n = bytes.size();
-    if (n - 1 >= 8 || tensor >= tensors_.size() || pos_ > buf_.size() ||
-        buf_.size() - pos_ < sizeof(PlanRecord) + 8 || !status_.ok()) {
+    if (n - 1 >= kShortBytes || tensor >= tensors_.size() || pos_ > buf_.size() ||
+        buf_.size() - pos_ < RecordBytes(n) || !status_.ok()) {
       return false;
     }
     // The PlanRecord as four little-endian words stored straight into the buffer (a record
     // built on the stack and copied would be read back before its field stores retire), then
-    // the bytes and their zero padding as one word.
+    // the bytes a word at a time, the last word with its zero padding.
     uint8_t* out = buf_.data() + pos_;
     StoreLE64(out, uint64_t{tensor} | uint64_t{n} << 32);  // tensor, length
     StoreLE64(out + 8, local_offset);
     StoreLE64(out + 16, canonical_offset);
     StoreLE64(out + 24, owner ? kPlanRecordOwner : 0u);  // flags, reserved
-    StoreLE64(out + 32, LoadShortLE(bytes.data(), n));
-    pos_ += sizeof(PlanRecord) + 8;
+    uint8_t* const data = out + sizeof(PlanRecord);
+    size_t k = 0;
+    for (; k + 8 < n; k += 8) StoreLE64(data + k, LoadLE64(bytes.data() + k));
+    StoreLE64(data + k, LoadShortLE(bytes.data() + k, n - k));
+    pos_ += RecordBytes(n);
     ++records_;
     return true;
   }
