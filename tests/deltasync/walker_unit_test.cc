@@ -132,6 +132,40 @@ TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
   EXPECT_LT(index.live_entries(), positions.size());  // pruning released memory
 }
 
+// Blocks of any size starting anywhere, dense and sparse mixed, over many turns of the ring:
+// the ring bits a block reuses are cleared entry by entry (sparse) or word by word (dense), and
+// EmptyRange stays exact over the window either way.
+TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
+  walker::NonzeroIndex index;
+  const uint64_t window = 64 << 10;
+  index.Reset(window);
+  std::vector<uint64_t> positions;
+  std::mt19937_64 rng(9);
+  uint64_t pos = 0;
+  for (int block = 0; block < 400; ++block) {
+    const uint64_t max_output = 1 + rng() % (128 << 10);
+    const uint64_t written = rng() % 4 == 0 ? max_output : rng() % (max_output + 1);
+    index.BeginBlock(pos, max_output);
+    const int kind = static_cast<int>(rng() % 3);  // none, sparse, dense
+    for (uint64_t p = pos; p < pos + written; ++p) {
+      const bool nonzero = kind == 2 ? rng() % 4 == 0 : (kind == 1 && rng() % 3000 == 0);
+      if (!nonzero) continue;
+      index.Append(p, static_cast<uint8_t>(1 + rng() % 255));
+      positions.push_back(p);
+    }
+    pos += written;
+    if (pos > window) index.Prune(pos - window, pos);
+    const uint64_t lo = pos > window ? pos - window : 0;
+    for (int q = 0; q < 40 && pos > lo; ++q) {
+      const uint64_t a = lo + rng() % (pos - lo);
+      const uint64_t b = std::min(pos, a + 1 + (q % 2 == 0 ? rng() % 300 : rng() % window));
+      const bool empty = std::lower_bound(positions.begin(), positions.end(), a) ==
+                         std::lower_bound(positions.begin(), positions.end(), b);
+      ASSERT_EQ(index.EmptyRange(a, b, pos), empty) << "block " << block << ": " << a << " " << b;
+    }
+  }
+}
+
 TEST(WalkerBitReader, FastReaderAgreesWithTheByteReader) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 2000; ++trial) {

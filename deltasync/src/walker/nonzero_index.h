@@ -5,8 +5,10 @@
 //
 // A ring bitmap with one bit per byte of the window ("is nonzero") answers the most common
 // question, "is this short match source all zero?", exactly from one or two words in cache,
-// without touching the entries (window / 8 bytes of memory). Bits are cleared entry by entry as
-// entries fall a whole ring behind, so the ring never costs work per output byte. A summary with
+// without touching the entries (window / 8 bytes of memory). Bits are cleared as entries fall a
+// whole ring behind: entry by entry, or a block's words at once where the entries outnumber an
+// eighth of them, so the ring costs O(nonzeros) on sparse frames and at most one store per 64
+// output bytes on dense ones. A summary with
 // one bit per bitmap word answers long ranges (a zero run matched from an earlier zero run) in
 // a few words as well.
 //
@@ -84,7 +86,9 @@ class NonzeroIndex {
 
   // Prepares for a block that writes at most `max_output` bytes from `position` on: grows the
   // ring while it has not wrapped, and clears the ring bits the block's writes will reuse (those
-  // of entries a whole ring behind), so the bitmap costs O(nonzeros), never O(output).
+  // of entries a whole ring behind): entry by entry when they are few, so the bitmap of a
+  // sparse frame costs O(nonzeros), never O(output); by whole words when they outnumber an
+  // eighth of the block's words.
   void BeginBlock(uint64_t position, uint64_t max_output);
 
   // REQUIRES: position > every earlier position, position <= kMaxPosition, value != 0, and
@@ -189,6 +193,10 @@ class NonzeroIndex {
   void Clear(uint64_t position);
   // Clears the ring bits of entries with an absolute index below `index`.
   void RetireBelow(uint64_t index);
+  // Clears the ring slots of positions [begin, end) (their words and summary bits), keeping
+  // the bits of positions below `begin` in its word. REQUIRES: end - begin <= ring; no entry
+  // at or after `begin` yet.
+  void ClearSlots(uint64_t begin, uint64_t end);
 
   EntryBuffer entries_;               // packed, sorted by position
   uint64_t base_ = 0;                 // absolute index of entries_[0]
