@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -31,11 +32,15 @@ struct FrameRef {
   const DeltaFrame* frame;
 };
 
-// Pipelined decode: walker threads stream each frame's runs, in chunks, to the planning thread,
-// which routes them as they arrive (in frame order), so walking and planning overlap.
+// Pipelined decode: walker threads stream each frame's nonzero bytes, in chunks, to the planning
+// thread, which routes them as they arrive (in frame order), so walking and planning overlap.
+// A decoder that delivers bytes one by one (NonzeroSink::OnBytes, the sparse walker) fills
+// `entries`; one that delivers runs fills `runs` and `bytes`.
 struct RunChunk {
   std::vector<std::pair<uint64_t, uint32_t>> runs;  // (position, length)
   std::vector<uint8_t> bytes;                       // the runs' bytes, back to back
+  std::vector<uint64_t> entries;                    // position << 8 | value, base 0
+  bool empty() const { return runs.empty() && entries.empty(); }
 };
 
 // One frame's chunks, produced by one walker thread and consumed by the planning thread. At
@@ -92,6 +97,7 @@ class StreamSink final : public NonzeroSink {
   static constexpr size_t kChunkBytes = 64 << 10;
   explicit StreamSink(FrameStream* stream) : stream_(stream) {}
   Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
+    if (!chunk_.entries.empty()) RETURN_IF_ERROR(Send());  // a chunk holds one kind
     chunk_.runs.push_back({pos, static_cast<uint32_t>(bytes.size())});
     chunk_.bytes.insert(chunk_.bytes.end(), bytes.begin(), bytes.end());
     if (chunk_.bytes.size() >= kChunkBytes || chunk_.runs.size() >= kChunkBytes / 4) {
@@ -99,8 +105,23 @@ class StreamSink final : public NonzeroSink {
     }
     return Status::Ok();
   }
+  // The walker's bytes as they come (no runs built on this thread), rebased to position 0.
+  bool TakesBytes() const override { return true; }
+  Status OnBytes(const uint64_t* entries, size_t count, uint64_t base) override {
+    if (!chunk_.runs.empty()) RETURN_IF_ERROR(Send());
+    const size_t at = chunk_.entries.size();
+    chunk_.entries.resize(at + count);
+    uint64_t* out = chunk_.entries.data() + at;
+    if (base == 0) {
+      std::memcpy(out, entries, count * sizeof(uint64_t));
+    } else {
+      for (size_t i = 0; i < count; ++i) out[i] = entries[i] + (base << 8);
+    }
+    if (chunk_.entries.size() >= kChunkBytes / sizeof(uint64_t)) return Send();
+    return Status::Ok();
+  }
   Status Send() {
-    if (chunk_.runs.empty()) return Status::Ok();
+    if (chunk_.empty()) return Status::Ok();
     if (!stream_->Push(std::move(chunk_))) return Internal("planning stopped");
     chunk_ = RunChunk();
     return Status::Ok();
@@ -418,6 +439,9 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
         PlanSink sink = sink_for(w.frames[i]);
         RunChunk chunk;
         while (streams[i].Pop(&chunk)) {
+          if (!chunk.entries.empty()) {
+            RETURN_IF_ERROR(sink.OnBytes(chunk.entries.data(), chunk.entries.size(), 0));
+          }
           uint64_t at = 0;
           for (const auto& [pos, len] : chunk.runs) {
             RETURN_IF_ERROR(sink.OnRun(pos, std::span<const uint8_t>(chunk.bytes.data() + at, len)));
