@@ -64,7 +64,13 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
         pending_len_ < kPlanMaxPendingRun) [[likely]] {
       at = canonical - pending_start_;  // joins the held-back run
     } else {
-      RETURN_IF_ERROR(Flush());
+      if (pending_len_ != 0) {
+        Status error;
+        if (!FlushShort(&error)) {
+          if (!error.ok()) return error;
+          RETURN_IF_ERROR(Flush());
+        }
+      }
       pending_start_ = canonical;
     }
     if (at + 8 > room) [[unlikely]] {
@@ -81,8 +87,32 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
   return Status::Ok();
 }
 
+bool PlanSink::FlushShort(Status* error) {
+  uint64_t local = 0;
+  uint32_t rank_lo = 0, ranks = 0;
+  if (pending_len_ - 1 >= WritePlanWriter::kShortBytes ||
+      !layout_.PiecesInCursorSegment(cursor_, pending_start_, pending_len_, &local, &rank_lo,
+                                     &ranks)) {
+    return false;
+  }
+  const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
+  pending_len_ = 0;
+  for (uint32_t i = 0; i < ranks; ++i) {
+    if (out_.AddShort(rank_lo + i, tensor_, local, pending_start_, bytes, i == 0)) continue;
+    Status s = out_.Add(rank_lo + i, tensor_, local, pending_start_, bytes, i == 0);
+    if (!s.ok()) [[unlikely]] {
+      *error = std::move(s);
+      return false;
+    }
+  }
+  return true;
+}
+
 Status PlanSink::Flush() {
   if (pending_len_ == 0) return Status::Ok();
+  Status error;
+  if (FlushShort(&error)) return Status::Ok();
+  RETURN_IF_ERROR(error);
   const uint64_t start = pending_start_;
   const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
   pending_len_ = 0;

@@ -49,6 +49,10 @@ class PlanSink final : public NonzeroSink {
 
  private:
   uint64_t pending_end() const { return pending_start_ + pending_len_; }
+  // Flush for a held-back run of at most WritePlanWriter::kShortBytes inside the cursor's
+  // segment, through PlanOutput::AddShort (Add for a piece it does not take): false when the
+  // run is not such a run (nothing done; Flush it) or on an output error (in *error).
+  bool FlushShort(Status* error);
 
   const TensorLayout& layout_;
   TensorLayout::Cursor cursor_;  // consecutive merged runs mostly share a segment

@@ -198,5 +198,101 @@ TEST(PlanSink, BytesOneByOneGiveThePiecesOfTheirRuns) {
   EXPECT_TRUE(none.pieces.empty());
 }
 
+// The planner's pieces, whatever path they take (short pieces inside a remembered layout
+// segment, AddShort refused now and then, general pieces), are exactly the pieces that
+// TensorLayout::ForEachPiece gives each run merged across gaps of at most kPlanMergeGap zeros:
+// rank, offsets, bytes and owner flag, in the same order, for replicated, sharded, fused and
+// KV-replicated layouts.
+TEST(PlanSink, PiecesAreTheLayoutsPiecesOfTheMergedRuns) {
+  struct Piece {
+    uint32_t rank;
+    uint64_t local, canonical;
+    std::vector<uint8_t> bytes;
+    bool owner;
+    bool operator==(const Piece&) const = default;
+  };
+  // Takes short pieces, but refuses every seventh (as a full part does): Add gets those.
+  struct Output final : public PlanOutput {
+    Status Add(uint32_t rank, uint32_t, uint64_t local, uint64_t canonical,
+               std::span<const uint8_t> bytes, bool owner) override {
+      pieces.push_back({rank, local, canonical, {bytes.begin(), bytes.end()}, owner});
+      return Status::Ok();
+    }
+    bool AddShort(uint32_t rank, uint32_t tensor, uint64_t local, uint64_t canonical,
+                  std::span<const uint8_t> bytes, bool owner) override {
+      if (++calls % 7 == 0) return false;
+      EXPECT_LE(bytes.size(), WritePlanWriter::kShortBytes);
+      return Add(rank, tensor, local, canonical, bytes, owner).ok();
+    }
+    uint64_t calls = 0;
+    std::vector<Piece> pieces;
+  };
+  std::vector<TensorLayout> layouts;
+  auto add = [&](StatusOr<TensorLayout> l) {
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    layouts.push_back(std::move(*l));
+  };
+  add(TensorLayout::Replicated({96, 512}, DType::kBF16, 3));
+  add(TensorLayout::ShardDim0({96, 512}, DType::kBF16, 4));
+  add(TensorLayout::ShardDim1({96, 512}, DType::kBF16, 4));
+  auto qkv = QkvPartSpecs(8, 2, 16, {64}, 4);  // KV heads replicated twice
+  ASSERT_TRUE(qkv.ok());
+  add(TensorLayout::FusedPart(*qkv, 1, DType::kBF16, 4));
+  add(TensorLayout::FusedCheckpoint(*qkv, DType::kBF16, 4));
+  std::mt19937_64 rng(17);
+  for (size_t li = 0; li < layouts.size(); ++li) {
+    const TensorLayout& layout = layouts[li];
+    const uint64_t total = layout.canonical_bytes();
+    for (int round = 0; round < 6; ++round) {
+      std::vector<uint8_t> x(total, 0);
+      const uint64_t gap_max = round % 3 == 0 ? 6 : (round % 3 == 1 ? 3 * kPlanMergeGap : 900);
+      for (uint64_t i = rng() % 20; i < total; i += 1 + rng() % gap_max) {
+        x[i] = static_cast<uint8_t>(1 + rng() % 255);
+      }
+      // The planner: the bytes one by one, in batches.
+      Output got;
+      PlanSink sink(layout, 0, 0, got, nullptr);
+      std::vector<uint64_t> entries;
+      for (uint64_t i = 0; i < total; ++i) {
+        if (x[i] != 0) entries.push_back(i << 8 | x[i]);
+      }
+      for (size_t i = 0; i < entries.size();) {
+        const size_t n = std::min<size_t>(entries.size() - i, 1 + rng() % 500);
+        ASSERT_TRUE(sink.OnBytes(entries.data() + i, n, 0).ok());
+        i += n;
+      }
+      ASSERT_TRUE(sink.Flush().ok());
+      // The reference: merge, then ForEachPiece without a cursor.
+      std::vector<Piece> want;
+      auto route = [&](uint64_t start, uint64_t end) {
+        Status st = layout.ForEachPiece(start, end - start, [&](const LayoutPiece& p) {
+          const auto first = x.begin() + static_cast<ptrdiff_t>(p.canonical_offset);
+          want.push_back({p.rank, p.local_offset, p.canonical_offset,
+                          {first, first + static_cast<ptrdiff_t>(p.length)}, p.owner});
+        });
+        ASSERT_TRUE(st.ok()) << st.ToString();
+      };
+      uint64_t start = 0, end = 0;
+      for (uint64_t e : entries) {
+        const uint64_t p = e >> 8;
+        if (end != 0 && p - end <= kPlanMergeGap && end - start < kPlanMaxPendingRun) {
+          end = p + 1;
+          continue;
+        }
+        if (end != 0) route(start, end);
+        start = p;
+        end = p + 1;
+      }
+      if (end != 0) route(start, end);
+      ASSERT_EQ(got.pieces.size(), want.size()) << "layout " << li << " round " << round;
+      for (size_t k = 0; k < want.size(); ++k) {
+        ASSERT_TRUE(got.pieces[k] == want[k]) << "layout " << li << " round " << round
+                                              << " piece " << k << " rank " << want[k].rank
+                                              << " at " << want[k].canonical;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deltakv::deltasync

@@ -194,6 +194,13 @@ class TensorLayout {
   // ForEachPiece with the same pieces and errors, using and updating `cursor`.
   template <typename F>
   Status ForEachPiece(Cursor& cursor, uint64_t canonical_offset, uint64_t length, F&& fn) const;
+  // The pieces ForEachPiece(cursor, ...) gives a non-empty run that lies inside the cursor's
+  // remembered segment, without a call per piece: every piece has `*local_offset`, the run's
+  // canonical offset and length, and ranks [*rank_lo, *rank_lo + *rank_count), *rank_lo the
+  // owner. False (nothing set, the cursor unchanged) for any other run.
+  bool PiecesInCursorSegment(const Cursor& cursor, uint64_t canonical_offset, uint64_t length,
+                             uint64_t* local_offset, uint32_t* rank_lo,
+                             uint32_t* rank_count) const;
 
   // The local offset of one canonical byte at `rank`; nullopt if the rank does not hold it
   // or an argument is out of range.
@@ -325,6 +332,20 @@ Status TensorLayout::ForEachPiece(Cursor& cursor, uint64_t canonical_offset, uin
     if (!st.ok()) return st;
   }
   return Status::Ok();
+}
+
+inline bool TensorLayout::PiecesInCursorSegment(const Cursor& cursor, uint64_t canonical_offset,
+                                                uint64_t length, uint64_t* local_offset,
+                                                uint32_t* rank_lo, uint32_t* rank_count) const {
+  const Segment& s = cursor.segment_;
+  if (length == 0 || canonical_offset < s.begin || canonical_offset >= s.end ||
+      length > s.end - canonical_offset) {
+    return false;
+  }
+  *local_offset = s.local_begin + (canonical_offset - s.begin);
+  *rank_lo = s.rank_lo;
+  *rank_count = s.rank_count;
+  return true;
 }
 
 }  // namespace deltakv::deltasync
