@@ -5,7 +5,11 @@ baselines measured in the same run; sidecar peak RSS. JSON lines.
   python3 bench/sync_bench.py --deltakv build/sidecar/deltakv \
       --engine build/shim/deltakv-demo-engine [--size-mib 4096] [--densities 0.001,0.01,0.05] \
       [--tp 1,4] [--decode-threads 1,2] [--malloc glibc,jemalloc] [--dir $TMPDIR]
-      [--sidecar-args "..."] [--backend cpu|cuda] [--check-bytes] [--log FILE]
+      [--sidecar-args "..."] [--backend cpu|cuda] [--check-bytes] [--log FILE] [--repeat N]
+
+--repeat N syncs each density N times (the chain cycles through the densities, every step a new
+delta); each sync prints its result line, then a summary line per configuration and density
+gives the median and the range of each ratio (one sync on a shared machine can be noisy).
 
 --malloc runs every configuration once per allocator: glibc malloc, and jemalloc preloaded
 (LD_PRELOAD of --jemalloc, found in the usual library directories by default) into the sidecar
@@ -47,7 +51,7 @@ cuda). Then:
 same rank after the full reload of the new checkpoint (sha256 of every tensor, downloaded from
 the device): the sync must have produced exactly the new checkpoint's bytes.
 """
-import argparse, json, os, platform, shutil, signal, subprocess, sys, tempfile, time
+import argparse, json, os, platform, shutil, signal, statistics, subprocess, sys, tempfile, time
 import concurrent.futures
 
 
@@ -91,6 +95,9 @@ def main():
     ap.add_argument("--engine", required=True)
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--densities", default="0.001,0.01,0.05")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="sync each density this many times (the chain cycles through them); "
+                         "a summary line per density gives the median and the range")
     ap.add_argument("--tp", default="1,4")
     ap.add_argument("--decode-threads", default="1,2", help="sidecar --decode-threads values")
     ap.add_argument("--malloc", default="glibc", help="allocators to compare: glibc,jemalloc")
@@ -105,7 +112,7 @@ def main():
     cuda = a.backend == "cuda"
     check_bytes = a.check_bytes or cuda
     proc_err = open(a.log, "a") if a.log else subprocess.DEVNULL
-    densities = [float(x) for x in a.densities.split(",")]
+    densities = [float(x) for x in a.densities.split(",")] * max(1, a.repeat)
     tps = [int(x) for x in a.tp.split(",")]
     thread_counts = [int(x) for x in a.decode_threads.split(",")]
     mallocs = a.malloc.split(",")
@@ -247,7 +254,7 @@ def main():
                         sys.exit(f"sync_bench: sync record {sid} has no 'touched_lines'")
                     result = {
                         "bench": "sync_bench", "kind": "result", "tp": tp, "decode_threads": threads, "malloc": m,
-                        "element_density": d,
+                        "element_density": d, "version": new,
                         "byte_density": pub["density"], "model_bytes": pub["checkpoint_bytes"],
                         "delta_bytes": pub["compressed_bytes"],
                         "request_to_live_ms": wall, "sidecar_total_ms": rec["total_ms"],
@@ -302,14 +309,32 @@ def main():
                 for f in os.listdir("/dev/shm"):
                     if f.startswith(shm):
                         os.remove(os.path.join("/dev/shm", f))
-        # Allocator A/B: jemalloc over glibc for the same configuration and delta.
+        # Per configuration and density (with --repeat, over its syncs): medians and ranges.
+        groups = {}
+        for r in results:
+            groups.setdefault((r["tp"], r["decode_threads"], r["malloc"], r["element_density"]),
+                              []).append(r)
+        summary = {}
+        for (tp, threads, m, d), rs in groups.items():
+            line = {"bench": "sync_bench", "kind": "summary", "tp": tp, "decode_threads": threads,
+                    "malloc": m, "element_density": d, "syncs": len(rs)}
+            for key in ("request_to_live_ms", "walk_alone_ms", "request_to_live_vs_walk",
+                        "pause_ms", "pause_vs_touch_bound", "pause_vs_full_reload",
+                        "staging_vs_h2d_copy", "sidecar_peak_rss_mib"):
+                values = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
+                if len(values) != len(rs):
+                    continue  # a figure this backend does not have
+                line[key] = statistics.median(values)
+                line[key + "_min"] = min(values)
+                line[key + "_max"] = max(values)
+            summary[tp, threads, m, d] = line
+            print(json.dumps(line), flush=True)
+        # Allocator A/B: jemalloc over glibc for the same configuration and density (medians).
         if "glibc" in mallocs and "jemalloc" in mallocs:
-            by = {(r["tp"], r["decode_threads"], r["element_density"], r["malloc"]): r
-                  for r in results}
-            for (tp, threads, d, m), r in by.items():
-                if m != "jemalloc" or (tp, threads, d, "glibc") not in by:
+            for (tp, threads, m, d), r in summary.items():
+                if m != "jemalloc" or (tp, threads, "glibc", d) not in summary:
                     continue
-                g = by[tp, threads, d, "glibc"]
+                g = summary[tp, threads, "glibc", d]
                 print(json.dumps({
                     "bench": "sync_bench", "kind": "malloc_ab", "tp": tp, "decode_threads": threads,
                     "element_density": d,
