@@ -27,6 +27,30 @@ struct Collect final : public PlanOutput {
   std::vector<Piece> pieces;
 };
 
+// fn(start, end) for each maximal run of nonzero bytes of `x`, in order.
+template <typename F>
+void ForEachNonzeroRun(const std::vector<uint8_t>& x, F fn) {
+  for (uint64_t i = 0; i < x.size();) {
+    if (x[i] == 0) {
+      ++i;
+      continue;
+    }
+    uint64_t e = i;
+    while (e < x.size() && x[e] != 0) ++e;
+    fn(i, e);
+    i = e;
+  }
+}
+
+// The nonzero bytes of `x` as the sparse walker hands them over: position << 8 | value.
+std::vector<uint64_t> Entries(const std::vector<uint8_t>& x) {
+  std::vector<uint64_t> entries;
+  for (uint64_t i = 0; i < x.size(); ++i) {
+    if (x[i] != 0) entries.push_back(i << 8 | x[i]);
+  }
+  return entries;
+}
+
 TEST(PlanSink, MergesRunsWithinTheGapAndNotBeyond) {
   auto layout = TensorLayout::Replicated({4096}, DType::kU8, 1);
   ASSERT_TRUE(layout.ok());
@@ -125,22 +149,12 @@ TEST(PlanSink, BytesOneByOneGiveThePiecesOfTheirRuns) {
         x[i] = static_cast<uint8_t>(1 + rng() % 255);
       }
     }
-    std::vector<uint64_t> entries;
-    for (uint64_t i = 0; i < frame; ++i) {
-      if (x[i] != 0) entries.push_back(i << 8 | x[i]);
-    }
+    const std::vector<uint64_t> entries = Entries(x);
     Collect by_runs, by_bytes;
     PlanSink runs(*layout, 0, frame_offset, by_runs, nullptr);
-    for (uint64_t i = 0; i < frame;) {
-      if (x[i] == 0) {
-        ++i;
-        continue;
-      }
-      uint64_t e = i;
-      while (e < frame && x[e] != 0) ++e;
+    ForEachNonzeroRun(x, [&](uint64_t i, uint64_t e) {
       ASSERT_TRUE(runs.OnRun(i, std::span<const uint8_t>(x.data() + i, e - i)).ok());
-      i = e;
-    }
+    });
     ASSERT_TRUE(runs.Flush().ok());
     PlanSink bytes(*layout, 0, frame_offset, by_bytes, nullptr);
     ASSERT_TRUE(bytes.TakesBytes());
@@ -252,10 +266,7 @@ TEST(PlanSink, PiecesAreTheLayoutsPiecesOfTheMergedRuns) {
       // The planner: the bytes one by one, in batches.
       Output got;
       PlanSink sink(layout, 0, 0, got, nullptr);
-      std::vector<uint64_t> entries;
-      for (uint64_t i = 0; i < total; ++i) {
-        if (x[i] != 0) entries.push_back(i << 8 | x[i]);
-      }
+      const std::vector<uint64_t> entries = Entries(x);
       for (size_t i = 0; i < entries.size();) {
         const size_t n = std::min<size_t>(entries.size() - i, 1 + rng() % 500);
         ASSERT_TRUE(sink.OnBytes(entries.data() + i, n, 0).ok());
