@@ -5,7 +5,8 @@ real HTTP on loopback.
 Run: python3 tests/sync/sync_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 """
-import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time, unittest
+import argparse
+import concurrent.futures, json, os, shutil, signal, subprocess, sys, tempfile, time, unittest
 import urllib.error, urllib.request
 import numpy as np
 
@@ -600,6 +601,22 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         c.sidecar.wait()
         c.start_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
         sid = c.sync("v2", self.t("d12"))
+        # At most 4 requests wait at once (half the API's 8 worker threads here): a fifth is
+        # answered at once, and health probes still get through.
+        waits = []
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            futures = [ex.submit(http, "GET", f"{c.url}/v1/syncs/{sid}?wait_ms=60000")
+                       for _ in range(4)]
+            time.sleep(0.3)
+            t0 = time.time()
+            code, rec = http("GET", f"{c.url}/v1/syncs/{sid}?wait_ms=30000")
+            self.assertEqual(code, 200, rec)
+            self.assertNotIn(rec["state"], ("live", "aborted"), rec)
+            self.assertEqual(http("GET", f"{c.url}/healthz")[0], 200)
+            self.assertLess(time.time() - t0, 5)
+            waits = [f.result() for f in futures]
+        self.assertEqual([(code, rec["state"]) for code, rec in waits], [(200, "live")] * 4)
+        sid = c.sync("v3", self.t("d23"))
         # Not finished within a short wait: the record as it is, after about that long.
         t0 = time.time()
         code, rec = http("GET", f"{c.url}/v1/syncs/{sid}?wait_ms=200")

@@ -220,7 +220,15 @@ void HttpApi::Routes() {
             return SendError(res, 400, "INVALID_ARGUMENT",
                              "wait_ms must be an integer from 0 to " + std::to_string(kMaxWaitMs));
           }
-          rec = manager_->WaitFinished(req.matches[1], std::chrono::milliseconds(ms));
+          // At most half the API's worker threads wait at once, so waiting clients cannot
+          // starve other requests (health probes, POSTs); beyond that the answer comes at once.
+          static const uint64_t kMaxWaiting = CPPHTTPLIB_THREAD_POOL_COUNT / 2;
+          if (waiting_.fetch_add(1) < kMaxWaiting) {
+            rec = manager_->WaitFinished(req.matches[1], std::chrono::milliseconds(ms));
+          } else {
+            rec = manager_->Get(req.matches[1]);
+          }
+          waiting_.fetch_sub(1);
         } else {
           rec = manager_->Get(req.matches[1]);
         }

@@ -82,6 +82,7 @@ class HttpApi {
   std::atomic<uint64_t> requests_{0};
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> unauthorized_{0};
+  std::atomic<uint64_t> waiting_{0};  // GET /v1/syncs/{id}?wait_ms= requests now waiting
 };
 
 }  // namespace deltakv::sidecar

@@ -79,10 +79,11 @@ std::optional<SyncRecord> SyncManager::Get(const std::string& id) const {
 std::optional<SyncRecord> SyncManager::WaitFinished(const std::string& id,
                                                     std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  // Every path that finishes a job notifies cv_ (the worker, Shutdown for a queued one).
+  // Every path that finishes a job notifies cv_ (the worker, Shutdown for a queued one); a
+  // shutdown ends every wait at once, so no request holds the API's threads past it.
   cv_.wait_for(lock, timeout, [&] {
     auto it = records_.find(id);
-    return it == records_.end() || it->second.finished();
+    return it == records_.end() || it->second.finished() || draining_;
   });
   auto it = records_.find(id);
   if (it == records_.end()) return std::nullopt;

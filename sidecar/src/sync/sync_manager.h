@@ -95,8 +95,8 @@ class SyncManager {
   // or delta, or a verify without checkpoint.
   StatusOr<std::string> Submit(SyncRequest request);
   std::optional<SyncRecord> Get(const std::string& id) const;
-  // Get, once the job has finished (SyncRecord::finished) or `timeout` has passed, whichever
-  // comes first; nullopt if no such job is kept.
+  // Get, once the job has finished (SyncRecord::finished), `timeout` has passed or Shutdown
+  // has begun, whichever comes first; nullopt if no such job is kept.
   std::optional<SyncRecord> WaitFinished(const std::string& id,
                                          std::chrono::milliseconds timeout) const;
   // The newest sync record of the group sync `key` (its request's group_key, or the key the
