@@ -272,7 +272,7 @@ TEST(PlanStage, CommitScattersWritesEveryBatchExactly) {
     std::vector<std::pair<size_t, size_t>> ranges;  // (device offset, length)
     for (int i = 0; i < 30000 && at + 64 < device.size(); ++i) {
       at += 1 + rng() % 64;
-      const size_t len = 1 + rng() % 12;
+      const size_t len = 1 + rng() % (i % 4 == 0 ? 40 : 12);  // every copy size class
       ranges.emplace_back(at, len);
       at += len;
     }
@@ -291,6 +291,31 @@ TEST(PlanStage, CommitScattersWritesEveryBatchExactly) {
   }
   ASSERT_TRUE((*cpu)->CommitScatters(prepared).ok());
   EXPECT_TRUE(device == expected);
+}
+
+// Every copy size from 0 to 40 bytes, at every alignment, with the neighbouring bytes on both
+// sides checked: Scatter and Gather write exactly their ranges.
+TEST(PlanStage, CpuCopiesOfEverySizeWriteExactlyTheirRange) {
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  std::mt19937_64 rng(11);
+  for (size_t n = 0; n <= 40; ++n) {
+    for (size_t align = 0; align < 8; ++align) {
+      std::vector<uint8_t> device(64), host(64);
+      for (auto& b : device) b = static_cast<uint8_t>(rng());
+      for (auto& b : host) b = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> want_device = device, want_host = host;
+      std::memcpy(want_device.data() + 8 + align, host.data() + 3, n);
+      const CopyOp op{device.data() + 8 + align, host.data() + 3, n};
+      ASSERT_TRUE((*cpu)->Scatter({&op, 1}).ok());
+      ASSERT_EQ(device, want_device) << "scatter of " << n << " at +" << align;
+      std::memcpy(want_host.data() + 3, device.data() + 8 + align, n);
+      for (size_t k = 0; k < n; ++k) device[8 + align + k] ^= 0x5A;  // new bytes to read back
+      std::memcpy(want_host.data() + 3, device.data() + 8 + align, n);
+      ASSERT_TRUE((*cpu)->Gather({&op, 1}).ok());
+      ASSERT_EQ(host, want_host) << "gather of " << n << " at +" << align;
+    }
+  }
 }
 
 }  // namespace
