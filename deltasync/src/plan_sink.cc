@@ -67,8 +67,8 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
       if (pending_len_ != 0) {
         Status error;
         if (!FlushShort(&error)) {
-          if (!error.ok()) return error;
-          RETURN_IF_ERROR(Flush());
+          RETURN_IF_ERROR(error);
+          RETURN_IF_ERROR(FlushPieces());
         }
       }
       pending_start_ = canonical;
@@ -113,6 +113,10 @@ Status PlanSink::Flush() {
   Status error;
   if (FlushShort(&error)) return Status::Ok();
   RETURN_IF_ERROR(error);
+  return FlushPieces();
+}
+
+Status PlanSink::FlushPieces() {
   const uint64_t start = pending_start_;
   const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
   pending_len_ = 0;

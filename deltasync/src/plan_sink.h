@@ -53,6 +53,8 @@ class PlanSink final : public NonzeroSink {
   // segment, through PlanOutput::AddShort (Add for a piece it does not take): false when the
   // run is not such a run (nothing done; Flush it) or on an output error (in *error).
   bool FlushShort(Status* error);
+  // Flush through TensorLayout::ForEachPiece, for any held-back run.
+  Status FlushPieces();
 
   const TensorLayout& layout_;
   TensorLayout::Cursor cursor_;  // consecutive merged runs mostly share a segment

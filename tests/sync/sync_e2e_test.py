@@ -109,6 +109,12 @@ class Cluster:
         while len(self.status()["ranks"]) < tp:
             time.sleep(0.05)
 
+    def restart_sidecar(self, env=None):
+        """Stops the sidecar (SIGTERM) and starts a new one with `env` added."""
+        self.sidecar.send_signal(signal.SIGTERM)
+        self.sidecar.wait()
+        self.start_sidecar(env)
+
     def start_sidecar(self, env=None):
         port_file = os.path.join(self.tmp, "sidecar.port")
         if os.path.exists(port_file):
@@ -586,9 +592,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
 
     def test_two_syncs_at_once_are_serialized(self):
         c = self.cluster(tp=1)
-        c.sidecar.send_signal(signal.SIGTERM)
-        c.sidecar.wait()
-        c.start_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
+        c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
         first = c.sync("v2", self.t("d12"))
         code, err = http("POST", c.url + "/v1/sync", {"version": "v3", "delta": self.t("d23")}, TOKEN)
         self.assertEqual(code, 409)
@@ -597,9 +601,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
 
     def test_long_poll_answers_when_the_job_ends(self):
         c = self.cluster(tp=1)
-        c.sidecar.send_signal(signal.SIGTERM)
-        c.sidecar.wait()
-        c.start_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
+        c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
         sid = c.sync("v2", self.t("d12"))
         # At most 4 requests wait at once (half the API's 8 worker threads here): a fifth is
         # answered at once, and health probes still get through.
@@ -640,9 +642,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
 
     def test_sidecar_killed_mid_sync(self):
         c = self.cluster(tp=2)
-        c.sidecar.send_signal(signal.SIGTERM)
-        c.sidecar.wait()
-        c.start_sidecar({"DELTAKV_FAULT_STALL": "staged:5000"})
+        c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:5000"})
         before = c.answers()
         sid = c.sync("v2", self.t("d12"))
         deadline = time.time() + 20
@@ -746,9 +746,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(table["format"], "deltakv.checksum-table/1")
         self.assertEqual(table["version"], "v1")
         # A sidecar restart keeps the table; it is still current for the same rank processes.
-        c.sidecar.send_signal(signal.SIGTERM)
-        c.sidecar.wait()
-        c.start_sidecar()
+        c.restart_sidecar()
         ck = self.wait_verified(c)
         self.assertEqual(ck["version"], "v1")
         # Each commit moves the table to the new checksums; a scrub then agrees with the bytes.
@@ -848,9 +846,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
 
     def test_rank_stopped_mid_sync_is_noticed_by_its_heartbeat(self):
         c = self.cluster(tp=2)
-        c.sidecar.send_signal(signal.SIGTERM)
-        c.sidecar.wait()
-        c.start_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
+        c.restart_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
         ranks = c.status()["ranks"]
         sid = c.sync("v2", self.t("d12"))
         time.sleep(0.3)
@@ -881,9 +877,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
 
     def test_rank_killed_mid_sync(self):
         c = self.cluster(tp=2)
-        c.sidecar.send_signal(signal.SIGTERM)
-        c.sidecar.wait()
-        c.start_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
+        c.restart_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
         before = c.answers()
         ranks = c.status()["ranks"]
         sid = c.sync("v2", self.t("d12"))

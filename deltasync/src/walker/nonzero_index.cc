@@ -72,8 +72,7 @@ void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
     retired_ += stale;
     return;
   }
-  for (uint64_t i = 0; i < stale; ++i) Clear(first[i] >> 8);
-  retired_ += stale;
+  RetireBelow(retired_ + stale);
 }
 
 void NonzeroIndex::ClearSlots(uint64_t begin, uint64_t end) {
