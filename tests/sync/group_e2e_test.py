@@ -6,7 +6,8 @@ Run: python3 tests/sync/group_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 Skips when /usr/bin/etcd (Debian's etcd-server) is missing.
 """
-import argparse, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, unittest
+import argparse, base64, json, os, shutil, signal, socket, subprocess, sys, tempfile, threading
+import time, unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sync_e2e_test as base  # noqa: E402
@@ -77,6 +78,81 @@ class Etcd:
         self._log.close()
 
 
+class TcpProxy:
+    """Forwards a loopback port to `target_port`. cut() closes the listener and every
+    connection (a network partition: connections are refused), heal() listens again on the
+    same port."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.port = free_port()
+        self.lock = threading.Lock()
+        self.conns = []
+        self.listener = None
+        self.heal()
+
+    def heal(self):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.port))
+        s.listen(64)
+        self.listener = s
+        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def cut(self):
+        with self.lock:
+            self.listener.close()
+            for c in self.conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+            self.conns = []
+
+    def _accept(self, listener):
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def etcd_keys(url, prefix):
+    """The keys under `prefix` (etcd's v3 JSON gateway), read straight from etcd."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    b64 = lambda t: base64.b64encode(t.encode()).decode()
+    code, body = base.http("POST", url + "/v3/kv/range",
+                           {"key": b64(prefix), "range_end": b64(end), "keys_only": True})
+    assert code == 200, (code, body)
+    return [base64.b64decode(kv["key"]).decode() for kv in body.get("kvs", [])]
+
+
 @unittest.skipUnless(os.path.exists(ETCD), "needs " + ETCD)
 class GroupE2ETest(base.ChainFixture, unittest.TestCase):
     PREFIX = "deltakv-group-"
@@ -93,14 +169,15 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         self.etcd.stop()
 
     def node(self, name, tp, prepare_ms=3000, members="a,b", checkpoint="v1", env=None,
-             first_rank=0, tp_world=0, topology=None, args=()):
+             first_rank=0, tp_world=0, topology=None, args=(), etcd_url=None):
         d = os.path.join(self.dir, "node-" + name)
         os.makedirs(d, exist_ok=True)
         extra = (["--topology", topology] if topology else []) + list(args)
         c = base.Cluster(d, self.t(checkpoint), tp=tp, env=env, first_rank=first_rank,
                          tp_world=tp_world, sidecar_args=[
             "--group", self.group, "--node", name, "--group-members", members,
-            "--etcd-endpoints", self.etcd.url, "--group-prepare-timeout-ms", str(prepare_ms),
+            "--etcd-endpoints", etcd_url or self.etcd.url,
+            "--group-prepare-timeout-ms", str(prepare_ms),
             "--group-in-doubt-timeout-ms", "500", *extra])
         self.nodes[name] = c
         return c
@@ -249,7 +326,12 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         for c in (a, b):
             self.assertEqual(c.rank_state(0)["version"], "v1")
             self.assertEqual(c.status()["live_version"], "v1")
-        # A retry with good data on both goes live (a new attempt of the same step).
+        # A retry with good data on both goes live (a new attempt of the same step). A node
+        # about to COMMIT asks the others' peer URLs whether they hold the staged plan, so the
+        # nodes come back with URLs that answer.
+        for n in ("a", "b"):
+            self.nodes.pop(n).stop()
+        a, b = self.node("a", tp=1), self.node("b", tp=1)
         recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
         self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
         a.assert_serves(self, self.t("v2"))
@@ -277,6 +359,133 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
             self.assertEqual(rec["state"], "aborted", (n, rec))
             self.assertIn("etcd", rec["error"])
         self.assertEqual(a.answers() + b.answers(), before)
+
+    def wait_prepared(self, node, timeout=20):
+        """Waits until `node`'s PREPARED key of some sync is in etcd."""
+        deadline = time.time() + timeout
+        while not any(k.endswith("/prepared/" + node)
+                      for k in etcd_keys(self.etcd.url, f"/deltakv/{self.group}/syncs/")):
+            self.assertLess(time.time(), deadline, f"node {node} never prepared")
+            time.sleep(0.02)
+
+    def wait_history(self, c, predicate, timeout=30):
+        """Waits until the newest job in `c`'s history satisfies `predicate`; returns it."""
+        deadline = time.time() + timeout
+        while True:
+            hist = c.status()["history"]
+            if hist and predicate(hist[0]):
+                return hist[0]
+            self.assertLess(time.time(), deadline, (c.status()["group"], hist[:1]))
+            time.sleep(0.05)
+
+    def test_a_node_killed_between_prepared_and_the_decision_aborts_every_node(self):
+        # a prepares late (it stalls before its PREPARED); b prepares and is killed while its
+        # PREPARED still stands on its lease (10 s). a must not count it: b does not answer.
+        a = self.node("a", tp=1, env={"DELTAKV_FAULT_STALL": "staged:2500"})
+        b = self.node("b", tp=2)
+        before = a.answers() + b.answers()
+        ids = {"a": a.sync("v2", self.t("d12")), "b": b.sync("v2", self.t("d12"))}
+        self.wait_prepared("b")
+        b.sidecar.send_signal(signal.SIGKILL)
+        b.sidecar.wait()
+        rec = a.wait(ids["a"])
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("node 'b' does not answer", rec["error"])
+        self.assertEqual(a.answers() + b.answers(), before)  # nobody wrote a byte
+        time.sleep(2.5)  # b's ranks notice the dead sidecar and drop the staged plan
+        b.start_sidecar()
+        deadline = time.time() + 20
+        while b.status()["group"]["convergence"] == "unchecked":
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(b.status()["group"]["convergence"], "converged", b.status()["group"])
+        for c in (a, b):
+            self.assertEqual(c.status()["live_version"], "v1")
+            c.assert_serves(self, self.t("v1"))
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+
+    def test_etcd_stopped_while_the_nodes_wait_for_the_decision(self):
+        # Both nodes reach PREPARED-or-about-to and etcd stops answering (SIGSTOP): neither can
+        # learn or write a decision, both give up (in doubt) and keep the old version. Once etcd
+        # answers again, each node settles the attempt as ABORT and a retry goes live.
+        a = self.node("a", tp=1, prepare_ms=1500, env={"DELTAKV_FAULT_STALL": "staged:800"})
+        b = self.node("b", tp=1, prepare_ms=1500)
+        before = a.answers() + b.answers()
+        ids = {"a": a.sync("v2", self.t("d12")), "b": b.sync("v2", self.t("d12"))}
+        self.wait_prepared("b")
+        self.etcd.proc.send_signal(signal.SIGSTOP)
+        try:
+            recs = {n: c.wait(ids[n]) for n, c in (("a", a), ("b", b))}
+        finally:
+            self.etcd.proc.send_signal(signal.SIGCONT)
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "aborted", (n, rec))
+            self.assertRegex(rec["error"], "decision is unknown|etcd", (n, rec))
+        self.assertEqual(a.answers() + b.answers(), before)
+        key = recs["b"]["group"]["key"]
+        deadline = time.time() + 30
+        while True:  # the nodes settle the attempt they gave up on
+            code, _ = base.http("GET", f"{b.url}/v1/status")
+            decided = [k for k in etcd_keys(self.etcd.url, f"/deltakv/{self.group}/{key}/")
+                       if k.endswith("/decision")]
+            if decided and all(c.status()["group"]["convergence"] == "converged" for c in (a, b)):
+                break
+            self.assertLess(time.time(), deadline, (a.status()["group"], b.status()["group"]))
+            time.sleep(0.05)
+        for c in (a, b):
+            self.assertEqual(c.status()["live_version"], "v1")
+            c.assert_serves(self, self.t("v1"))
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+
+    def test_a_node_cut_off_from_etcd_after_prepared_converges_on_the_commit(self):
+        # a prepares, then loses etcd (a partition: its endpoint is a proxy that is cut). b,
+        # which still reaches etcd and a's peer API, prepares and writes COMMIT. a gives up
+        # waiting, drops its plan and serves v1; when etcd answers again it learns the COMMIT
+        # and applies it: both end on v2.
+        proxy = TcpProxy(int(self.etcd.url.rsplit(":", 1)[1]))
+        a = self.node("a", tp=1, prepare_ms=2000, etcd_url=f"http://127.0.0.1:{proxy.port}")
+        b = self.node("b", tp=2, prepare_ms=6000, env={"DELTAKV_FAULT_STALL": "staged:1000"})
+        ids = {"a": a.sync("v2", self.t("d12")), "b": b.sync("v2", self.t("d12"))}
+        self.wait_prepared("a")
+        proxy.cut()
+        rec_b = b.wait(ids["b"])
+        self.assertEqual(rec_b["state"], "live", rec_b)
+        rec_a = a.wait(ids["a"])
+        self.assertEqual(rec_a["state"], "aborted", rec_a)
+        self.assertIn("decision is unknown", rec_a["error"])
+        self.assertEqual(a.rank_state(0)["version"], "v1")
+        proxy.heal()
+        rec = self.wait_history(a, lambda r: r["id"] != ids["a"] and
+                                r["state"] in ("live", "aborted", "failed"))
+        self.assertEqual(rec["state"], "live", rec)
+        self.assertTrue(rec["group"]["catch_up"])
+        self.assertEqual(a.status()["group"]["convergence"], "converged")
+        a.assert_serves(self, self.t("v2"))
+        b.assert_serves(self, self.t("v2"))
+        proxy.cut()
+
+    def test_a_node_shut_down_while_waiting_for_the_decision_aborts_the_group(self):
+        a = self.node("a", tp=1, prepare_ms=10000)
+        b = self.node("b", tp=1, prepare_ms=10000, env={"DELTAKV_FAULT_STALL": "staged:2000"})
+        before = a.answers() + b.answers()
+        ids = {"a": a.sync("v2", self.t("d12")), "b": b.sync("v2", self.t("d12"))}
+        self.wait_prepared("a")
+        t0 = time.time()
+        a.sidecar.send_signal(signal.SIGTERM)
+        self.assertEqual(a.sidecar.wait(timeout=20), 0)  # a clean exit, not the timeout's
+        self.assertLess(time.time() - t0, 5)
+        rec = b.wait(ids["b"])
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("node 'a' is shutting down", rec["error"])
+        self.assertEqual(b.answers(), before[1:])
+        b.assert_serves(self, self.t("v1"))
+        self.assertEqual(a.rank_state(0)["version"], "v1")
 
     def topology(self, nodes, world=4):
         path = os.path.join(self.dir, "topology.json")

@@ -57,7 +57,8 @@ void LowerPriorityAndPin(const std::vector<unsigned>& serving) {
 
 // The group of a multi-node model: --group, --node and --group-members together, with etcd
 // endpoints from --etcd-endpoints or DELTAKV_ETCD_ENDPOINTS.
-StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
+StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o,
+                                                          const std::string& group_token) {
   if (o.group.empty() || o.node.empty() || o.group_members.empty()) {
     return InvalidArgument("--group, --node and --group-members go together");
   }
@@ -75,6 +76,7 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o) {
   g.commit_margin = std::chrono::milliseconds(o.group_commit_margin_ms);
   g.report_timeout = std::chrono::milliseconds(o.group_report_timeout_ms);
   g.peer_url = o.peer_url;
+  g.peer_token = group_token;
   if (!o.topology.empty()) {
     ASSIGN_OR_RETURN(sidecar::Topology topology, sidecar::LoadTopology(o.topology, g.members));
     g.topology = std::move(topology);
@@ -171,13 +173,12 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   eo.http = *http_store;
   eo.volume_store = o.volume_store;
   if (!o.group.empty() || !o.group_members.empty() || !o.node.empty() || !o.topology.empty()) {
-    auto group = GroupFrom(o);
+    auto group = GroupFrom(o, group_token);
     if (!group.ok()) return ReportError("sidecar", group.status().WithPrefix("group"), false);
     eo.group = std::move(group).value();
     log::SetProcessField("node", o.node);
-    log::Info("group member", {{"group", o.group},
-                               {"members", o.group_members},
-                               {"etcd", o.etcd_endpoints}});
+    log::Info("group member",
+              {{"group", o.group}, {"members", o.group_members}, {"etcd", o.etcd_endpoints}});
   }
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
@@ -205,8 +206,9 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
     // The peer URL other sidecars use: the listen address with the bound port, unless it is a
     // wildcard address (then --peer-url must name this host).
     if (http.host == "0.0.0.0" || http.host == "::" || http.host == "[::]" || http.host.empty()) {
-      log::Warn("no peer URL: listening on a wildcard address, so a sync must be posted to "
-                "every node (give --peer-url http://<this host>:<port>)");
+      log::Warn(
+          "no peer URL: listening on a wildcard address, so a sync must be posted to "
+          "every node (give --peer-url http://<this host>:<port>)");
     } else {
       const std::string url = "http://" + http.host + ":" + std::to_string(api.port());
       if (Status ps = eo.group->SetPeerUrl(url); !ps.ok()) {
@@ -220,8 +222,8 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  log::Info("listening", {{"addr", http.host + ":" + std::to_string(api.port())},
-                          {"shm", o.shm_name}});
+  log::Info("listening",
+            {{"addr", http.host + ":" + std::to_string(api.port())}, {"shm", o.shm_name}});
   std::thread server([&] { api.Serve(); });
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 
@@ -230,15 +232,14 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   log::Info("shutting down", {{"timeout_s", o.shutdown_timeout_s}});
   api.BeginShutdown();
   if (peer) peer->BeginShutdown();
-  const bool drained =
-      manager.Shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(o.shutdown_timeout_s));
+  const bool drained = manager.Shutdown(std::chrono::steady_clock::now() +
+                                        std::chrono::seconds(o.shutdown_timeout_s));
   api.Stop();
   server.join();
   if (!drained) {
     // The running job is left to the protocol: ranks drop a plan that was never decided when
     // the sidecar is gone, and apply a decided COMMIT without it.
-    log::Error("shutdown timed out: a job is still running",
-               {{"timeout_s", o.shutdown_timeout_s}});
+    log::Error("shutdown timed out: a job is still running", {{"timeout_s", o.shutdown_timeout_s}});
     std::fflush(stderr);
     _exit(kExitEnvironment);
   }

@@ -43,8 +43,10 @@ std::string EscapeKeyPart(const std::string& s) {
 }
 
 StatusOr<std::unique_ptr<GroupCommit>> GroupCommit::Create(GroupOptions o) {
-  if (!ValidName(o.group)) return InvalidArgument("group name '" + o.group + "': 1-128 characters, no '/'");
-  if (!ValidName(o.node)) return InvalidArgument("node name '" + o.node + "': 1-128 characters, no '/'");
+  if (!ValidName(o.group))
+    return InvalidArgument("group name '" + o.group + "': 1-128 characters, no '/'");
+  if (!ValidName(o.node))
+    return InvalidArgument("node name '" + o.node + "': 1-128 characters, no '/'");
   if (std::find(o.members.begin(), o.members.end(), o.node) == o.members.end()) {
     return InvalidArgument("node '" + o.node + "' is not among the group's members");
   }
@@ -63,7 +65,10 @@ StatusOr<std::unique_ptr<GroupCommit>> GroupCommit::Create(GroupOptions o) {
 }
 
 GroupCommit::GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd)
-    : options_(std::move(options)), etcd_(std::move(etcd)), peer_url_(options_.peer_url) {}
+    : options_(std::move(options)),
+      etcd_(std::move(etcd)),
+      peer_url_(options_.peer_url),
+      peer_client_(options_.peer_token, options_.peer_check_timeout) {}
 
 GroupCommit::~GroupCommit() {
   stop_.store(true);
@@ -125,8 +130,8 @@ StatusOr<CoordinatorRecord> GroupCommit::ClaimCoordinator(const std::string& key
     std::lock_guard<std::mutex> lock(peer_url_mu_);
     mine.peer_url = peer_url_;
   }
-  ASSIGN_OR_RETURN(EtcdKv kv, etcd_->PutIfAbsent(Key(key + "/coordinator"),
-                                                 CoordinatorToJson(mine), lease_.load()));
+  ASSIGN_OR_RETURN(EtcdKv kv, etcd_->PutIfAbsent(Key(key + "/coordinator"), CoordinatorToJson(mine),
+                                                 lease_.load()));
   return ParseCoordinator(kv.value);
 }
 
@@ -170,6 +175,52 @@ StatusOr<GroupDecision> GroupCommit::Abort(const std::string& key, const std::st
   return ParseDecision(kv.value);
 }
 
+Status GroupCommit::CheckPeersHold(const std::string& key) {
+  ASSIGN_OR_RETURN(auto urls, PeerUrls());
+  for (const auto& [member, url] : urls) {
+    if (member == options_.node || url.empty()) continue;
+    auto a = peer_client_.SyncStatus(url, key);
+    if (!a.ok()) {
+      return FailedPrecondition("node '" + member + "' does not answer at " + url + " (" +
+                                a.status().message() + "): it may be gone since its PREPARED");
+    }
+    if (a->status == 404) {
+      return FailedPrecondition("node '" + member + "' has no record of sync '" + key +
+                                "' (restarted since its PREPARED?)");
+    }
+    const std::string state = a->status == 200 && a->body.is_object() &&
+                                      a->body.contains("state") && a->body["state"].is_string()
+                                  ? a->body["state"].get<std::string>()
+                                  : "";
+    if (state != "staged" && state != "committing" && state != "live") {
+      return FailedPrecondition(
+          "node '" + member + "' does not hold the staged plan of sync '" + key + "' (" +
+          (state.empty() ? "answer " + a->Describe() : "state '" + state + "'") + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> GroupCommit::InDoubt() const {
+  std::lock_guard<std::mutex> lock(in_doubt_mu_);
+  return in_doubt_;
+}
+
+Status GroupCommit::ResolveInDoubt() {
+  for (const std::string& key : InDoubt()) {
+    auto d = Abort(
+        key, "node '" + options_.node + "' gave up waiting for the decision (etcd did not answer)");
+    if (!d.ok()) return d.status();
+    log::Fields f = {{"group", options_.group}, {"key", key}, {"by", d->by}};
+    log::Info(d->commit ? "in-doubt sync: the group decided COMMIT"
+                        : "in-doubt sync: the group decided ABORT",
+              f);
+    std::lock_guard<std::mutex> lock(in_doubt_mu_);
+    std::erase(in_doubt_, key);
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::vector<std::string>> GroupCommit::LiveMembers() {
   ASSIGN_OR_RETURN(std::vector<EtcdKv> kvs, etcd_->List(Key("members/")));
   std::vector<std::string> live;
@@ -184,8 +235,7 @@ StatusOr<std::vector<std::string>> GroupCommit::LiveMembers() {
 StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
                                                      const std::string& version,
                                                      const std::string& parent,
-                                                     const std::string& delta,
-                                                     uint64_t sync_id,
+                                                     const std::string& delta, uint64_t sync_id,
                                                      const nlohmann::json& partial,
                                                      const PartialCheck& check_partials) {
   const auto deadline = Clock::now() + options_.prepare_timeout;
@@ -195,17 +245,23 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
   std::vector<std::string> must_exist;
   for (const std::string& m : options_.members) must_exist.push_back(prepared_prefix + m);
   json mine_json{{"node", options_.node}, {"version", version}, {"parent", parent},
-                 {"delta", delta},           {"sync_id", sync_id}, {"unix", UnixNow()}};
+                 {"delta", delta},        {"sync_id", sync_id}, {"unix", UnixNow()}};
   if (!partial.is_null()) mine_json["partial"] = partial;
   const std::string mine = mine_json.dump();
   bool prepared = false;
   Status last;
   while (true) {
     if (Clock::now() > give_up) {
-      return IoError("the group's decision is unknown: " + etcd_->Describe() +
-                     " did not answer for " +
-                     std::to_string((options_.prepare_timeout + options_.in_doubt_timeout).count()) +
-                     " ms (" + last.message() + "); the staged plan is dropped");
+      {
+        std::lock_guard<std::mutex> lock(in_doubt_mu_);
+        if (std::find(in_doubt_.begin(), in_doubt_.end(), key) == in_doubt_.end()) {
+          in_doubt_.push_back(key);
+        }
+      }
+      return IoError(
+          "the group's decision is unknown: " + etcd_->Describe() + " did not answer for " +
+          std::to_string((options_.prepare_timeout + options_.in_doubt_timeout).count()) + " ms (" +
+          last.message() + "); the staged plan is dropped");
     }
     Status s;
     if (!prepared) {
@@ -221,6 +277,11 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
         log::Info(g.commit ? "group decided COMMIT" : "group decided ABORT", f);
         return g;
       }
+      s = d.status();
+    }
+    if (s.ok() && leaving_.load()) {
+      auto d = Abort(key, "node '" + options_.node + "' is shutting down");
+      if (d.ok()) return *d;
       s = d.status();
     }
     if (s.ok() && Clock::now() > deadline) {
@@ -256,6 +317,19 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
         }
       }
       if (s.ok() && all.ok() && all->size() >= options_.members.size()) {
+        // A PREPARED outlives its node by up to the lease TTL: ask the others first.
+        if (Status held = CheckPeersHold(key); !held.ok()) {
+          if (held.code() == StatusCode::kIoError) {
+            last = held;  // etcd: in doubt, retry
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            continue;
+          }
+          auto d = Abort(key, "node '" + options_.node + "': " + held.message());
+          if (d.ok()) return *d;
+          s = d.status();
+        }
+      }
+      if (s.ok() && all.ok() && all->size() >= options_.members.size()) {
         GroupDecision commit;
         commit.commit = true;
         commit.by = options_.node;
@@ -264,11 +338,10 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
         commit.parent = parent;
         commit.delta = delta;
         commit.commit_at_unix_ns =
-            UnixNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(options_.commit_margin)
-                           .count();
+            UnixNs() +
+            std::chrono::duration_cast<std::chrono::nanoseconds>(options_.commit_margin).count();
         LatestCommit latest{key, version, parent, delta, commit.unix};
-        auto wrote = etcd_->PutIfAbsentAndAllExist(decision_key, DecisionToJson(commit),
-                                                   must_exist,
+        auto wrote = etcd_->PutIfAbsentAndAllExist(decision_key, DecisionToJson(commit), must_exist,
                                                    {{Key("latest"), LatestToJson(latest)}});
         if (wrote.ok()) continue;  // read the decision that stands
         s = wrote.status();

@@ -25,10 +25,18 @@
 // deadline; any node that fails before its own PREPARED, or reaches the deadline without
 // every member PREPARED, writes ABORT. PREPARED keys are on the node's lease, so a node that
 // dies before the decision takes its PREPARED with it and the group cannot commit without it.
+// A lease outlives a killed process by up to its TTL, so a node about to write COMMIT first
+// asks every other member that advertises a peer URL for its state of the sync
+// (GET /v1/peer/status/<key>): a member that does not answer, has no record of the key, or is
+// not holding the staged plan ("staged", "committing" or "live") makes it write ABORT instead.
 // A node acts on a decision only after reading it from etcd: the COMMIT is durable before any
 // node writes a byte. A node that loses etcd while it waits keeps its staged plan and retries
-// until in_doubt_timeout past the deadline; then it drops the plan and reports that the
-// group's decision is unknown (Admit checks the last attempt on the next sync).
+// until in_doubt_timeout past the deadline; then it drops the plan, reports that the group's
+// decision is unknown and keeps the key as in doubt: ResolveInDoubt, once etcd answers, writes
+// ABORT unless a decision stands, so a later COMMIT cannot count the PREPARED it left behind,
+// and a COMMIT that stood is then joined by the catch-up (sync/group_convergence.h).
+// A node that is shutting down (BeginShutdown) writes ABORT for the sync it waits on, unless
+// a decision stands.
 //
 // Commit point: a COMMIT carries commit_at_unix_ns = its writer's wall clock + commit_margin;
 // every node starts its pause then, never waiting longer than commit_margin (clocks are
@@ -50,6 +58,7 @@
 #include "base/status.h"
 #include "coord/etcd_client.h"
 #include "coord/group_records.h"
+#include "coord/peer_client.h"
 #include "coord/peer_records.h"
 #include "coord/topology.h"
 
@@ -61,17 +70,20 @@ struct GroupOptions {
   std::vector<std::string> members;  // every node of the group, this one included
   EtcdOptions etcd;
   std::string prefix = "/deltakv";
-  std::chrono::milliseconds prepare_timeout{60000};  // PREPARED from all, else ABORT
+  std::chrono::milliseconds prepare_timeout{60000};   // PREPARED from all, else ABORT
   std::chrono::milliseconds in_doubt_timeout{30000};  // etcd unreachable past the deadline
-  int64_t lease_ttl_s = 10;                            // membership liveness
-  std::chrono::milliseconds commit_margin{50};         // decision -> common commit point
-  std::chrono::milliseconds report_timeout{2000};      // waiting for the others' pause times
+  int64_t lease_ttl_s = 10;                           // membership liveness
+  std::chrono::milliseconds commit_margin{50};        // decision -> common commit point
+  std::chrono::milliseconds report_timeout{2000};     // waiting for the others' pause times
   // Which global ranks each node serves (validated against `members`); none: every node
   // serves a whole replica of the model.
   std::optional<Topology> topology;
   // Where the other sidecars reach this one's peer API ("http://host:port"; "" = nowhere yet,
   // see SetPeerUrl). Advertised in the membership record.
   std::string peer_url;
+  // Bearer token and per-call timeout for the members' peer status, asked before COMMIT.
+  std::string peer_token;
+  std::chrono::milliseconds peer_check_timeout{1000};
 };
 
 class GroupCommit {
@@ -94,16 +106,28 @@ class GroupCommit {
   // `latest` to this key in the same transaction.
   // `partial` (if not null) goes into this node's PREPARED record as "partial": the sums of the
   // tensors this node holds only part of. A node about to write COMMIT first calls
-  // check_partials with every member's "partial" (null where a record has none); if it fails,
-  // the node writes ABORT with its message instead.
+  // check_partials with every member's "partial" (null where a record has none), then
+  // CheckPeersHold; if either fails, the node writes ABORT with its message instead.
   using PartialCheck = std::function<Status(const std::vector<nlohmann::json>& partials)>;
   StatusOr<GroupDecision> PrepareAndAwait(const std::string& key, const std::string& version,
                                           const std::string& parent, const std::string& delta,
-                                          uint64_t sync_id,
-                                          const nlohmann::json& partial = nullptr,
+                                          uint64_t sync_id, const nlohmann::json& partial = nullptr,
                                           const PartialCheck& check_partials = nullptr);
   // Writes ABORT for `key` unless a decision stands; returns the decision that stands.
   StatusOr<GroupDecision> Abort(const std::string& key, const std::string& reason);
+  // OK when every other live member that advertises a peer URL answers that it holds the
+  // staged plan of `key`; FailedPrecondition naming the first that does not (no answer within
+  // peer_check_timeout, no record of the key, or another state). IoError if etcd does not
+  // answer. Members without a peer URL are not asked (their lease alone stands for them).
+  Status CheckPeersHold(const std::string& key);
+  // Keys whose decision this node gave up waiting for (PrepareAndAwait's IoError) and has not
+  // learnt since.
+  std::vector<std::string> InDoubt() const;
+  // For each key in doubt: writes ABORT unless a decision stands, and forgets the key once a
+  // decision is known. IoError (keys kept) while etcd does not answer.
+  Status ResolveInDoubt();
+  // From now on, PrepareAndAwait writes ABORT (unless a decision stands) instead of waiting.
+  void BeginShutdown() { leaving_.store(true); }
   // The decision of `key`, if any.
   StatusOr<std::optional<GroupDecision>> Decision(const std::string& key);
   // Members whose membership key exists now (alive), in member order.
@@ -140,6 +164,10 @@ class GroupCommit {
   std::unique_ptr<EtcdClient> etcd_;
   std::mutex peer_url_mu_;
   std::string peer_url_;  // GUARDED_BY(peer_url_mu_)
+  PeerClient peer_client_;
+  mutable std::mutex in_doubt_mu_;
+  std::vector<std::string> in_doubt_;  // GUARDED_BY(in_doubt_mu_)
+  std::atomic<bool> leaving_{false};
   std::atomic<int64_t> lease_{0};
   std::atomic<bool> stop_{false};
   std::thread keepalive_;

@@ -21,6 +21,12 @@ void GroupConvergence::Set(std::string state, std::string reason,
 
 std::optional<SyncRequest> GroupConvergence::Check(const std::string& serving) {
   if (group_ == nullptr) return std::nullopt;
+  // A sync this node gave up on must be decided before `latest` can be trusted: ABORT unless
+  // the group committed it (then it is the latest commit, applied below).
+  if (Status s = group_->ResolveInDoubt(); !s.ok()) {
+    Set("unknown", "a sync this node gave up on is still undecided: " + s.message(), std::nullopt);
+    return std::nullopt;
+  }
   auto latest = group_->Latest();
   if (!latest.ok()) {
     Set("unknown", "the group's latest commit could not be read: " + latest.status().message(),
@@ -38,21 +44,22 @@ std::optional<SyncRequest> GroupConvergence::Check(const std::string& serving) {
   }
   if (serving.empty()) {
     Set("cannot",
-        "the engine's ranks name no common version, so the group's commit '" + l.parent +
-            "' -> '" + l.version + "' cannot be applied here",
+        "the engine's ranks name no common version, so the group's commit '" + l.parent + "' -> '" +
+            l.version + "' cannot be applied here",
         l);
     return std::nullopt;
   }
   if (serving != l.parent) {
     Set("cannot",
-        "the engine serves '" + serving + "', neither the group's committed version '" +
-            l.version + "' nor its parent '" + l.parent +
-            "': restart the engine on a checkpoint of '" + l.version + "' or '" + l.parent + "'",
+        "the engine serves '" + serving + "', neither the group's committed version '" + l.version +
+            "' nor its parent '" + l.parent + "': restart the engine on a checkpoint of '" +
+            l.version + "' or '" + l.parent + "'",
         l);
     return std::nullopt;
   }
-  Set("applying", "the engine serves '" + serving + "'; applying the group's commit to '" +
-                      l.version + "' from " + l.delta,
+  Set("applying",
+      "the engine serves '" + serving + "'; applying the group's commit to '" + l.version +
+          "' from " + l.delta,
       l);
   SyncRequest r;
   r.kind = JobKind::kSync;

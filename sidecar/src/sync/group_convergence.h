@@ -1,15 +1,17 @@
 // GroupConvergence: a node of a multi-node group catching up with a commit the group made
 // without it (docs/MULTINODE.md, "Restart convergence").
 //
-// When a complete set of engine ranks is attached (at start, after an engine restart), the
-// sidecar asks Check() with the version the engine serves. Check reads the group's latest COMMIT
-// from etcd (`latest`, written with the decision) and answers:
+// When a complete set of engine ranks is attached (at start, after an engine restart), and
+// while a sync this node gave up waiting for is in doubt (GroupCommit::InDoubt), the sidecar
+// asks Check() with the version the engine serves. Check first settles the syncs in doubt
+// (GroupCommit::ResolveInDoubt: ABORT unless a decision stands), then reads the group's latest
+// COMMIT from etcd (`latest`, written with the decision) and answers:
 //   converged  the engine serves the committed version (or no commit is recorded)
 //   applying   the engine serves the commit's parent: returns the sync request (the committed
 //              version and delta) that joins the committed attempt and applies it
 //   cannot     the engine serves another version (or none the ranks agree on), or the catch-up
 //              sync failed: the reason says which
-//   unknown    etcd did not answer or the record is malformed
+//   unknown    etcd did not answer (a sync in doubt stays so) or the record is malformed
 // Json() is that state for /v1/status ("group").
 //
 // Thread-safety: all methods may be called from any thread.

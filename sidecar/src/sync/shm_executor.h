@@ -89,9 +89,13 @@ class ShmSyncExecutor final : public SyncExecutor {
   void StopScrub() override { stop_scrub_.store(true); }
   void BeginShutdown() override {
     shutting_down_.store(true);
+    if (options_.group != nullptr) options_.group->BeginShutdown();
     StopScrub();
   }
   std::optional<SyncRequest> GroupCatchUp() override { return convergence_.Check(LiveVersion()); }
+  bool GroupInDoubt() const override {
+    return options_.group != nullptr && !options_.group->InDoubt().empty();
+  }
   nlohmann::json GroupJson() const override { return convergence_.Json(); }
 
  private:

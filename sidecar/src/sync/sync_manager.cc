@@ -30,8 +30,7 @@ StatusOr<std::string> SyncManager::Submit(SyncRequest request) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_) return FailedPrecondition("sidecar shutting down: no new jobs are accepted");
-  if (request.kind == JobKind::kSync && !pending_ && running_ &&
-      running_kind_ == JobKind::kScrub) {
+  if (request.kind == JobKind::kSync && !pending_ && running_ && running_kind_ == JobKind::kScrub) {
     // A scrub yields to a sync: the sync waits in the queue while the ranks stop reading.
     std::string id = QueueLocked(std::move(request));
     executor_->StopScrub();
@@ -168,8 +167,8 @@ void SyncManager::WorkerLoop() {
     if (poll_ranks) {
       key = executor_->AttachedRanksKey();
       const bool stable = !key.empty() && key == seen_key;
-      needs_verify = auto_verify && stable && key != tried_key &&
-                     !executor_->TableCoversAttachedRanks();
+      needs_verify =
+          auto_verify && stable && key != tried_key && !executor_->TableCoversAttachedRanks();
       seen_key = key;
       bool idle;
       {
@@ -177,7 +176,8 @@ void SyncManager::WorkerLoop() {
         idle = !pending_ && !running_ && !draining_;
       }
       // After an auto verify, if one is due: the catch-up then starts from a verified table.
-      if (options_.group_catch_up && stable && !needs_verify && idle && key != caught_key) {
+      if (options_.group_catch_up && stable && !needs_verify && idle &&
+          (key != caught_key || executor_->GroupInDoubt())) {
         catch_up = executor_->GroupCatchUp();  // reads etcd: outside mu_
         caught_key = key;
       }
@@ -264,7 +264,8 @@ void SyncManager::WorkerLoop() {
         it->second.error.clear();  // a scrub that finished before it could be stopped
       } else {
         // A scrub stopped for a sync keeps the reason Submit wrote.
-        if (!(request.kind == JobKind::kScrub && it->second.error.rfind("stopped for sync", 0) == 0)) {
+        if (!(request.kind == JobKind::kScrub &&
+              it->second.error.rfind("stopped for sync", 0) == 0)) {
           it->second.error = s.message();
         }
       }
@@ -273,7 +274,8 @@ void SyncManager::WorkerLoop() {
     if (s.ok()) {
       log::Info(kind_name + " " + SyncStateName(final_state), {{"ms", ms}});
     } else {
-      log::Fields f = {{"ms", ms}, {"error", it != records_.end() ? it->second.error : s.message()}};
+      log::Fields f = {{"ms", ms},
+                       {"error", it != records_.end() ? it->second.error : s.message()}};
       log::Write(final_state == SyncState::kDiverged ? log::Level::kError : log::Level::kWarn,
                  kind_name + " " + SyncStateName(final_state), f);
     }

@@ -55,9 +55,11 @@ class SyncExecutor {
   // Called from any thread; irreversible.
   virtual void BeginShutdown() {}
   // Multi-node: the sync that makes this node join a commit its group made without it, asked
-  // once per complete set of attached ranks (nullopt: none is needed or possible; GroupJson
-  // says which).
+  // once per complete set of attached ranks, and at every poll while GroupInDoubt (nullopt:
+  // none is needed or possible; GroupJson says which).
   virtual std::optional<SyncRequest> GroupCatchUp() { return std::nullopt; }
+  // Multi-node: a sync this node gave up waiting for is still undecided as far as it knows.
+  virtual bool GroupInDoubt() const { return false; }
   // Multi-node: the node's standing in its group for /v1/status (null for one node).
   virtual nlohmann::json GroupJson() const { return nullptr; }
 };
@@ -75,7 +77,8 @@ struct SyncManagerOptions {
   std::string verify_checkpoint;
   std::chrono::milliseconds attach_poll{500};
   // Multi-node: whenever a complete set of ranks is attached (unchanged for one poll) that was
-  // not checked yet, ask the executor's GroupCatchUp and queue the sync it returns.
+  // not checked yet, or a sync is in doubt (GroupInDoubt), ask the executor's GroupCatchUp and
+  // queue the sync it returns.
   bool group_catch_up = false;
 };
 
@@ -91,8 +94,8 @@ class SyncManager {
 
   // Queues a job and returns its id ("s…" sync, "v…" verify, "c…" scrub, one sequence);
   // FailedPrecondition if one is queued or running, except that a sync submitted while a scrub
-  // runs is queued and the scrub is stopped (it ends `failed`, "stopped for sync …"); InvalidArgument for a sync without version
-  // or delta, or a verify without checkpoint.
+  // runs is queued and the scrub is stopped (it ends `failed`, "stopped for sync …");
+  // InvalidArgument for a sync without version or delta, or a verify without checkpoint.
   StatusOr<std::string> Submit(SyncRequest request);
   std::optional<SyncRecord> Get(const std::string& id) const;
   // Get, once the job has finished (SyncRecord::finished), `timeout` has passed or Shutdown
@@ -128,7 +131,7 @@ class SyncManager {
   std::unique_ptr<SyncExecutor> executor_;
   SyncManagerOptions options_;
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;  // job starts and ends, submissions, shutdown
+  mutable std::condition_variable cv_;         // job starts and ends, submissions, shutdown
   std::map<std::string, SyncRecord> records_;  // GUARDED_BY(mu_)
   std::deque<std::string> order_;              // GUARDED_BY(mu_), oldest first
   std::optional<std::string> pending_;         // GUARDED_BY(mu_)
@@ -136,8 +139,8 @@ class SyncManager {
   JobKind running_kind_ = JobKind::kSync;      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                       // GUARDED_BY(mu_)
   std::map<std::string, std::map<std::string, uint64_t>> finished_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                          // GUARDED_BY(mu_)
-  bool draining_ = false;                      // GUARDED_BY(mu_), set by Shutdown
+  bool stop_ = false;                                                // GUARDED_BY(mu_)
+  bool draining_ = false;  // GUARDED_BY(mu_), set by Shutdown
   std::thread worker_;
 };
 
