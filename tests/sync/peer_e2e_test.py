@@ -140,6 +140,103 @@ class PeerE2ETest(group.GroupE2ETest):
         a.sidecar.send_signal(signal.SIGKILL)
         a.sidecar.wait()
         b.assert_serves(self, self.t("v2"))
+        # Restarted, the coordinator learns the COMMIT from etcd and applies it by itself.
+        time.sleep(2.5)  # its ranks notice the dead sidecar and drop the staged plan
+        self.assertEqual(a.rank_state(0)["version"], "v1")
+        a.start_sidecar()
+        rec = self.wait_converged(a)
+        self.assertEqual(rec["state"], "live", rec)
+        self.assertTrue(rec["group"]["catch_up"])
+        a.assert_serves(self, self.t("v2"))
+
+    def wait_converged(self, c, timeout=30):
+        """The newest job of a restarted node once final, after its convergence check."""
+        deadline = time.time() + timeout
+        while True:
+            hist = c.status()["history"]
+            if hist and hist[0]["state"] in FINAL and c.status()["group"]["convergence"] in (
+                    "converged", "cannot"):
+                return hist[0]
+            self.assertLess(time.time(), deadline, (c.status()["group"], hist[:1]))
+            time.sleep(0.05)
+
+    def test_coordinator_killed_during_its_fan_out_changes_nothing(self):
+        # b does not answer (SIGSTOP) while the coordinator's prepare calls retry; the
+        # coordinator is killed then. Whether or not a prepare reaches b afterwards, no node
+        # goes live and a retry works.
+        a = self.node("a", tp=1, prepare_ms=1500)
+        b = self.node("b", tp=1, prepare_ms=1500)
+        before = a.answers() + b.answers()
+        b.sidecar.send_signal(signal.SIGSTOP)
+        try:
+            key = self.post("a", "v2", self.t("d12"))["group"]["key"]
+            time.sleep(0.3)  # the fan-out is retrying
+            a.sidecar.send_signal(signal.SIGKILL)
+            a.sidecar.wait()
+        finally:
+            b.sidecar.send_signal(signal.SIGCONT)
+        time.sleep(3.0)  # past b's prepare deadline, should a prepare have reached it
+        for h in b.status()["history"]:
+            self.assertEqual(h["state"], "aborted", h)
+        self.assertEqual(a.answers() + b.answers(), before)
+        a.start_sidecar()
+        self.wait_until(lambda: a.status()["group"]["convergence"] == "converged")
+        for c in (a, b):
+            self.assertEqual(c.status()["live_version"], "v1")
+            c.assert_serves(self, self.t("v1"))
+        started = self.post("a", "v2", self.t("d12"))
+        self.assertNotEqual(started["group"]["key"], key)
+        recs = self.wait_all(started["group"]["key"], ["a", "b"])
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        for c in (a, b):
+            c.assert_serves(self, self.t("v2"))
+
+    def wait_until(self, cond, timeout=20):
+        deadline = time.time() + timeout
+        while not cond():
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.05)
+
+    def test_coordinator_killed_after_its_prepared_aborts_the_others(self):
+        # The coordinator prepares; b, slow to stage, prepares after the coordinator died but
+        # while its PREPARED still stands on its lease: b finds it silent and writes ABORT.
+        a = self.node("a", tp=1)
+        b = self.node("b", tp=1, env={"DELTAKV_FAULT_STALL": "staged:2000"})
+        before = a.answers() + b.answers()
+        key = self.post("a", "v2", self.t("d12"))["group"]["key"]
+        self.wait_prepared("a")
+        a.sidecar.send_signal(signal.SIGKILL)
+        a.sidecar.wait()
+        rec = self.wait_all(key, ["b"])["b"]
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("node 'a' does not answer", rec["error"])
+        self.assertEqual(a.answers() + b.answers(), before)
+        time.sleep(2.5)  # a's ranks drop the staged plan
+        a.start_sidecar()
+        self.wait_until(lambda: a.status()["group"]["convergence"] == "converged")
+        for c in (a, b):
+            c.assert_serves(self, self.t("v1"))
+
+    def test_coordinator_killed_after_the_commit_comes_back_converged(self):
+        a = self.node("a", tp=1)
+        b = self.node("b", tp=1)
+        key = self.post("a", "v2", self.t("d12"))["group"]["key"]
+        recs = self.wait_all(key, ["a", "b"])
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        a.sidecar.send_signal(signal.SIGKILL)
+        a.sidecar.wait()
+        a.start_sidecar()
+        self.wait_until(lambda: a.status()["group"]["convergence"] == "converged")
+        self.assertEqual(a.status()["live_version"], "v2")
+        self.assertEqual(a.status()["history"], [])  # nothing to apply
+        for c in (a, b):
+            c.assert_serves(self, self.t("v2"))
+        # The group goes on from there, posted to the restarted coordinator.
+        started = self.post("a", "v3", self.t("d23"))
+        recs = self.wait_all(started["group"]["key"], ["a", "b"])
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        for c in (a, b):
+            c.assert_serves(self, self.t("v3"))
 
     def test_a_stopped_peer_is_a_partition_then_converges(self):
         a = self.node("a", tp=1, prepare_ms=1500)
