@@ -12,7 +12,8 @@ namespace {
 
 const std::vector<std::string> kMembers = {"a", "b"};
 
-std::string File(const std::string& nodes, const std::string& degrees = R"("world": 4, "tp": 4, "pp": 1)") {
+std::string File(const std::string& nodes,
+                 const std::string& degrees = R"("world": 4, "tp": 4, "pp": 1)") {
   return R"({"format": "deltakv.topology/1", )" + degrees + R"(, "nodes": )" + nodes + "}";
 }
 
@@ -35,9 +36,9 @@ TEST(TopologyTest, GoodFileParses) {
 }
 
 TEST(TopologyTest, PipelineStagesOnDifferentNodes) {
-  auto t = ParseTopology(File(R"({"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]})",
-                              R"("world": 8, "tp": 4, "pp": 2)"),
-                         kMembers);
+  auto t = ParseTopology(
+      File(R"({"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]})", R"("world": 8, "tp": 4, "pp": 2)"),
+      kMembers);
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ(t->RanksOf("b").front(), 4u);
 }
@@ -71,13 +72,17 @@ TEST(TopologyTest, RanksOutOfOrderAreRefused) {
   ExpectRefused(File(R"({"a": [0, 0, 1], "b": [2, 3]})"), "increasing order");
 }
 
+TEST(TopologyTest, RanksWithAHoleAreRefused) {
+  ExpectRefused(File(R"({"a": [0, 2], "b": [1, 3]})"), "node 'a': ranks must be consecutive");
+  ExpectRefused(File(R"({"a": [0, 1, 3], "b": [2]})"), "(3 after 1)");
+}
+
 TEST(TopologyTest, DegreesMustMultiplyToTheWorld) {
   ExpectRefused(File(R"({"a": [0, 1], "b": [2, 3]})", R"("world": 4, "tp": 2, "pp": 1)"),
                 "tp 2 * pp 1 is not the world 4");
   ExpectRefused(File(R"({"a": [0, 1], "b": [2, 3]})", R"("world": 0, "tp": 4, "pp": 1)"),
                 "'world' must be an integer");
-  ExpectRefused(File(R"({"a": [0, 1], "b": [2, 3]})", R"("world": 4, "tp": 4)"),
-                "'pp' is missing");
+  ExpectRefused(File(R"({"a": [0, 1], "b": [2, 3]})", R"("world": 4, "tp": 4)"), "'pp' is missing");
 }
 
 TEST(TopologyTest, MalformedFilesAreRefused) {

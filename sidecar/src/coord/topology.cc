@@ -68,9 +68,19 @@ StatusOr<Topology> ParseTopology(std::string_view text, const std::vector<std::s
       }
       const uint32_t rank = static_cast<uint32_t>(r.get<uint64_t>());
       if (!mine.empty() && rank <= mine.back()) {
-        return InvalidArgument("topology: node '" + node + "': ranks must be listed in increasing "
-                               "order without repeats (" + std::to_string(rank) + " after " +
-                               std::to_string(mine.back()) + ")");
+        return InvalidArgument("topology: node '" + node +
+                               "': ranks must be listed in increasing "
+                               "order without repeats (" +
+                               std::to_string(rank) + " after " + std::to_string(mine.back()) +
+                               ")");
+      }
+      // A node's engine serves consecutive global ranks (first_global_rank onwards).
+      if (!mine.empty() && rank != mine.back() + 1) {
+        return InvalidArgument("topology: node '" + node +
+                               "': ranks must be consecutive, as its "
+                               "engine serves global ranks first_global_rank.. in a row (" +
+                               std::to_string(rank) + " after " + std::to_string(mine.back()) +
+                               ")");
       }
       if (!served_by[rank].empty()) {
         return InvalidArgument("topology: rank " + std::to_string(rank) +

@@ -6,8 +6,8 @@
 //    "nodes": {"node-a": [0, 1, 2, 3], "node-b": [4, 5, 6, 7]}}
 //
 // world = tp * pp; every global rank 0..world-1 is served by exactly one node; the nodes are
-// exactly the group's members. A node's ranks are listed in increasing order; a rank r is
-// tensor-parallel rank r % tp of pipeline stage r / tp.
+// exactly the group's members. A node's ranks are consecutive, listed in increasing order; a rank r
+// is tensor-parallel rank r % tp of pipeline stage r / tp.
 //
 // Values; no shared state.
 #pragma once
@@ -38,7 +38,7 @@ struct Topology {
 // wrong for: text that is not a JSON object, an unknown or missing key, a wrong format id,
 // world/tp/pp of 0, above kTopologyMaxWorld or with tp * pp != world, a node that is not a
 // member, a member without a node entry, a node with no ranks, a rank >= world, ranks not in
-// increasing order, a rank served by two nodes (overlap) or by none (gap).
+// increasing order or not consecutive, a rank served by two nodes (overlap) or by none (gap).
 StatusOr<Topology> ParseTopology(std::string_view text, const std::vector<std::string>& members);
 
 // Reads `path` (at most 1 MiB) and parses it; errors are prefixed with the path.
