@@ -21,7 +21,7 @@ GOOD = {
     "topology": "/tmp/topology.json",
     "etcd_endpoints": "http://127.0.0.1:2379", "group_prepare_timeout_ms": 1000,
     "group_in_doubt_timeout_ms": 0, "group_commit_margin_ms": 10,
-    "group_report_timeout_ms": 100, "peer_url": "http://10.0.0.7:8470", "group_token_file": None,
+    "group_report_timeout_ms": 100, "group_decision_poll_ms": 50, "peer_url": "http://10.0.0.7:8470", "group_token_file": None,
     "log_format": "json", "shutdown_timeout_s": 5,
 }
 

@@ -6,7 +6,7 @@ Run: python3 tests/sync/peer_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 Skips when /usr/bin/etcd (Debian's etcd-server) is missing.
 """
-import argparse, os, signal, sys, time, unittest, urllib.parse
+import argparse, os, shutil, signal, sys, time, unittest, urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sync_e2e_test as base  # noqa: E402
@@ -90,7 +90,48 @@ class PeerE2ETest(group.GroupE2ETest):
             self.assertIn(why, err["error"]["message"])
         code, _ = self.peer_status("a", "syncs/v9@v1#0")
         self.assertEqual(code, 404)
+        for token in (None, "wrong"):
+            code, _ = base.http("POST", a.url + "/v1/peer/decided", {"sync_key": "k"}, token)
+            self.assertEqual(code, 401)
+        for bad in ({}, {"sync_key": ""}, {"sync_key": 3}, ["k"]):
+            code, err = base.http("POST", a.url + "/v1/peer/decided", bad, base.TOKEN)
+            self.assertEqual(code, 400, (bad, err))
+            self.assertIn("sync_key", err["error"]["message"])
+        code, ans = base.http("POST", a.url + "/v1/peer/decided", {"sync_key": "syncs/v9@v1#0"},
+                              base.TOKEN)  # nobody waits on it: still 200, nothing happens
+        self.assertEqual((code, ans), (200, {"node": "a", "sync_key": "syncs/v9@v1#0"}))
         self.assertEqual(a.status()["history"], [])  # nothing started
+
+    def test_the_writer_of_the_decision_tells_the_others_at_once(self):
+        # The nodes re-read etcd only every 5 s while they wait: the sync goes live well
+        # before, because the node whose COMMIT stood sends POST /v1/peer/decided.
+        # b stages late, so a is already waiting when b's COMMIT stands.
+        self.node("a", tp=1, args=["--group-decision-poll-ms", "5000"])
+        self.node("b", tp=1, args=["--group-decision-poll-ms", "5000"],
+                  env={"DELTAKV_FAULT_STALL": "staged:500"})
+        t0 = time.time()
+        key = self.post("a", "v2", self.t("d12"))["group"]["key"]
+        recs = self.wait_all(key, ["a", "b"])
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        self.assertLess(time.time() - t0, 4.0, recs)
+        self.assertEqual(recs["a"]["group"]["decision_learnt"], "peer", recs)
+        self.assertEqual(recs["b"]["group"]["decision_learnt"], "wrote", recs)
+        for n in ("a", "b"):
+            self.nodes[n].assert_serves(self, self.t("v2"))
+        # An ABORT travels the same way: b's copy of the delta is corrupt.
+        bad = self.t("d23-bad-" + str(time.time_ns()))
+        shutil.copytree(self.t("d23"), bad)
+        shard = sorted(f for f in os.listdir(bad) if f != "manifest.json")[0]
+        data = bytearray(base.read(os.path.join(bad, shard)))
+        data[len(data) // 2] ^= 0x5A
+        base.write(os.path.join(bad, shard), data)
+        t0 = time.time()
+        ids = {"a": self.nodes["a"].sync("v3", self.t("d23")), "b": self.nodes["b"].sync("v3", bad)}
+        recs = {n: self.nodes[n].wait(i) for n, i in ids.items()}
+        self.assertEqual([r["state"] for r in recs.values()], ["aborted", "aborted"], recs)
+        self.assertLess(time.time() - t0, 4.0, recs)
+        for n in ("a", "b"):
+            self.nodes[n].assert_serves(self, self.t("v2"))
 
     def test_a_peer_with_another_group_token_refuses_and_the_sync_aborts(self):
         a = self.node("a", tp=1)

@@ -75,6 +75,7 @@ StatusOr<std::shared_ptr<sidecar::GroupCommit>> GroupFrom(SidecarOpts& o,
   g.in_doubt_timeout = std::chrono::milliseconds(o.group_in_doubt_timeout_ms);
   g.commit_margin = std::chrono::milliseconds(o.group_commit_margin_ms);
   g.report_timeout = std::chrono::milliseconds(o.group_report_timeout_ms);
+  g.decision_poll = std::chrono::milliseconds(o.group_decision_poll_ms);
   g.peer_url = o.peer_url;
   g.peer_token = group_token;
   if (!o.topology.empty()) {

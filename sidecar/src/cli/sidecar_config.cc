@@ -209,6 +209,10 @@ const std::vector<SidecarKey>& SidecarKeys() {
       {"group_report_timeout_ms", K::kUint, &O::group_report_timeout_ms,
        "Multi-node: how long a node waits for the others' pause times after its commit", 0,
        600000},
+      {"group_decision_poll_ms", K::kUint, &O::group_decision_poll_ms,
+       "Multi-node: how often a node waiting for the decision reads etcd (the node that writes "
+       "it tells the others at once through the peer API)",
+       10, 60000},
       {"peer_url", K::kString, &O::peer_url,
        "Multi-node: http://host:port where the other sidecars reach this one's peer API "
        "(default: http://<listen> with the bound port, unless listen is 0.0.0.0 or ::)",

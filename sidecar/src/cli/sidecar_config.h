@@ -59,6 +59,7 @@ struct SidecarOpts {
   uint64_t group_in_doubt_timeout_ms = 30000;
   uint64_t group_commit_margin_ms = 50;
   uint64_t group_report_timeout_ms = 2000;
+  uint64_t group_decision_poll_ms = 100;
   std::string topology;  // JSON file: which global ranks each node serves
   std::string peer_url;  // http://host:port the other sidecars reach this one at ("" = derived)
   std::string group_token_file;  // bearer token of peer calls ("" = the sidecar's token)

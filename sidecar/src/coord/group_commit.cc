@@ -61,6 +61,7 @@ StatusOr<std::unique_ptr<GroupCommit>> GroupCommit::Create(GroupOptions o) {
   std::unique_ptr<GroupCommit> g(new GroupCommit(std::move(o), std::move(etcd)));
   RETURN_IF_ERROR(g->Join());
   g->keepalive_ = std::thread([p = g.get()] { p->KeepAliveLoop(); });
+  g->announcer_ = std::thread([p = g.get()] { p->AnnounceLoop(); });
   return g;
 }
 
@@ -71,8 +72,13 @@ GroupCommit::GroupCommit(GroupOptions options, std::unique_ptr<EtcdClient> etcd)
       peer_client_(options_.peer_token, options_.peer_check_timeout) {}
 
 GroupCommit::~GroupCommit() {
-  stop_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(notice_mu_);
+    stop_.store(true);
+  }
+  notice_cv_.notify_all();
   if (keepalive_.joinable()) keepalive_.join();
+  if (announcer_.joinable()) announcer_.join();
   // Leaving: the membership key and any PREPARED of this node go with the lease.
   if (int64_t lease = lease_.load(); lease != 0) (void)etcd_->RevokeLease(lease);
 }
@@ -153,6 +159,61 @@ void GroupCommit::KeepAliveLoop() {
   }
 }
 
+void GroupCommit::BeginShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(notice_mu_);
+    leaving_.store(true);
+  }
+  notice_cv_.notify_all();
+}
+
+void GroupCommit::Notice(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(notice_mu_);
+    if (std::find(noticed_.begin(), noticed_.end(), key) == noticed_.end()) {
+      noticed_.push_back(key);
+      if (noticed_.size() > 64) noticed_.erase(noticed_.begin());  // keys nobody waits on
+    }
+  }
+  notice_cv_.notify_all();
+}
+
+bool GroupCommit::WaitForNotice(const std::string& key) {
+  std::unique_lock<std::mutex> lock(notice_mu_);
+  auto noticed = [&] { return std::find(noticed_.begin(), noticed_.end(), key) != noticed_.end(); };
+  notice_cv_.wait_for(lock, options_.decision_poll,
+                      [&] { return noticed() || leaving_.load() || stop_.load(); });
+  if (!noticed()) return false;
+  std::erase(noticed_, key);
+  return true;
+}
+
+void GroupCommit::Announce(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(notice_mu_);
+    announce_.push_back(key);
+  }
+  notice_cv_.notify_all();
+}
+
+void GroupCommit::AnnounceLoop() {
+  std::unique_lock<std::mutex> lock(notice_mu_);
+  while (true) {
+    notice_cv_.wait(lock, [&] { return stop_.load() || !announce_.empty(); });
+    if (stop_.load()) return;
+    const std::string key = announce_.front();
+    announce_.erase(announce_.begin());
+    lock.unlock();
+    if (auto urls = PeerUrls(); urls.ok()) {
+      for (const auto& [member, url] : *urls) {
+        if (member == options_.node || url.empty()) continue;
+        (void)peer_client_.Decided(url, key);  // best effort: the member polls etcd anyway
+      }
+    }
+    lock.lock();
+  }
+}
+
 StatusOr<std::string> GroupCommit::SyncKey(const std::string& version, const std::string& parent) {
   const std::string base = "syncs/" + EscapeKeyPart(version) + "@" + EscapeKeyPart(parent) + "#";
   for (int attempt = 0;; ++attempt) {
@@ -170,9 +231,14 @@ StatusOr<std::optional<GroupDecision>> GroupCommit::Decision(const std::string& 
 }
 
 StatusOr<GroupDecision> GroupCommit::Abort(const std::string& key, const std::string& reason) {
-  ASSIGN_OR_RETURN(EtcdKv kv,
-                   etcd_->PutIfAbsent(Key(key + "/decision"), AbortJson(options_.node, reason)));
-  return ParseDecision(kv.value);
+  const std::string mine = AbortJson(options_.node, reason);
+  ASSIGN_OR_RETURN(EtcdKv kv, etcd_->PutIfAbsent(Key(key + "/decision"), mine));
+  ASSIGN_OR_RETURN(GroupDecision d, ParseDecision(kv.value));
+  if (kv.value == mine) {
+    d.learnt = "wrote";
+    Announce(key);
+  }
+  return d;
 }
 
 Status GroupCommit::CheckPeersHold(const std::string& key) {
@@ -249,7 +315,9 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
   if (!partial.is_null()) mine_json["partial"] = partial;
   const std::string mine = mine_json.dump();
   bool prepared = false;
+  bool woken = false;  // by a peer's notice
   Status last;
+  auto pause = [&] { woken = WaitForNotice(key); };
   while (true) {
     if (Clock::now() > give_up) {
       {
@@ -271,11 +339,13 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
     if (s.ok()) {
       auto d = Decision(key);
       if (d.ok() && d->has_value()) {
-        const GroupDecision& g = **d;
-        log::Fields f = {{"group", options_.group}, {"key", key}, {"by", g.by}};
+        GroupDecision& g = **d;
+        if (g.learnt.empty()) g.learnt = g.by == options_.node ? "wrote" : woken ? "peer" : "etcd";
+        log::Fields f = {
+            {"group", options_.group}, {"key", key}, {"by", g.by}, {"learnt", g.learnt}};
         if (!g.commit) f.emplace_back("reason", g.reason);
         log::Info(g.commit ? "group decided COMMIT" : "group decided ABORT", f);
-        return g;
+        return std::move(g);
       }
       s = d.status();
     }
@@ -321,7 +391,7 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
         if (Status held = CheckPeersHold(key); !held.ok()) {
           if (held.code() == StatusCode::kIoError) {
             last = held;  // etcd: in doubt, retry
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            pause();
             continue;
           }
           auto d = Abort(key, "node '" + options_.node + "': " + held.message());
@@ -343,7 +413,10 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
         LatestCommit latest{key, version, parent, delta, commit.unix};
         auto wrote = etcd_->PutIfAbsentAndAllExist(decision_key, DecisionToJson(commit), must_exist,
                                                    {{Key("latest"), LatestToJson(latest)}});
-        if (wrote.ok()) continue;  // read the decision that stands
+        if (wrote.ok()) {
+          if (*wrote) Announce(key);
+          continue;  // read the decision that stands
+        }
         s = wrote.status();
       } else if (!all.ok()) {
         s = all.status();
@@ -353,7 +426,7 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
       if (s.code() != StatusCode::kIoError) return s;
       last = s;  // etcd unreachable: in doubt, retry
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pause();
   }
 }
 

@@ -37,6 +37,9 @@
 // and a COMMIT that stood is then joined by the catch-up (sync/group_convergence.h).
 // A node that is shutting down (BeginShutdown) writes ABORT for the sync it waits on, unless
 // a decision stands.
+// Waiting nodes re-read the decision every decision_poll; the node whose write of a decision
+// stood also tells every other member that advertises a peer URL (POST /v1/peer/decided, from
+// a background thread, best effort), and Notice wakes a waiting node at once to read it.
 //
 // Commit point: a COMMIT carries commit_at_unix_ns = its writer's wall clock + commit_margin;
 // every node starts its pause then, never waiting longer than commit_margin (clocks are
@@ -46,6 +49,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -84,6 +88,8 @@ struct GroupOptions {
   // Bearer token and per-call timeout for the members' peer status, asked before COMMIT.
   std::string peer_token;
   std::chrono::milliseconds peer_check_timeout{1000};
+  // How often a node waiting for the decision re-reads it (a peer's notice wakes it at once).
+  std::chrono::milliseconds decision_poll{100};
 };
 
 class GroupCommit {
@@ -127,7 +133,9 @@ class GroupCommit {
   // decision is known. IoError (keys kept) while etcd does not answer.
   Status ResolveInDoubt();
   // From now on, PrepareAndAwait writes ABORT (unless a decision stands) instead of waiting.
-  void BeginShutdown() { leaving_.store(true); }
+  void BeginShutdown();
+  // A peer says the decision of `key` is in etcd: a PrepareAndAwait waiting on it reads it now.
+  void Notice(const std::string& key);
   // The decision of `key`, if any.
   StatusOr<std::optional<GroupDecision>> Decision(const std::string& key);
   // Members whose membership key exists now (alive), in member order.
@@ -159,6 +167,11 @@ class GroupCommit {
   // Takes a new lease and writes this node's membership key on it.
   Status Join();
   void KeepAliveLoop();
+  // Queues POST /v1/peer/decided of `key` to the other members (AnnounceLoop sends it).
+  void Announce(const std::string& key);
+  void AnnounceLoop();
+  // Sleeps up to decision_poll, or until a notice for `key` or BeginShutdown; true on a notice.
+  bool WaitForNotice(const std::string& key);
 
   GroupOptions options_;
   std::unique_ptr<EtcdClient> etcd_;
@@ -168,6 +181,11 @@ class GroupCommit {
   mutable std::mutex in_doubt_mu_;
   std::vector<std::string> in_doubt_;  // GUARDED_BY(in_doubt_mu_)
   std::atomic<bool> leaving_{false};
+  std::mutex notice_mu_;
+  std::condition_variable notice_cv_;
+  std::vector<std::string> noticed_;   // GUARDED_BY(notice_mu_): keys peers said are decided
+  std::vector<std::string> announce_;  // GUARDED_BY(notice_mu_): keys to tell the others
+  std::thread announcer_;
   std::atomic<int64_t> lease_{0};
   std::atomic<bool> stop_{false};
   std::thread keepalive_;

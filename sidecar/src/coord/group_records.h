@@ -27,6 +27,9 @@ struct GroupDecision {
   double unix = 0;     // when it was written (writer's clock, seconds)
   std::string version, parent, delta;
   int64_t commit_at_unix_ns = 0;
+  // How this node learnt it (not part of the record): "wrote" (this node's write stood),
+  // "peer" (woken by the writer's POST /v1/peer/decided) or "etcd" (its own poll).
+  std::string learnt;
 };
 std::string DecisionToJson(const GroupDecision& d);
 StatusOr<GroupDecision> ParseDecision(std::string_view text);

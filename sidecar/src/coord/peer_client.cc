@@ -25,6 +25,11 @@ StatusOr<PeerAnswer> PeerClient::SyncStatus(const std::string& peer_url,
   return Call(peer_url, "GET", "/v1/peer/status/" + UrlPathEscape(sync_key), "");
 }
 
+StatusOr<PeerAnswer> PeerClient::Decided(const std::string& peer_url,
+                                         const std::string& sync_key) const {
+  return Call(peer_url, "POST", "/v1/peer/decided", nlohmann::json{{"sync_key", sync_key}}.dump());
+}
+
 StatusOr<PeerAnswer> PeerClient::Call(const std::string& peer_url, const char* method,
                                       const std::string& path, const std::string& body) const {
   ASSIGN_OR_RETURN(PeerAddress addr, ParsePeerUrl(peer_url));

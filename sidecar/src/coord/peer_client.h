@@ -32,6 +32,8 @@ class PeerClient {
   StatusOr<PeerAnswer> Prepare(const std::string& peer_url, const PeerPrepare& p) const;
   // GET /v1/peer/status/<sync key>.
   StatusOr<PeerAnswer> SyncStatus(const std::string& peer_url, const std::string& sync_key) const;
+  // POST /v1/peer/decided {"sync_key"}: the group's decision of the key is in etcd.
+  StatusOr<PeerAnswer> Decided(const std::string& peer_url, const std::string& sync_key) const;
 
  private:
   StatusOr<PeerAnswer> Call(const std::string& peer_url, const char* method,

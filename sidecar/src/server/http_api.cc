@@ -158,6 +158,24 @@ void HttpApi::Routes() {
     PeerSyncAnswer a = options_.peer->Prepare(*p);
     SendJson(res, a.http_status, a.body);
   });
+  s.Post("/v1/peer/decided", [this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.peer == nullptr) {
+      return SendError(res, 404, "NOT_FOUND", "this sidecar is not in a group");
+    }
+    if (req.body.size() > options_.max_peer_body_bytes) {
+      return SendError(res, 413, "RESOURCE_EXHAUSTED",
+                       "peer request body above " + std::to_string(options_.max_peer_body_bytes) +
+                           " bytes");
+    }
+    Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body.contains("sync_key") || !body["sync_key"].is_string() ||
+        body["sync_key"].get<std::string>().empty()) {
+      return SendError(res, 400, "INVALID_ARGUMENT",
+                       "body must be a JSON object with a non-empty string 'sync_key'");
+    }
+    PeerSyncAnswer a = options_.peer->Decided(body["sync_key"].get<std::string>());
+    SendJson(res, a.http_status, a.body);
+  });
   s.Get(R"(/v1/peer/status/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     if (options_.peer == nullptr) {
       return SendError(res, 404, "NOT_FOUND", "this sidecar is not in a group");

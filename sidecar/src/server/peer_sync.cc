@@ -175,6 +175,11 @@ PeerSyncAnswer PeerSync::Prepare(const PeerPrepare& p) {
   return {202, {{"node", self}, {"sync_key", p.sync_key}, {"id", *id}, {"state", "queued"}}};
 }
 
+PeerSyncAnswer PeerSync::Decided(const std::string& key) {
+  group_->Notice(key);
+  return {200, {{"node", group_->options().node}, {"sync_key", key}}};
+}
+
 PeerSyncAnswer PeerSync::Status(const std::string& key) const {
   auto rec = manager_->FindGroupSync(key);
   if (!rec) {

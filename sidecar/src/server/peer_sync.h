@@ -66,6 +66,10 @@ class PeerSync {
   // GET /v1/peer/status/<key>: 200 {"node", "sync_key", "id", "state"[, "error"]}, 404 when
   // this node has no record of the key.
   PeerSyncAnswer Status(const std::string& key) const;
+  // POST /v1/peer/decided {"sync_key"}: the group's decision of the key is in etcd (sent by
+  // the node whose write stood). Wakes this node's wait for it; 200 {"node", "sync_key"}
+  // whether or not this node waits on the key (idempotent).
+  PeerSyncAnswer Decided(const std::string& key);
   // Whether this node coordinates `key` (its claim won).
   bool Coordinates(const std::string& key) const;
   // {node: state} for every member: this node's from its record, the others' from their peer

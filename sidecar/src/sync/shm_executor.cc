@@ -772,6 +772,9 @@ Status ShmSyncExecutor::Job::GroupDecide(const std::string& key) {
   Phase("group", MsSince(t0));
   RETURN_IF_ERROR(d.status());
   decision_ = *d;
+  update_([&](SyncRecord& r) {
+    if (r.group) r.group->decision_learnt = d->learnt;
+  });
   if (!d->commit) {
     return FailedPrecondition("group '" + group.options().group + "' decided ABORT (written by node '" +
                               d->by + "'): " + d->reason);

@@ -53,6 +53,7 @@ nlohmann::json GroupSyncReport::ToJson() const {
                       {"catch_up", catch_up},
                       {"commit_at_unix_ns", commit_at_unix_ns},
                       {"commit_wait_ms", commit_wait_ms}};
+  if (!decision_learnt.empty()) j["decision_learnt"] = decision_learnt;
   if (pause) j["pause"] = NodePauseJson(*pause);
   if (view) j["view"] = view->ToJson();
   if (!view_error.empty()) j["view_error"] = view_error;

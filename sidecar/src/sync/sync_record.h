@@ -66,6 +66,8 @@ struct GroupSyncReport {
   bool catch_up = false;         // queued at start to join a commit the group made without it
   int64_t commit_at_unix_ns = 0;  // the decision's commit point (0 = none)
   double commit_wait_ms = 0;     // how long this node waited for it
+  // How this node learnt the decision: "wrote", "peer" or "etcd" ("" before it did).
+  std::string decision_learnt;
   std::optional<NodePause> pause;  // this node's pause, once committed
   // The group's pauses, once every member published or the bounded wait passed.
   std::optional<GroupPauseView> view;
