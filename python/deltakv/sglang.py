@@ -9,17 +9,28 @@ HiCache storage
             "interface_v1": 1, "deltakv_pool": "deltakv.kv"}'
 
 With interface_v1 (the zero-copy path), pages move between SGLang's host pool (L2) and the pool
-directly: the pages' runs in the host pool (get_page_buffer_meta: per layer K and V for
-"layer_first", one K and one V run per page for "page_first" / "page_first_direct", one run
-for MLA) are the pieces of a deltakv layout, so a pool slot holds one page and the copies run
-on the client's copy threads. The sidecar's --kv-block-bytes must be the page's bytes (the sum
-of those runs). Without interface_v1 SGLang uses the older get/set calls with flat page
-tensors; they are served through a staging page and keyed apart ("flat" layout), so the two
-paths never read each other's bytes.
+directly: the pages' runs in the host pool (get_page_buffer_meta: per layer K and V for MHA
+"layer_first", one K and one V run per page for "page_first" / "page_first_direct"; for MLA one
+run per layer for "layer_first", one run per page otherwise) are the pieces of a deltakv layout,
+so a pool slot holds one page and the copies run on the client's copy threads. The sidecar's
+--kv-block-bytes must be the page's bytes (the sum of those runs). Without interface_v1 SGLang
+uses the older get/set calls with flat page tensors; they are served through a staging page and
+keyed apart ("flat" layout), so the two paths never read each other's bytes.
+
+Hybrid models (v2): SGLang's HybridCacheController registers each host pool of its
+HostPoolGroup (register_mem_host_pool_v2: the KV anchor again, Mamba state, SWA, indexer, draft
+pools) and moves their pages with batch_exists_v2 / batch_get_v2 / batch_set_v2 (the KV pages
+still through the v1 calls). Each pool is served the same way as the KV pool, over the deltakv
+pool extra_config["deltakv_pools"][name] (default: deltakv_pool), whose slot must be that
+pool's page bytes, and under its own key context. Hit policies all_pages and trailing_pages are
+answered; block_groups, a host pool without memory of its own (a logical anchor) and decode
+context parallelism (dcp_size > 1) are refused.
 
 Keys: the page hash strings, under a key context of the model name, the host pool's dtype and
-layout, and the tensor-parallel rank (MLA pages are the same on every rank: tp is left out and
-only the storage writer stores). extra_config: deltakv_pool (default "deltakv.kv"),
+layout, the SGLang pool name (except for KV), the pipeline stage, the attention context-parallel
+rank (when attn_cp_size > 1) and the tensor-parallel rank. MLA pages are the same on every rank:
+the rank is left out and only the storage writer stores; an MLA model's Mamba state and MHA
+pools stay per rank. extra_config: deltakv_pool (default "deltakv.kv"), deltakv_pools ({}),
 deltakv_copy_threads (2), deltakv_salt.
 
 Weight updates
@@ -47,20 +58,27 @@ in place inside the call, as DeltakvWeightUpdater.update does.
 from __future__ import annotations
 
 import json
+import logging
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
-                                                  HiCacheStorageExtraInfo)
+                                                  HiCacheStorageExtraInfo, PoolHitPolicy,
+                                                  PoolName, PoolTransferResult)
 
 from . import kv as _kv
-from .errors import DeltakvError, FailedPreconditionError, InvalidArgumentError, NotFoundError
+from .errors import (DeltakvError, FailedPreconditionError, InvalidArgumentError, NotFoundError,
+                     UnimplementedError)
 from .torch_weights import apply_sync, register_module
 
 __all__ = ["DeltakvHiCacheStorage", "DeltakvWeightUpdater", "load_update", "attach_request",
            "update_request", "LOADER"]
+
+
+_log = logging.getLogger(__name__)
+_KV, _MAMBA = PoolName.KV.value, PoolName.MAMBA.value
 
 
 def _pieces_of(pool: Any) -> Tuple[List[Tuple[int, int, int]], int]:
@@ -87,105 +105,277 @@ def _pieces_of(pool: Any) -> Tuple[List[Tuple[int, int, int]], int]:
     return pieces, pages
 
 
-class DeltakvHiCacheStorage(HiCacheStorage):
-    """HiCacheStorage over the deltakv pool (see the module docstring)."""
+def _count(indices: Any) -> int:
+    return 0 if indices is None else int(np.asarray(
+        indices.cpu() if hasattr(indices, "cpu") else indices).size)
 
-    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
-        self.config = storage_config
-        self.extra = dict(storage_config.extra_config or {})
-        self.pool_name = str(self.extra.get("deltakv_pool", "deltakv.kv"))
-        self.copy_threads = int(self.extra.get("deltakv_copy_threads", 2))
-        self.is_mla = bool(storage_config.is_mla_model)
-        self.writer = storage_config.is_storage_writer
-        self._client: Optional[_kv.KvClient] = None
-        self._stage_client: Optional[_kv.KvClient] = None
-        self._stage: Optional[np.ndarray] = None
-        self._ctx: Optional[_kv.KeyContext] = None
-        self._flat_ctx: Optional[_kv.KeyContext] = None
-        self.page_size = 0
 
-    # --- setup ---------------------------------------------------------------------------
-    def _context(self, layout: str) -> _kv.KeyContext:
-        c = self.config
-        tp = {} if self.is_mla else {"tp_rank": int(c.tp_rank), "tp_size": int(c.tp_size)}
-        salt = self.extra.get("deltakv_salt")
-        return _kv.KeyContext(model_fingerprint=str(c.model_name or ""),
-                              kv_dtype=str(getattr(self.mem_pool_host, "dtype", "")),
-                              kv_layout=f"sglang:{layout}:pp{c.pp_rank}of{c.pp_size}",
-                              salt=None if salt is None else str(salt), **tp)
+class _Lane:
+    """One SGLang host pool over one deltakv pool: the runs of a host page are the pieces of a
+    deltakv layout (one pool slot holds one page), and the pages are keyed under the lane's own
+    key context. The v1 calls go through the KV pool's lane, the v2 calls through the lane of
+    each transfer's pool."""
 
-    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        super().register_mem_pool_host(mem_pool_host)
-        pieces, pages = _pieces_of(mem_pool_host)
-        self.page_size = int(mem_pool_host.page_size)
-        self._client = _kv.KvClient(_kv.Pieces(pieces, num_blocks=pages),
-                                    pool_name=self.pool_name, copy_threads=self.copy_threads)
-        self._ctx = self._context(str(getattr(mem_pool_host, "layout", "unknown")))
-        self._flat_ctx = self._context("flat")
-        page_bytes = sum(p[2] for p in pieces)
-        self._stage = np.zeros((1, page_bytes), np.uint8)
-        self._stage_client = _kv.KvClient(_kv.CrossLayer(self._stage), pool_name=self.pool_name,
-                                          copy_threads=0)
+    def __init__(self, name: str, host_pool: Any, ctx: _kv.KeyContext, pool_name: str,
+                 copy_threads: int, stores: bool) -> None:
+        if getattr(host_pool, "kv_buffer", 0) is None:
+            raise UnimplementedError(
+                f"SGLang host pool {name!r} ({type(host_pool).__name__}) holds no memory of its "
+                "own (a logical anchor): the deltakv backend moves pages it can address")
+        pieces, pages = _pieces_of(host_pool)
+        self.name = name
+        self.page_size = int(host_pool.page_size)
+        self.page_bytes = sum(p[2] for p in pieces)
+        self.ctx = ctx
+        self.stores = stores  # False: another rank stores these (replicated) pages
+        try:
+            self.client = _kv.KvClient(_kv.Pieces(pieces, num_blocks=pages),
+                                       pool_name=pool_name, copy_threads=copy_threads)
+        except DeltakvError as e:
+            raise type(e)(f"SGLang host pool {name!r} (pages of {self.page_bytes} bytes) over "
+                          f"deltakv pool {pool_name!r}: {e.message}") from e
 
-    def _live(self) -> _kv.KvClient:
-        if self._client is None:
-            raise DeltakvError("register_mem_pool_host was not called")
-        return self._client
-
-    def _keys(self, ctx: Optional[_kv.KeyContext], keys: Sequence[str]) -> np.ndarray:
-        assert ctx is not None
+    def keys(self, keys: Sequence[str]) -> np.ndarray:
         raw = [k.encode() for k in keys]
         if not raw:
             return np.zeros((0, 2), np.uint64)
         if len({len(r) for r in raw}) == 1:
-            return _kv.engine_hash_keys(ctx, raw)
-        return np.concatenate([_kv.engine_hash_keys(ctx, [r]) for r in raw])
+            return _kv.engine_hash_keys(self.ctx, raw)
+        return np.concatenate([_kv.engine_hash_keys(self.ctx, [r]) for r in raw])
 
-    def _blocks(self, host_indices: Any, n: int) -> np.ndarray:
+    def blocks(self, host_indices: Any, n: int) -> np.ndarray:
         idx = np.asarray(host_indices.cpu() if hasattr(host_indices, "cpu") else host_indices,
                          dtype=np.int64).reshape(-1)
         if len(idx) != n * self.page_size:
-            raise InvalidArgumentError(f"{len(idx)} host indices for {n} pages of "
-                                       f"{self.page_size} tokens")
+            raise InvalidArgumentError(f"host pool {self.name!r}: {len(idx)} host indices for "
+                                       f"{n} pages of {self.page_size} tokens")
         return (idx[::self.page_size] // self.page_size).astype(np.uint64)
+
+    def exists(self, keys: Sequence[str]) -> int:
+        """How many leading pages of `keys` are stored."""
+        return self.client.lookup(self.keys(keys)) if keys else 0
+
+    def present(self, keys: Sequence[str]) -> List[bool]:
+        """Whether each page of `keys` is stored, each on its own."""
+        pool_keys = self.keys(keys)
+        return [self.client.lookup(pool_keys[i:i + 1]) == 1 for i in range(len(keys))]
+
+    def set(self, keys: Sequence[str], host_indices: Any) -> List[bool]:
+        if not keys:
+            return []
+        blocks = self.blocks(host_indices, len(keys))
+        if not self.stores:
+            return [True] * len(keys)
+        outcomes = self.client.store(self.keys(keys), blocks)
+        return [int(o) != _kv.STORE_REFUSED for o in outcomes]
+
+    def get(self, keys: Sequence[str], host_indices: Any) -> List[bool]:
+        """Loads the leading stored pages of `keys`; the pages after the first miss are left as
+        they were."""
+        if not keys:
+            return []
+        blocks = self.blocks(host_indices, len(keys))
+        pool_keys = self.keys(keys)
+        for _attempt in range(2):  # a page evicted between lookup and pin: look again
+            hits = self.client.lookup(pool_keys)
+            if hits == 0:
+                break
+            try:
+                self.client.load(pool_keys[:hits], blocks[:hits])
+                return [True] * hits + [False] * (len(keys) - hits)
+            except NotFoundError:
+                continue
+        return [False] * len(keys)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class DeltakvHiCacheStorage(HiCacheStorage):
+    """HiCacheStorage over the deltakv pool (see the module docstring)."""
+
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+        dcp = int(getattr(storage_config, "dcp_size", 1) or 1)
+        if dcp > 1:
+            raise UnimplementedError(
+                f"decode context parallelism (dcp_size {dcp}): each DCP rank holds a slice of "
+                "every page, and the deltakv backend stores whole pages (SGLang attaches L3 "
+                "storage under DCP for its file and mooncake backends only)")
+        self.config = storage_config
+        self.extra = dict(storage_config.extra_config or {})
+        self.pool_name = str(self.extra.get("deltakv_pool", "deltakv.kv"))
+        pools = self.extra.get("deltakv_pools") or {}
+        if not isinstance(pools, dict):
+            raise InvalidArgumentError("extra_config deltakv_pools must map SGLang pool names "
+                                       f"to deltakv pool names, not {pools!r}")
+        self.pool_names = {str(k): str(v) for k, v in pools.items()}
+        self.copy_threads = int(self.extra.get("deltakv_copy_threads", 2))
+        self.is_mla = bool(storage_config.is_mla_model)
+        self.writer = storage_config.is_storage_writer
+        self._lanes: Dict[str, _Lane] = {}
+        self._stage_client: Optional[_kv.KvClient] = None
+        self._stage: Optional[np.ndarray] = None
+        self._flat_ctx: Optional[_kv.KeyContext] = None
+        self.page_size = 0
+
+    # --- setup ---------------------------------------------------------------------------
+    def _sharded(self, name: str, host_pool: Any) -> bool:
+        """Whether the pool's pages differ between tensor-parallel ranks: every pool of an MHA
+        model; of an MLA model, the Mamba state and MHA pools (a draft model's heads), while
+        its MLA pages are the same on every rank."""
+        if not self.is_mla or name == _MAMBA:
+            return True
+        from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+        return isinstance(host_pool, MHATokenToKVPoolHost)
+
+    def _context(self, name: str, host_pool: Any, layout: str, sharded: bool) -> _kv.KeyContext:
+        c = self.config
+        tp = {"tp_rank": int(c.tp_rank), "tp_size": int(c.tp_size)} if sharded else {}
+        parts = ["sglang"] + ([] if name == _KV else [name]) + [layout,
+                                                                f"pp{c.pp_rank}of{c.pp_size}"]
+        if int(c.attn_cp_size) > 1:  # each context-parallel rank holds a slice of every page
+            parts.append(f"cp{c.attn_cp_rank}of{c.attn_cp_size}")
+        salt = self.extra.get("deltakv_salt")
+        return _kv.KeyContext(model_fingerprint=str(c.model_name or ""),
+                              kv_dtype=str(getattr(host_pool, "dtype", "")),
+                              kv_layout=":".join(parts),
+                              salt=None if salt is None else str(salt), **tp)
+
+    def _lane(self, name: str, host_pool: Any) -> _Lane:
+        sharded = self._sharded(name, host_pool)
+        ctx = self._context(name, host_pool, str(getattr(host_pool, "layout", "unknown")),
+                            sharded)
+        return _Lane(name, host_pool, ctx, self.pool_names.get(name, self.pool_name),
+                     self.copy_threads, stores=sharded or self.writer)
+
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        lane = self._lane(_KV, mem_pool_host)
+        old = self._lanes.pop(_KV, None)
+        if old is not None:
+            old.close()
+        self._lanes[_KV] = lane
+        self.page_size = lane.page_size
+        self._flat_ctx = self._context(_KV, mem_pool_host, "flat", self._sharded(_KV,
+                                                                                  mem_pool_host))
+        self._stage = np.zeros((1, lane.page_bytes), np.uint8)
+        if self._stage_client is not None:
+            self._stage_client.close()
+        self._stage_client = _kv.KvClient(_kv.CrossLayer(self._stage),
+                                          pool_name=self.pool_names.get(_KV, self.pool_name),
+                                          copy_threads=0)
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """A host pool of a hybrid model (SGLang's HostPoolGroup entries: the KV anchor again,
+        Mamba state, SWA, indexer, draft pools), served over deltakv pool
+        extra_config["deltakv_pools"][name] (default: deltakv_pool). Its page bytes must be that
+        pool's slot size."""
+        name = str(host_pool_name)
+        if name == _KV:
+            if _KV not in self._lanes or host_pool is not self.mem_pool_host:
+                raise InvalidArgumentError(
+                    "the KV host pool given to register_mem_host_pool_v2 is not the one given "
+                    "to register_mem_pool_host")
+            super().register_mem_host_pool_v2(host_pool, host_pool_name)
+            return
+        lane = self._lane(name, host_pool)
+        old = self._lanes.pop(name, None)
+        if old is not None:
+            old.close()
+        self._lanes[name] = lane
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+
+    def _kv_lane(self) -> _Lane:
+        lane = self._lanes.get(_KV)
+        if lane is None:
+            raise DeltakvError("register_mem_pool_host was not called")
+        return lane
+
+    def _lane_of(self, name: Any) -> _Lane:
+        if str(name) == _KV:
+            return self._kv_lane()
+        lane = self._lanes.get(str(name))
+        if lane is None:
+            raise FailedPreconditionError(f"SGLang host pool {str(name)!r} was not registered "
+                                          "with the deltakv backend (register_mem_host_pool_v2)")
+        return lane
 
     # --- zero-copy (interface_v1) ----------------------------------------------------------
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
-        return self._live().lookup(self._keys(self._ctx, keys)) if keys else 0
+        return self._kv_lane().exists(keys)
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
 
     def batch_set_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        if not keys:
-            return []
-        blocks = self._blocks(host_indices, len(keys))
-        if not self.writer:  # MLA replicas: one writer stores the shared pages
-            return [True] * len(keys)
-        outcomes = self._live().store(self._keys(self._ctx, keys), blocks)
-        return [int(o) != _kv.STORE_REFUSED for o in outcomes]
+        return self._kv_lane().set(keys, host_indices)
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        if not keys:
-            return []
-        client = self._live()
-        blocks = self._blocks(host_indices, len(keys))
-        pool_keys = self._keys(self._ctx, keys)
-        for _attempt in range(2):  # a page evicted between lookup and pin: look again
-            hits = client.lookup(pool_keys)
-            if hits == 0:
+        return self._kv_lane().get(keys, host_indices)
+
+    # --- hybrid pools (v2) -----------------------------------------------------------------
+    def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[Any]] = None,
+                        extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Any:
+        """The usable prefix: the leading KV pages, cut by every transfer's pool under its hit
+        policy (all_pages: each page of the prefix; trailing_pages: the len(keys) pages that end
+        it). restorable_prefix_pages lists every usable prefix length."""
+        kv_pages = self.batch_exists(keys)
+        hits: Dict[Any, int] = {PoolName.KV: kv_pages} if kv_pages else {}
+        restorable = list(range(1, kv_pages + 1))
+        for t in pool_transfers or []:
+            if not restorable:
                 break
-            try:
-                client.load(pool_keys[:hits], blocks[:hits])
-                return [True] * hits + [False] * (len(keys) - hits)
-            except NotFoundError:
+            lane = self._lane_of(t.name)
+            if t.hit_policy == PoolHitPolicy.ALL_PAGES:
+                boundary = lane.exists(keys[:kv_pages])
+                usable = set(range(1, boundary + 1))
+            elif t.hit_policy == PoolHitPolicy.TRAILING_PAGES:
+                window = max(1, len(t.keys) if t.keys else 1)
+                present = lane.present(keys[:kv_pages])
+                usable = {n for n in range(1, kv_pages + 1)
+                          if all(present[max(0, n - window):n])}
+                boundary = max(usable, default=0)
+            else:
+                raise UnimplementedError(
+                    f"hit policy {getattr(t.hit_policy, 'value', t.hit_policy)!r} of pool "
+                    f"{str(t.name)!r}: the deltakv backend answers all_pages and trailing_pages")
+            if boundary:
+                hits[t.name] = boundary
+            restorable = [n for n in restorable if n in usable]
+        return PoolTransferResult(restorable[-1] if restorable else 0, hits, restorable)
+
+    def _transfers(self, transfers: List[Any], load: bool) -> Dict[Any, List[bool]]:
+        out: Dict[Any, List[bool]] = {}
+        for t in transfers:
+            lane = self._lane_of(t.name)
+            keys = list(t.keys or [])
+            if _count(t.host_indices) != len(keys) * lane.page_size:
+                # SGLang's contract: a transfer whose indices do not cover its keys moves nothing
+                _log.error("deltakv HiCache: pool %s: %d host indices for %d pages of %d tokens",
+                           str(t.name), _count(t.host_indices), len(keys), lane.page_size)
+                out[t.name] = [False] * len(keys)
                 continue
-        return [False] * len(keys)
+            out[t.name] = (lane.get if load else lane.set)(keys, t.host_indices)
+        return out
+
+    def batch_get_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Dict[Any, List[bool]]:
+        """Per transfer's pool: a success per key, the leading stored pages loaded."""
+        return self._transfers(transfers, load=True)
+
+    def batch_set_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Dict[Any, List[bool]]:
+        """Per transfer's pool: a success per key (False: the pool had no slot for it)."""
+        return self._transfers(transfers, load=False)
 
     # --- flat pages (the older interface) ---------------------------------------------------
+    def _flat_keys(self, key: str) -> np.ndarray:
+        assert self._flat_ctx is not None
+        return _kv.engine_hash_keys(self._flat_ctx, [key.encode()])
+
     def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
             target_sizes: Optional[Any] = None) -> bool:
         if value is None:
@@ -198,7 +388,7 @@ class DeltakvHiCacheStorage(HiCacheStorage):
             raise InvalidArgumentError(f"a page of {flat.size} bytes; the pool's pages are "
                                        f"{self._stage.shape[1]}")
         self._stage[0, :] = flat
-        out = self._stage_client.store(self._keys(self._flat_ctx, [key]), [0])
+        out = self._stage_client.store(self._flat_keys(key), [0])
         return int(out[0]) != _kv.STORE_REFUSED
 
     def batch_set(self, keys: List[str], values: Optional[Any] = None,
@@ -209,9 +399,8 @@ class DeltakvHiCacheStorage(HiCacheStorage):
     def get(self, key: str, target_location: Optional[Any] = None,
             target_sizes: Optional[Any] = None) -> Any:
         assert self._stage is not None and self._stage_client is not None
-        keys = self._keys(self._flat_ctx, [key])
         try:
-            self._stage_client.load(keys, [0])
+            self._stage_client.load(self._flat_keys(key), [0])
         except NotFoundError:
             return None
         if target_location is None:
@@ -230,13 +419,17 @@ class DeltakvHiCacheStorage(HiCacheStorage):
         """Nothing to clear locally: the pool is shared (its blocks age out by eviction)."""
 
     def get_stats(self) -> Optional[Dict[str, Any]]:
-        return None if self._client is None else self._client.stats()
+        """The KV pool's counters (deltakv.KvClient.stats), None before registration."""
+        lane = self._lanes.get(_KV)
+        return None if lane is None else lane.client.stats()
 
     def close(self) -> None:
-        for c in (self._client, self._stage_client):
-            if c is not None:
-                c.close()
-        self._client = self._stage_client = None
+        for lane in self._lanes.values():
+            lane.close()
+        self._lanes.clear()
+        if self._stage_client is not None:
+            self._stage_client.close()
+        self._stage_client = None
 
 
 def _as_bytes(t: Any) -> memoryview:

@@ -18,8 +18,9 @@ Scheduler side (DeltakvOffloadingManager): lookup() asks the pool; a HIT pins th
 slots (in this process) until the step ends or prepare_load() takes the pin over, so nothing
 evicts it between the scheduler's decision and the worker's copy; complete_load() unpins.
 prepare_store() names the blocks that are not stored or in flight; the copy, the slot
-claims and any eviction happen in the worker. take_events() reports what the pool's event
-feed says about this engine's blocks (stored by a worker, evicted or removed by anyone).
+claims and any eviction happen in the worker. take_events() reports this engine's blocks from
+the pool's event feed, which has one event per shard: a block is STORED once every rank's shard
+is stored, and REMOVED as soon as any shard of a block reported stored is evicted or removed.
 reset_cache() removes this engine's blocks from the pool.
 
 Worker side (DeltakvOffloadingWorker): opens a client over vLLM's canonical KV tensors (one
@@ -118,6 +119,65 @@ class _Keys:
         return np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
 
 
+class _BlockEvents:
+    """The pool's event feed holds one event per shard (one per tensor-parallel rank of a
+    block); vLLM's holds one per block. A block is reported STORED when its last missing shard
+    is stored, and REMOVED when any shard of a block reported stored is evicted or removed:
+    every REMOVED follows a STORED of the same block, and each transition is reported once.
+
+    Only blocks this engine named (lookup, prepare_store) are followed, at most `max_blocks`
+    (the oldest are forgotten)."""
+
+    def __init__(self, world: int, max_blocks: int = 1 << 20) -> None:
+        self._full = (1 << world) - 1
+        self._max_blocks = max_blocks
+        # OffloadKey -> [pool keys of its shards (rank order), stored-shard mask, reported]
+        self._blocks: "OrderedDict[bytes, List[Any]]" = OrderedDict()
+        self._shards: Dict[Tuple[int, int], Tuple[bytes, int]] = {}  # pool key -> (key, rank)
+
+    def known(self, key: bytes) -> bool:
+        return key in self._blocks
+
+    def remember(self, key: bytes, rank_keys: np.ndarray, stored_mask: int) -> None:
+        """Follows `key` (no-op if followed); `stored_mask`: the ranks whose shard is stored."""
+        if key in self._blocks:
+            return
+        shards = [(int(rank_keys[r, 0]), int(rank_keys[r, 1])) for r in range(len(rank_keys))]
+        self._blocks[key] = [shards, stored_mask, False]
+        for r, shard in enumerate(shards):
+            self._shards[shard] = (key, r)
+        while len(self._blocks) > self._max_blocks:
+            _k, (old, _m, _rep) = self._blocks.popitem(last=False)
+            for shard in old:
+                self._shards.pop(shard, None)
+
+    def feed(self, kind: int, pool_key: Tuple[int, int]) -> Optional[Tuple[bytes, bool]]:
+        """(key, removed) when the event changes what vLLM was told about a block, else None."""
+        hit = self._shards.get((int(pool_key[0]), int(pool_key[1])))
+        if hit is None:
+            return None
+        key, rank = hit
+        state = self._blocks[key]
+        if kind == _kv.EVENT_STORED:
+            state[1] |= 1 << rank
+            if state[1] == self._full and not state[2]:
+                state[2] = True
+                return key, False
+        elif kind in (_kv.EVENT_EVICTED, _kv.EVENT_REMOVED):
+            state[1] &= ~(1 << rank)
+            if state[2]:
+                state[2] = False
+                return key, True
+        return None
+
+    def keys(self) -> List[bytes]:
+        return list(self._blocks)
+
+    def clear(self) -> None:
+        self._blocks.clear()
+        self._shards.clear()
+
+
 def _bytes_per_block(config: OffloadingConfig) -> int:
     return int(config.worker_kv_bytes_per_block) * int(config.cache.blocks_per_chunk)
 
@@ -140,9 +200,8 @@ class DeltakvOffloadingManager(OffloadingManager):
         self._lookup_pins: "OrderedDict[bytes, Any]" = OrderedDict()
         self._load_pins: Dict[bytes, List[Any]] = {}
         self._pending_stores: Dict[bytes, int] = {}
-        # Rank-0 pool key -> OffloadKey, for the event feed (bounded, oldest dropped).
-        self._known: "OrderedDict[Tuple[int, int], bytes]" = OrderedDict()
-        self._max_known = 1 << 20
+        # This engine's blocks, for reset_cache and the event feed.
+        self._events = _BlockEvents(self._keys.world)
 
     # --- lookups and loads ---------------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
@@ -159,7 +218,7 @@ class DeltakvOffloadingManager(OffloadingManager):
         except NotFoundError:
             return LookupResult.HIT_PENDING if k in self._pending_stores else LookupResult.MISS
         self._lookup_pins[k] = pin
-        self._remember([k], keys)
+        self._events.remember(k, keys, (1 << self._keys.world) - 1)  # every shard is stored
         return LookupResult.HIT
 
     def prepare_load(self, keys: Collection[OffloadKey],
@@ -198,11 +257,13 @@ class DeltakvOffloadingManager(OffloadingManager):
             if k in self._pending_stores:
                 continue
             rank_keys = self._keys.all_ranks([k])
-            if self._client.lookup(rank_keys) == len(rank_keys):  # every rank's shard
+            stored = self._client.lookup(rank_keys)  # the leading ranks whose shard is stored
+            if stored == len(rank_keys):
                 self._client.touch(rank_keys)
                 continue
             todo.append(k)
-            self._remember([k], rank_keys)
+            if not self._events.known(k):
+                self._events.remember(k, rank_keys, self._stored_mask(rank_keys, stored))
         for k in todo:
             self._pending_stores[k] = self._pending_stores.get(k, 0) + 1
         # Evictions happen when the workers claim slots; the pool's feed reports them.
@@ -233,22 +294,21 @@ class DeltakvOffloadingManager(OffloadingManager):
             return []
         out: List[OffloadingEvent] = []
         for kind, _raw, key, _pid in events:
-            k = self._known.get((int(key[0]), int(key[1])))
-            if k is None or kind not in (_kv.EVENT_STORED, _kv.EVENT_EVICTED, _kv.EVENT_REMOVED):
-                continue
-            out.append(OffloadingEvent(keys=[OffloadKey(k)], medium=Medium.CPU,
-                                       removed=kind != _kv.EVENT_STORED))
+            change = self._events.feed(kind, key)
+            if change is not None:
+                out.append(OffloadingEvent(keys=[OffloadKey(change[0])], medium=Medium.CPU,
+                                           removed=change[1]))
         return out
 
     def reset_cache(self) -> None:
         self._release_lookup_pins()
-        for k in list(self._known.values()):
+        for k in self._events.keys():
             for rank_key in self._keys.all_ranks([k]):
                 try:
                     self._client.remove(rank_key)
                 except (NotFoundError, FailedPreconditionError):
                     pass  # gone already, or pinned by a load or being written: left as is
-        self._known.clear()
+        self._events.clear()
         self._pending_stores.clear()
 
     def shutdown(self) -> None:
@@ -271,11 +331,13 @@ class DeltakvOffloadingManager(OffloadingManager):
             finally:
                 pin.free()
 
-    def _remember(self, keys: List[bytes], rank_keys: np.ndarray) -> None:
-        for i, k in enumerate(keys):
-            self._known[(int(rank_keys[i, 0]), int(rank_keys[i, 1]))] = k
-        while len(self._known) > self._max_known:
-            self._known.popitem(last=False)
+    def _stored_mask(self, rank_keys: np.ndarray, leading: int) -> int:
+        """The ranks whose shard is stored now, given that the first `leading` are."""
+        mask = (1 << leading) - 1
+        for r in range(leading + 1, len(rank_keys)):  # rank `leading` is not stored
+            if self._client.lookup(rank_keys[r:r + 1]) == 1:
+                mask |= 1 << r
+        return mask
 
 
 class DeltakvOffloadingWorker(OffloadingWorker):

@@ -1,7 +1,8 @@
 """deltakv.sglang.DeltakvHiCacheStorage against SGLang's real HiCache classes (the pinned sglang
-in the cached venv): real host pools (MHA layer_first / page_first, MLA page_first) on CPU, the
-backend made by SGLang's StorageBackendFactory ("dynamic"), and a real sidecar pool; every
-byte of every moved page is checked."""
+in the cached venv): real host pools (MHA layer_first / page_first / page_first_direct, MLA
+layer_first / page_first / page_first_direct, Mamba state) on CPU, the backend made by SGLang's
+StorageBackendFactory ("dynamic"), real HostPoolGroup / PoolTransfer objects for the v2 calls,
+and real sidecar pools; every byte of every moved page is checked."""
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,11 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     pytest.importorskip("sglang.srt.mem_cache.hicache_storage")
     from sglang.srt.mem_cache.device_pool_info import (  # noqa: E402
-        KVBufferLayout, KVBuffers, MHABufferInfo, MLABufferInfo)
-    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig  # noqa: E402
+        KVBufferLayout, KVBuffers, MambaStateBufferInfo, MHABufferInfo, MLABufferInfo)
+    from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
+        HiCacheStorageConfig, PoolHitPolicy, PoolName, PoolTransfer, count_pool_hits)
+    from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry  # noqa: E402
+    from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost  # noqa: E402
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
 
@@ -50,14 +54,14 @@ def mha_host_pool(layout: str) -> MHATokenToKVPoolHost:
     return pool
 
 
-def mla_host_pool():
+def mla_host_pool(layout: str):
     from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
     rows = [torch.zeros(DEVICE_TOKENS, 1, KV_LORA + ROPE, dtype=DTYPE) for _ in range(LAYERS)]
     info = MLABufferInfo(buffers=tuple(rows), data_ptrs=_ptrs(rows),
                          layer_indices=tuple(range(LAYERS)), device_layer_num=LAYERS,
                          page_size=PAGE, kv_lora_rank=KV_LORA, qk_rope_head_dim=ROPE,
                          kv_cache_dim=KV_LORA + ROPE, dtype=DTYPE, device=torch.device("cpu"))
-    pool = MLATokenToKVPoolHost(info, 2.0, 0, PAGE, "page_first", pin_memory=False,
+    pool = MLATokenToKVPoolHost(info, 2.0, 0, PAGE, layout, pin_memory=False,
                                 device="cpu", device_capacity_tokens=DEVICE_TOKENS,
                                 start_layer=0, end_layer=LAYERS, target_layer_num=LAYERS,
                                 host_token_capacity=HOST_PAGES * PAGE)
@@ -65,13 +69,41 @@ def mla_host_pool():
     return pool
 
 
-def make_pool(kind: str):
+def mamba_host_pool() -> MambaPoolHost:
+    """Mamba state (page_size 1): a float32 temporal state and a bfloat16 conv state per layer
+    and slot, 136 bytes a slot."""
+    info = MambaStateBufferInfo(temporal=torch.zeros(LAYERS, 6, 3, 4, dtype=torch.float32),
+                                conv=(torch.zeros(LAYERS, 6, 5, 2, dtype=DTYPE),))
+    pool = MambaPoolHost(info, 2.0, 0, device_capacity=6, pin_memory=False, device="cpu",
+                         layout="page_first")
+    pool._keep = info
+    return pool
+
+
+def is_mla(kind: str) -> bool:
+    return kind.startswith("mla")
+
+
+def layout_of(kind: str) -> str:
+    """kind: an MHA host layout, or "mla" / "mla_<layout>" (plain "mla": page_first)."""
     if kind == "mla":
-        try:
-            return mla_host_pool()
-        except Exception as e:  # pragma: no cover - depends on the pinned sglang
-            pytest.skip(f"MLATokenToKVPoolHost cannot be built on CPU: {e!r}")
-    return mha_host_pool(kind)
+        return "page_first"
+    return kind[len("mla_"):] if is_mla(kind) else kind
+
+
+def make_pool(kind: str):
+    return mla_host_pool(layout_of(kind)) if is_mla(kind) else mha_host_pool(kind)
+
+
+def page_tensor(pool, kind: str, page: int):
+    """Page `page` of the host pool's kv_buffer, as SGLang's layouts index it."""
+    kv, toks = pool.kv_buffer, slice(page * PAGE, (page + 1) * PAGE)
+    layout = layout_of(kind)
+    if layout == "page_first_direct":
+        return kv[page] if is_mla(kind) else kv[:, page]
+    if layout == "layer_first":
+        return kv[:, toks] if is_mla(kind) else kv[:, :, toks]
+    return kv[toks] if is_mla(kind) else kv[:, toks]
 
 
 def page_runs(pool):
@@ -95,21 +127,26 @@ def page_view(pool, page: int) -> bytes:
 
 def randomize(pool, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
-    flat = pool.kv_buffer.view(-1).view(torch.uint8)
-    flat.copy_(torch.randint(0, 256, flat.shape, dtype=torch.uint8, generator=g))
+    buffers = pool.kv_buffer if isinstance(pool.kv_buffer, list) else [pool.kv_buffer]
+    for b in buffers:
+        flat = b.view(-1).view(torch.uint8)
+        flat.copy_(torch.randint(0, 256, flat.shape, dtype=torch.uint8, generator=g))
 
 
 def config(pool_name: str, kind: str, tp_rank: int = 0, tp_size: int = 1,
-           model: str = "org/tiny@1", v1: bool = True) -> HiCacheStorageConfig:
+           model: str = "org/tiny@1", v1: bool = True, pools=None, cp_rank: int = 0,
+           cp_size: int = 1, **dcp) -> HiCacheStorageConfig:
     extra = {"backend_name": "deltakv", "module_path": "deltakv.sglang",
              "class_name": "DeltakvHiCacheStorage", "deltakv_pool": pool_name}
     if v1:
         extra["interface_v1"] = 1
+    if pools:
+        extra["deltakv_pools"] = pools
     return HiCacheStorageConfig(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1,
-                                attn_cp_rank=0, attn_cp_size=1, is_mla_model=kind == "mla",
-                                enable_storage_metrics=False,
-                                is_page_first_layout=kind != "layer_first",
-                                model_name=model, extra_config=extra)
+                                attn_cp_rank=cp_rank, attn_cp_size=cp_size,
+                                is_mla_model=is_mla(kind), enable_storage_metrics=False,
+                                is_page_first_layout=layout_of(kind) != "layer_first",
+                                model_name=model, extra_config=extra, **dcp)
 
 
 def backend(cfg: HiCacheStorageConfig, host_pool):
@@ -129,7 +166,8 @@ def host_indices(pages):
     return torch.cat([torch.arange(p * PAGE, (p + 1) * PAGE) for p in pages])
 
 
-KINDS = ["layer_first", "page_first", "mla"]
+KINDS = ["layer_first", "page_first", "page_first_direct", "mla", "mla_layer_first",
+         "mla_page_first_direct"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -158,17 +196,9 @@ def test_two_engines_share_pages_byte_exact(sidecar_factory, kind):
         assert page_view(b_pool, dp) == page_view(a_pool, sp)
     for p, before in untouched.items():
         assert page_view(b_pool, p) == before
-    # the same bytes seen through the kv_buffer directly (token slices of every layer / K,V)
+    # the same bytes seen through the kv_buffer directly (the page of every layer / K,V)
     for sp, dp in zip(src_pages, dst_pages):
-        if kind == "layer_first":
-            sa = a_pool.kv_buffer[:, :, sp * PAGE:(sp + 1) * PAGE]
-            sb = b_pool.kv_buffer[:, :, dp * PAGE:(dp + 1) * PAGE]
-        elif kind == "page_first":
-            sa = a_pool.kv_buffer[:, sp * PAGE:(sp + 1) * PAGE]
-            sb = b_pool.kv_buffer[:, dp * PAGE:(dp + 1) * PAGE]
-        else:
-            sa = a_pool.kv_buffer[sp * PAGE:(sp + 1) * PAGE]
-            sb = b_pool.kv_buffer[dp * PAGE:(dp + 1) * PAGE]
+        sa, sb = page_tensor(a_pool, kind, sp), page_tensor(b_pool, kind, dp)
         assert torch.equal(sa.contiguous().view(torch.uint8), sb.contiguous().view(torch.uint8))
     stats = b.get_stats()
     assert stats is not None
@@ -227,7 +257,7 @@ def test_key_isolation(sidecar_factory, kind):
     rank_pool = make_pool(kind)
     randomize(rank_pool, 6)
     rank1 = backend(config(s.pool, kind, tp_rank=1, tp_size=2), rank_pool)
-    if kind == "mla":
+    if is_mla(kind):
         # MLA pages are the same on every rank: rank 1 reads rank 0's pages; it is not the
         # storage writer, so its stores report success without storing anything
         assert rank1.batch_exists(ks) == 3
@@ -245,15 +275,32 @@ def test_key_isolation(sidecar_factory, kind):
         r0 = backend(config(s.pool, kind, tp_rank=0, tp_size=2), r0_pool)
         assert r0.batch_exists(ks) == 0
         r0.close()
-    for b in (a, other_model, rank1):
+    # context parallelism: each CP rank holds a slice of every page, so its pages are its own
+    cp_pool = make_pool(kind)
+    cp1 = backend(config(s.pool, kind, cp_rank=1, cp_size=2), cp_pool)
+    assert cp1.batch_exists(ks) == 0
+    assert cp1.batch_get_v1(ks, host_indices([5, 6, 7])) == [False] * 3
+    for b in (a, other_model, rank1, cp1):
         b.close()
 
 
-@pytest.mark.parametrize("kind", ["layer_first", "page_first"])
-def test_layouts_do_not_share_keys(sidecar_factory, kind):
+def test_decode_context_parallelism_is_refused(sidecar_factory):
+    """With DCP each rank holds a slice of every MLA page under the same page hash: refused at
+    construction rather than keyed as whole pages."""
+    s = sidecar_factory(kv_block_bytes=512, kv_slots=8)
+    cfg = config(s.pool, "mla", tp_rank=1, tp_size=2, dcp_size=2, dcp_rank=1,
+                 logical_page_size=2 * PAGE)
+    with pytest.raises(deltakv.UnimplementedError, match="dcp_size 2"):
+        StorageBackendFactory.create_backend("dynamic", cfg, make_pool("mla"))
+
+
+@pytest.mark.parametrize("kind, other_kind", [
+    ("layer_first", "page_first"), ("page_first", "layer_first"),
+    ("page_first", "page_first_direct"), ("mla", "mla_layer_first"),
+    ("mla_page_first_direct", "mla")])
+def test_layouts_do_not_share_keys(sidecar_factory, kind, other_kind):
     # same page bytes, different host layout: the page bytes are arranged differently
     a_pool = make_pool(kind)
-    other_kind = "page_first" if kind == "layer_first" else "layer_first"
     o_pool = make_pool(other_kind)
     assert page_bytes_of(a_pool) == page_bytes_of(o_pool)
     s = sidecar_factory(kv_block_bytes=page_bytes_of(a_pool), kv_slots=16)
@@ -332,3 +379,179 @@ def test_unregistered_backend_refuses(sidecar_factory):
         b.batch_exists(keys(1))
     assert b.get_stats() is None
     b.close()
+
+
+# ---- v2: hybrid host pools (HostPoolGroup entries) ---------------------------------------------
+
+MAMBA_BYTES = 136  # mamba_host_pool's slot
+
+
+def hybrid(kv_pool, cfg, kind: str = "page_first"):
+    """A real HostPoolGroup of KV (the anchor), SWA (an MHA pool) and Mamba state, attached to
+    the backend as SGLang's HybridCacheController.attach_storage_backend does."""
+    kv = make_pool(kind)
+    swa = mha_host_pool("page_first")
+    mamba = mamba_host_pool()
+    group = HostPoolGroup([
+        PoolEntry(name=PoolName.KV, host_pool=kv, device_pool=None, layer_mapper=lambda i: i,
+                  is_primary_index_anchor=True),
+        PoolEntry(name=PoolName.SWA, host_pool=swa, device_pool=None, layer_mapper=lambda i: i),
+        PoolEntry(name=PoolName.MAMBA, host_pool=mamba, device_pool=None,
+                  layer_mapper=lambda i: i)])
+    b = StorageBackendFactory.create_backend("dynamic", cfg, group.anchor_entry.host_pool)
+    b.register_mem_pool_host(group.anchor_entry.host_pool)
+    for entry in group.entries:
+        b.register_mem_host_pool_v2(entry.host_pool, entry.name)
+    b.on_host_pools_registered()
+    return b, group
+
+
+def slot_bytes(pool, slot: int) -> bytes:
+    """A Mamba slot's bytes (temporal, then conv), as get_page_buffer_meta lays them out."""
+    ptrs, sizes = pool.get_page_buffer_meta(torch.tensor([slot]))
+    out = b""
+    for buf, ptr, size in zip([pool.temporal_buffer, *pool.conv_buffer], ptrs, sizes):
+        flat = buf.view(-1).view(torch.uint8).numpy()
+        off = int(ptr) - buf.data_ptr()
+        out += flat[off:off + int(size)].tobytes()
+    return out
+
+
+def swa(keys_, pages, policy=PoolHitPolicy.ALL_PAGES):
+    return PoolTransfer(name=PoolName.SWA, keys=list(keys_), host_indices=host_indices(pages),
+                        hit_policy=policy)
+
+
+def mamba(keys_, slots):
+    return PoolTransfer(name=PoolName.MAMBA, keys=list(keys_),
+                        host_indices=torch.tensor(slots, dtype=torch.int64),
+                        hit_policy=PoolHitPolicy.TRAILING_PAGES)
+
+
+@pytest.mark.parametrize("kind", ["layer_first", "page_first_direct"])
+def test_v2_hybrid_pools_round_trip(sidecar_factory, kind):
+    kv_pool = make_pool(kind)
+    pb = page_bytes_of(kv_pool)
+    s = sidecar_factory(kv_block_bytes=pb, kv_slots=64)  # KV and SWA pages (the same size)
+    sm = sidecar_factory(kv_block_bytes=MAMBA_BYTES, kv_slots=16)
+    cfg = config(s.pool, kind, pools={"mamba": sm.pool})
+    a, ga = hybrid(s.pool, cfg, kind)
+    for i, e in enumerate(ga.entries):
+        randomize(e.host_pool, 20 + i)
+    a_kv, a_swa, a_mamba = (ga.get_pool(n) for n in (PoolName.KV, PoolName.SWA, PoolName.MAMBA))
+    ks = keys(4, tag="hybrid")
+    # as the controller backs up a request: KV through v1, the side pools through v2 (SWA
+    # pages for the first 3 pages, the Mamba state of the prefix that ends at page 2)
+    assert a.batch_set_v1(ks, host_indices([0, 1, 2, 3])) == [True] * 4
+    out = a.batch_set_v2([swa(ks[:3], [4, 5, 6]), mamba(ks[1:2], [3])])
+    assert out == {PoolName.SWA: [True] * 3, PoolName.MAMBA: [True]}
+    assert count_pool_hits(out) == {PoolName.SWA: 3, PoolName.MAMBA: 1}
+
+    b, gb = hybrid(s.pool, cfg, kind)
+    for i, e in enumerate(gb.entries):
+        randomize(e.host_pool, 30 + i)
+    b_kv, b_swa, b_mamba = (gb.get_pool(n) for n in (PoolName.KV, PoolName.SWA, PoolName.MAMBA))
+    r = b.batch_exists_v2(ks, [swa(ks, [0, 1, 2, 3]), mamba(ks[-1:], [0])])
+    # SWA covers prefixes 1-3; a one-page Mamba window only the prefix ending at page 2
+    assert (r.kv_hit_pages, r.restorable_prefix_pages) == (2, [2])
+    assert r.extra_pool_hit_pages == {PoolName.KV: 4, PoolName.SWA: 3, PoolName.MAMBA: 2}
+    r = b.batch_exists_v2(ks, [swa(ks, [0, 1, 2, 3])])
+    assert (r.kv_hit_pages, r.restorable_prefix_pages) == (3, [1, 2, 3])
+    r = b.batch_exists_v2(ks, [])
+    assert (r.kv_hit_pages, r.extra_pool_hit_pages) == (4, {PoolName.KV: 4})
+
+    before_swa = page_view(b_swa, 7)
+    got = b.batch_get_v2([swa(ks[:3] + ks[3:], [2, 3, 0, 7]), mamba(ks[1:2], [5])])
+    assert got == {PoolName.SWA: [True, True, True, False], PoolName.MAMBA: [True]}
+    for sp, dp in zip([4, 5, 6], [2, 3, 0]):
+        assert page_view(b_swa, dp) == page_view(a_swa, sp)
+    assert page_view(b_swa, 7) == before_swa  # after the first miss: untouched
+    assert slot_bytes(b_mamba, 5) == slot_bytes(a_mamba, 3)
+    # the KV pool through v2 too: the same pages as v1 stored
+    assert b.batch_get_v2([PoolTransfer(name=PoolName.KV, keys=ks[:2],
+                                        host_indices=host_indices([6, 7]))]) == {
+        PoolName.KV: [True, True]}
+    assert page_view(b_kv, 6) == page_view(a_kv, 0) and page_view(b_kv, 7) == page_view(a_kv, 1)
+    # pools are keyed apart: SWA pages are not KV pages under the same hash
+    assert b.batch_exists(ks[3:]) == 1
+    assert b.batch_get_v2([swa(ks[3:], [1])]) == {PoolName.SWA: [False]}
+    a.close()
+    b.close()
+
+
+def test_v2_misses_and_refusals(sidecar_factory):
+    kv_pool = make_pool("page_first")
+    pb = page_bytes_of(kv_pool)
+    s = sidecar_factory(kv_block_bytes=pb, kv_slots=32)
+    sm = sidecar_factory(kv_block_bytes=MAMBA_BYTES, kv_slots=8)
+    cfg = config(s.pool, "page_first", pools={"mamba": sm.pool})
+    b, g = hybrid(s.pool, cfg)
+    randomize(g.get_pool(PoolName.SWA), 40)
+    never = keys(3, tag="never")
+    r = b.batch_exists_v2(never, [swa(never, [0, 1, 2]), mamba(never[-1:], [0])])
+    assert (r.kv_hit_pages, r.extra_pool_hit_pages, r.restorable_prefix_pages) == (0, {}, [])
+    before = {p: page_view(g.get_pool(PoolName.SWA), p) for p in range(HOST_PAGES)}
+    assert b.batch_get_v2([swa(never, [0, 1, 2]), mamba(never[:1], [2])]) == {
+        PoolName.SWA: [False] * 3, PoolName.MAMBA: [False]}
+    assert {p: page_view(g.get_pool(PoolName.SWA), p) for p in range(HOST_PAGES)} == before
+    assert b.batch_set_v2([]) == {} and b.batch_get_v2([]) == {}
+    # host indices that do not cover the keys move nothing (SGLang's contract), the other
+    # transfers of the call still move
+    ks = keys(2, tag="refuse")
+    out = b.batch_set_v2([swa(ks, [0]), mamba(ks[:1], [1])])
+    assert out == {PoolName.SWA: [False, False], PoolName.MAMBA: [True]}
+    assert b.batch_set_v1(ks, host_indices([0, 1])) == [True, True]
+    with pytest.raises(deltakv.UnimplementedError, match="block_groups"):
+        b.batch_exists_v2(ks, [swa(ks, [0, 1], PoolHitPolicy.BLOCK_GROUPS)])
+    unknown = PoolTransfer(name=PoolName.INDEXER, keys=ks, host_indices=host_indices([0, 1]))
+    with pytest.raises(deltakv.FailedPreconditionError, match="indexer"):
+        b.batch_get_v2([unknown])
+    with pytest.raises(deltakv.FailedPreconditionError, match="indexer"):
+        b.batch_exists_v2(ks, [unknown])
+    with pytest.raises(deltakv.InvalidArgumentError, match="register_mem_pool_host"):
+        b.register_mem_host_pool_v2(make_pool("page_first"), PoolName.KV)
+    # a side pool whose pages are not the deltakv pool's slot: both sizes and the pool named
+    with pytest.raises(deltakv.InvalidArgumentError) as e:
+        b.register_mem_host_pool_v2(mamba_host_pool(), PoolName.DRAFT)  # onto the KV pool
+    msg = str(e.value)
+    assert "draft" in msg and str(MAMBA_BYTES) in msg and str(pb) in msg, msg
+    b.close()
+
+
+def test_v2_mla_pages_shared_mamba_state_per_rank(sidecar_factory):
+    """An MLA model's KV pages are the same on every rank (the storage writer stores them);
+    its Mamba state is sharded: every rank stores and reads its own."""
+    kv_pool = make_pool("mla")
+    s = sidecar_factory(kv_block_bytes=page_bytes_of(kv_pool), kv_slots=32)
+    sm = sidecar_factory(kv_block_bytes=MAMBA_BYTES, kv_slots=16)
+    ss = sidecar_factory(kv_block_bytes=page_bytes_of(make_pool("page_first")), kv_slots=16)
+    ranks, groups = [], []
+    for r in (0, 1):
+        pools = {"mamba": sm.pool, "swa": ss.pool}
+        b, g = hybrid(s.pool, config(s.pool, "mla", tp_rank=r, tp_size=2, pools=pools), "mla")
+        for i, e in enumerate(g.entries):
+            randomize(e.host_pool, 50 + 10 * r + i)
+        ranks.append(b)
+        groups.append(g)
+    ks = keys(2, tag="mla-hybrid")
+    for b in ranks:  # as the controller: rank 1 is no writer, its v1 store is skipped
+        assert b.batch_set_v1(ks, host_indices([0, 1])) == [True, True]
+        assert b.batch_set_v2([mamba(ks[-1:], [4 + ranks.index(b)])]) == {
+            PoolName.MAMBA: [True]}
+    for r, b in enumerate(ranks):
+        res = b.batch_exists_v2(ks, [mamba(ks[-1:], [0])])
+        assert (res.kv_hit_pages, res.restorable_prefix_pages) == (2, [2])
+        assert b.batch_get_v2([mamba(ks[-1:], [9])]) == {PoolName.MAMBA: [True]}
+        # each rank got its own state back, not the other rank's
+        assert slot_bytes(groups[r].get_pool(PoolName.MAMBA), 9) == \
+            slot_bytes(groups[r].get_pool(PoolName.MAMBA), 4 + r)
+        assert b.batch_get_v1(ks, host_indices([6, 7])) == [True, True]
+        assert page_view(groups[r].get_pool(PoolName.KV), 6) == \
+            page_view(groups[0].get_pool(PoolName.KV), 0)
+    assert slot_bytes(groups[0].get_pool(PoolName.MAMBA), 4) != \
+        slot_bytes(groups[1].get_pool(PoolName.MAMBA), 5)
+    # the SWA side pool is an MHA pool (this rank's heads): keyed per rank even on MLA
+    assert ranks[0].batch_set_v2([swa(ks, [2, 3])]) == {PoolName.SWA: [True, True]}
+    assert ranks[1].batch_exists_v2(ks, [swa(ks, [0, 1])]).kv_hit_pages == 0
+    for b in ranks:
+        b.close()

@@ -7,7 +7,10 @@ sidecar, each engine in its own process (vllm_cpu_run.py):
 - Weights: a deltakv sync through vLLM's update API (LLM.start_weight_update / update_weights /
   finish_weight_update with the "deltakv" weight transfer backend) makes the greedy output equal
   that of an engine started on the new checkpoint; the connector's blocks stored under the old
-  weights are not loaded after vLLM's reset_prefix_cache(reset_connector=True).
+  weights are not loaded after vLLM's reset_prefix_cache(reset_connector=True). That engine
+  runs as vLLM serves: its engine core in a process of its own, started by spawn, and nothing
+  registers the backend by hand: the package's vllm.general_plugins entry point (pyproject.toml,
+  installed as the package's distribution metadata) does, in every vLLM process.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -73,16 +77,43 @@ def llama_tensors(seed: int) -> dict:
     return t
 
 
-def run_engine(tmp_path, name: str, **job) -> dict:
+def run_engine(tmp_path, name: str, site: Optional[str] = None, **job) -> dict:
+    """Runs one engine process. site: a directory of distribution metadata put on the engine's
+    path; the engine then runs as vLLM serves (engine core in a spawned process)."""
     job_file = tmp_path / f"{name}.json"
     job_file.write_text(json.dumps(job))
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1",
                OMP_NUM_THREADS="2")
+    if site is not None:
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", VLLM_WORKER_MULTIPROC_METHOD="spawn",
+                   PYTHONPATH=os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p))
     proc = subprocess.run([sys.executable, os.path.join(HERE, "vllm_cpu_run.py"), str(job_file)],
                           capture_output=True, text=True, env=env, timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"engine {name} failed:\n{proc.stderr[-6000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    out = json.loads(lines[-1][len("RESULT "):])
+    # vLLM tags the log lines of a separate engine core process with its name and pid
+    out["engine_core_process"] = "(EngineCore" in proc.stdout + proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def installed_metadata(tmp_path_factory) -> str:
+    """A site directory holding the deltakv distribution's metadata as pip installs it
+    (deltakv-VERSION.dist-info with the entry points pyproject.toml declares); the package itself
+    is the build tree's, on PYTHONPATH."""
+    import tomllib
+    with open(os.path.join(HERE, "..", "..", "pyproject.toml"), "rb") as f:
+        groups = tomllib.load(f)["project"]["entry-points"]
+    site = tmp_path_factory.mktemp("site")
+    info = site / f"deltakv-{deltakv.__version__}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: deltakv\nVersion: {deltakv.__version__}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
+        for group, eps in groups.items()))
+    return str(site)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +156,7 @@ def test_kv_blocks_stored_by_one_engine_are_loaded_by_the_next(sidecar_factory, 
 
 
 def test_a_sync_through_vllms_update_api_equals_an_engine_on_the_new_weights(
-        sidecar_factory, tmp_path, checkpoint):
+        sidecar_factory, tmp_path, checkpoint, installed_metadata):
     s = sidecar_factory(kv_block_bytes=KV_BLOCK_BYTES, kv_slots=256)
     parent = llama_tensors(0)
     new = {k: v.copy() for k, v in parent.items()}
@@ -143,11 +174,14 @@ def test_a_sync_through_vllms_update_api_equals_an_engine_on_the_new_weights(
     on_new = run_engine(tmp_path, "on-new", model=new_dir, prompts=ps, max_tokens=16)
     # The updated engine runs the prompts before the update too: its connector stores their
     # blocks, computed under the old weights.
-    updated = run_engine(tmp_path, "updated", model=checkpoint, prompts=ps, max_tokens=16,
-                         kv_pool=s.pool,
+    # The backend comes from the entry point alone, in a spawned engine core process.
+    updated = run_engine(tmp_path, "updated", site=installed_metadata, model=checkpoint,
+                         prompts=ps, max_tokens=16, kv_pool=s.pool, register=False,
                          update={"shm": s.shm, "initial_version": "v1", "version": "v2",
                                  "delta": delta, "sidecar_url": s.url,
                                  "token_file": s.token_file})
+    assert "deltakv = deltakv.vllm_plugin:register" in updated["plugins"]
+    assert updated["engine_core_process"]
     assert updated["before"] != on_new["outputs"]  # the step changes what the model says
     assert updated["outputs"] == on_new["outputs"]
     assert updated["metrics"]["vllm:external_prefix_cache_hits"] == 0

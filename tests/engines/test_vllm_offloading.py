@@ -210,6 +210,78 @@ def test_tensor_parallel_ranks_key_their_own_shards(sidecar_factory):
     mgr.shutdown()
 
 
+def shard_key(key, rank: int, world: int) -> np.ndarray:
+    """The pool key of one rank's shard of an offloaded block (docs/VLLM.md, docs/KEYS.md)."""
+    ctx = deltakv.KeyContext(model_fingerprint="org/tiny@1", kv_dtype="bfloat16",
+                             kv_layout="vllm:NHD", tp_rank=rank, tp_size=world)
+    return deltakv.engine_hash_keys(ctx, [bytes(key)])
+
+
+def test_tensor_parallel_events_report_whole_blocks(sidecar_factory):
+    """TP 2: a block is reported STORED once both ranks' shards are stored, and REMOVED as soon
+    as either shard goes (removed by another process, or evicted by the pool); each change
+    once."""
+    s = sidecar_factory(kv_block_bytes=BLOCK, kv_slots=6)
+    specs = [dvllm.DeltakvOffloadingSpec(make_config(s.pool, rank=r, world=2)) for r in (0, 1)]
+    mgr = specs[0].get_manager()
+    workers = [specs[r].get_worker(kv_caches(20 + r)[1]) for r in (0, 1)]
+    ctx = base.ReqContext(req_id="events")
+    job = iter(range(1, 100))
+
+    def store(rank, spec, blocks):
+        j = next(job)
+        workers[rank].submit_store(j, gpu_spec(blocks), spec)
+        assert run(workers[rank], j).success
+
+    def events():
+        with mgr.lock:
+            return [(e.keys[0], e.removed) for e in mgr.take_events()]
+
+    ks = keys(2, start=500)
+    with mgr.lock:
+        out = mgr.prepare_store(ks, ctx)
+    store(0, out.store_spec, [0, 1])
+    assert events() == []  # rank 1's shards are missing
+    store(1, out.store_spec, [0, 1])
+    with mgr.lock:
+        mgr.complete_store(ks, ctx)
+    assert events() == [(ks[0], False), (ks[1], False)]
+    assert events() == []
+
+    # Another process removes rank 1's shard of ks[1]: the block is gone for vLLM.
+    other = deltakv.KvClient(deltakv.CrossLayer(np.zeros((1, BLOCK), np.uint8)), pool_name=s.pool,
+                             copy_threads=0)
+    other.remove(shard_key(ks[1], 1, 2))
+    assert events() == [(ks[1], True)]
+    with mgr.lock:
+        assert mgr.lookup(ks[1], ctx) == base.LookupResult.MISS
+    # Stored again: rank 0's shard is still there, so the block is whole when rank 1's lands.
+    with mgr.lock:
+        out = mgr.prepare_store([ks[1]], ctx)
+    assert out.keys_to_store == [ks[1]]
+    store(1, out.store_spec, [1])
+    with mgr.lock:
+        mgr.complete_store([ks[1]], ctx)
+    assert events() == [(ks[1], False)]
+
+    # The pool evicts: 4 of its 6 slots hold ks; three blocks of rank 0 alone need a seventh
+    # slot, and the least recently stored shard (rank 0's of ks[0]) goes. The new blocks are
+    # not whole, so they are not reported.
+    more = keys(3, start=600)
+    with mgr.lock:
+        out = mgr.prepare_store(more, ctx)
+    store(0, out.store_spec, [2, 3, 4])
+    assert events() == [(ks[0], True)]
+    assert other.lookup(shard_key(ks[0], 0, 2)) == 0
+    assert other.lookup(shard_key(ks[0], 1, 2)) == 1
+    other.remove(shard_key(ks[0], 1, 2))  # the other shard of a block already reported gone
+    assert events() == []
+    other.close()
+    for w in workers:
+        w.shutdown()
+    mgr.shutdown()
+
+
 def test_refusals(sidecar_factory):
     s = sidecar_factory(kv_block_bytes=BLOCK, kv_slots=4)
     with pytest.raises(deltakv.UnimplementedError, match="blocks_per_chunk"):

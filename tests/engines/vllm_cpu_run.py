@@ -4,7 +4,9 @@ prints one JSON line with the outputs and vLLM's own prefix-cache counters.
 
 Job fields: model (dir), prompts (lists of token ids), max_tokens, block_size, kv_pool (use the
 deltakv connector over this pool), update (a deltakv weight update: shm, initial_version,
-version, delta, sidecar_url, token_file; outputs are generated before and after it).
+version, delta, sidecar_url, token_file; outputs are generated before and after it), register
+(default true: register the "deltakv" weight transfer backend by hand; false: leave it to the
+package's vllm.general_plugins entry point, and report the entry points vLLM sees).
 """
 from __future__ import annotations
 
@@ -43,12 +45,17 @@ def main() -> None:
             "kv_connector_module_path": "deltakv.vllm_connector", "kv_role": "kv_both",
             "kv_connector_extra_config": {"deltakv_pool": job["kv_pool"]}}
     update = job.get("update")
+    out = {}
     if update:
-        import deltakv.vllm
-        deltakv.vllm.register()
+        if job.get("register", True):
+            import deltakv.vllm
+            deltakv.vllm.register()
+        else:
+            from importlib.metadata import entry_points
+            out["plugins"] = sorted(f"{ep.name} = {ep.value}"
+                                    for ep in entry_points(group="vllm.general_plugins"))
         kwargs["weight_transfer_config"] = {"backend": "deltakv"}
     llm = LLM(**kwargs)
-    out = {}
     if update:
         llm.init_weight_transfer_engine({"init_info": {
             "shm_name": update["shm"], "initial_version": update["initial_version"],

@@ -1,6 +1,7 @@
 """Installs deltakv into a temporary prefix (`cmake --install`) and builds an engine outside the
 tree against the installed files, with pkg-config and with find_package(deltakv); both run
-against the installed sidecar: they attach a rank, and store and reload KV blocks in its pool.
+against the installed sidecar: they attach a rank, and store, look up and reload KV blocks in
+its pool (the second engine process reloads the first one's blocks), comparing every byte.
 Also checks that libdeltakv.so has a versioned SONAME and exports only deltakv_* symbols.
 
 Run: python3 tests/install/install_test.py --build-dir build
@@ -110,7 +111,7 @@ class InstalledTree(unittest.TestCase):
                 self.assertIn(str(p.pid), status)
                 kv = p.stdout.readline().split()
                 stored.append(int(kv[1].split("=")[1]))
-                self.assertEqual(kv[2], "hits=4")
+                self.assertEqual(kv[2:], ["hits=4", "reloaded=4"])
                 out, err = p.communicate("\n", timeout=30)
                 self.assertEqual(p.returncode, 0, err)
             # The second engine process finds the first one's blocks in the sidecar's pool.

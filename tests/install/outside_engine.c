@@ -1,10 +1,12 @@
 /* An engine built outside the deltakv tree against an installed libdeltakv (pkg-config or
- * find_package): attaches one rank to a running sidecar, registers a tensor, and stores and
- * looks up KV blocks in the sidecar's pool through the C ABI.
+ * find_package): attaches one rank to a running sidecar, registers a tensor, and stores, looks
+ * up and reloads KV blocks in the sidecar's pool through the C ABI.
  *
  * Usage: outside_engine SHM_NAME KV_BLOCK_BYTES
- * Prints "attached pid=<pid> version=<id>", then "kv stored=<n> hits=<n>", then waits for a line
- * on stdin (the test checks the sidecar meanwhile) and exits 0; any failure exits 1. */
+ * Prints "attached pid=<pid> version=<id>", then "kv stored=<n> hits=<n> reloaded=<n>" (reloaded:
+ * the blocks loaded back into other engine blocks whose bytes equal the stored ones), then waits
+ * for a line on stdin (the test checks the sidecar meanwhile) and exits 0; any failure exits
+ * 1. */
 #include <deltakv/deltakv.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,14 +42,15 @@ int main(int argc, char** argv) {
   fflush(stdout);
 
   enum { kBlocks = 4, kBlockTokens = 16 };
-  uint8_t* kv = calloc(kBlocks, block_bytes);
+  /* Engine blocks 0-3 hold the blocks to store; they are reloaded into blocks 4-7. */
+  uint8_t* kv = calloc(2 * kBlocks, block_bytes);
   for (uint64_t i = 0; i < kBlocks * block_bytes; ++i) kv[i] = (uint8_t)(i * 7 + 1);
   char pool[256];
   snprintf(pool, sizeof pool, "%s.kv", shm);
   deltakv_kv_client_params kp = deltakv_kv_client_default_params();
   kp.pool_name = pool;
   kp.layout.kind = DELTAKV_KV_LAYOUT_CROSS_LAYER;
-  kp.layout.num_blocks = kBlocks;
+  kp.layout.num_blocks = 2 * kBlocks;
   kp.layout.base = kv;
   kp.layout.block_bytes = block_bytes;
   deltakv_kv_client* c = NULL;
@@ -75,7 +78,20 @@ int main(int argc, char** argv) {
   if (deltakv_kv_lookup(c, keys, nkeys, &hits) != DELTAKV_OK) {
     return fail("lookup", deltakv_last_error());
   }
-  printf("kv stored=%zu hits=%zu\n", allocated, hits);
+  /* Reload in reverse order: store block i comes back into engine block 7 - i. */
+  const uint64_t back[kBlocks] = {7, 6, 5, 4};
+  deltakv_kv_load_handle* ld = NULL;
+  if (deltakv_kv_prepare_load(c, keys, nkeys, &ld) != DELTAKV_OK ||
+      deltakv_kv_load(c, ld, back, nkeys) != DELTAKV_OK ||
+      deltakv_kv_complete_load(c, ld) != DELTAKV_OK) {
+    return fail("load", deltakv_last_error());
+  }
+  deltakv_kv_load_free(ld);
+  size_t reloaded = 0;
+  for (size_t i = 0; i < kBlocks; ++i) {
+    reloaded += memcmp(kv + i * block_bytes, kv + back[i] * block_bytes, block_bytes) == 0;
+  }
+  printf("kv stored=%zu hits=%zu reloaded=%zu\n", allocated, hits, reloaded);
   fflush(stdout);
 
   char line[16];
@@ -84,5 +100,5 @@ int main(int argc, char** argv) {
   deltakv_kv_client_close(c);
   free(kv);
   deltakv_engine_free(e);
-  return hits == kBlocks ? 0 : 1;
+  return hits == kBlocks && reloaded == kBlocks ? 0 : 1;
 }

@@ -250,8 +250,11 @@ static inline deltakv_kv_client_params deltakv_kv_client_default_params(void) {
 /* Opens a client on the pool; *out is NULL on failure. NOT_FOUND if the pool does not exist
  * (is the sidecar running with --kv-block-bytes?); INVALID_ARGUMENT for a bad layout or a
  * layout whose block size differs from the pool's slot size (the message names both), a
- * struct_size smaller than this version's, an empty pool name; UNIMPLEMENTED / INVALID_ARGUMENT
- * for a copy backend that is not built / unknown; errors of the pool segment otherwise. */
+ * struct_size smaller than version 1's (the struct up to and including open_timeout_ms; a
+ * version-1 struct is accepted, and the fields it lacks keep their defaults), a struct_size
+ * larger than this version's with a nonzero byte past this version's fields, an empty pool
+ * name; UNIMPLEMENTED / INVALID_ARGUMENT for a copy backend that is not built / unknown; errors
+ * of the pool segment otherwise. */
 deltakv_status deltakv_kv_client_open(const deltakv_kv_client_params* params,
                                       deltakv_kv_client** out);
 
@@ -362,10 +365,13 @@ deltakv_status deltakv_kv_store_free(deltakv_kv_store_handle* store);
 
 /* ---- Events and stats -------------------------------------------------------------------- */
 
+/* What happened to a block. A client reports its own actions, and with params.pool_events
+ * those of every other process of the pool too; deltakv_kv_event.origin_pid says whose. */
 typedef enum deltakv_kv_event_kind {
-  DELTAKV_KV_EVENT_STORED = 0,  /* this client published the block */
-  DELTAKV_KV_EVENT_EVICTED = 1, /* this client's prepare_store evicted it to make room */
-  DELTAKV_KV_EVENT_REMOVED = 2, /* this client removed it */
+  DELTAKV_KV_EVENT_STORED = 0,  /* a store published the block */
+  DELTAKV_KV_EVENT_EVICTED = 1, /* a prepare_store evicted it to make room (also reported for
+                                 * an eviction a dead process left unfinished, possibly twice) */
+  DELTAKV_KV_EVENT_REMOVED = 2, /* deltakv_kv_remove removed it */
   /* A kind this header does not name (from a newer library); see raw_kind. Treat as
    * informational: the key's block may or may not be stored now. */
   DELTAKV_KV_EVENT_OTHER = 255
