@@ -207,6 +207,29 @@ class VolumeCli(unittest.TestCase):
         vol(self.store, "pull", ra["ref"], self.path("out-a"), "-q")
         self.assertEqual(tree(self.path("out-a")), tree(a))
 
+    def test_gc_reports_progress_and_ls_a_summary(self):
+        a = self.small_dir("a")
+        r = vol_json(self.store, "push", a, "demo/a", "--tag", "prod", "-q")
+        write(os.path.join(self.store, "chunks/sha256/ee", "e" * 64), b"orphan")
+        p = vol(self.store, "gc", "--dry-run")
+        lines = p.stderr.strip().splitlines()
+        self.assertTrue(all(line.startswith("deltakv volume gc: ") for line in lines), lines)
+        # 3 chunk objects and 1 manifest; the orphan's 6 bytes would go.
+        self.assertIn("4 objects scanned, 3/3 chunks checked, 1 to delete, 6 B to free", lines[-1])
+        p = vol(self.store, "gc", "--json")
+        self.assertIn("3/3 chunks checked, 1 deleted, 6 B freed", p.stderr.splitlines()[-1])
+        out = p.stdout.strip().splitlines()
+        self.assertEqual(len(out), 1)  # --json: one object on stdout, as before
+        self.assertEqual(json.loads(out[0]), {
+            "ok": True, "dry_run": False, "chunks_kept": 2, "chunks_deleted": 1, "bytes_freed": 6,
+            "versions_purged": 0, "leases_expired": 0})
+        self.assertEqual(vol(self.store, "gc", "-q").stderr, "")
+        vol_json(self.store, "push", self.small_dir("b", extra=b"b"), "demo/b", "-q")
+        vol(self.store, "rm", r["ref"], "-q")
+        p = vol(self.store, "ls")
+        self.assertEqual(p.stdout.splitlines()[-1], "2 volumes, 1 live version, 1 tag, 1 removed")
+        self.assertEqual(json.loads(vol(self.store, "ls", "--json").stdout)["volumes"][0]["name"], "a")
+
     def test_sync_between_stores(self):
         src = self.path("src")
         write(os.path.join(src, "w.bin"), os.urandom(200_000))

@@ -271,7 +271,11 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
             PrintJson({{"ok", true}, {"volumes", all}});
             return Status::Ok();
           }
+          size_t versions_total = 0, tags_total = 0, removed_total = 0;
           for (const auto& l : listings) {
+            versions_total += l.versions.size();
+            tags_total += l.tags.size();
+            removed_total += l.removed.size();
             std::printf("%s/%s\n", l.ns.c_str(), l.name.c_str());
             for (const std::string& v : l.versions) {
               std::string tags;
@@ -287,6 +291,10 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
                           static_cast<long long>(r.restorable_until));
             }
           }
+          std::printf("%zu volume%s, %zu live version%s, %zu tag%s, %zu removed\n", listings.size(),
+                      listings.size() == 1 ? "" : "s", versions_total,
+                      versions_total == 1 ? "" : "s", tags_total, tags_total == 1 ? "" : "s",
+                      removed_total);
           return Status::Ok();
         });
     cmd->add_option("NS", *ns, "Only this namespace");
@@ -483,11 +491,18 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
         *group, common, rc, "gc",
         "Delete chunks no live, restorable or in-flight version needs, and expired records",
         [dry_run, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
-          if (!common->quiet) {
-            std::fprintf(stderr, "deltakv volume gc: %s\n",
-                         *dry_run ? "counting (dry run)" : "marking and sweeping");
-          }
-          ASSIGN_OR_RETURN(deltasync::GcResult g, volumes.Gc({.dry_run = *dry_run}));
+          auto progress = std::make_shared<Progress>(*common, "gc");
+          deltasync::GcOptions options;
+          options.dry_run = *dry_run;
+          options.progress = [progress, dry = *dry_run](const deltasync::GcProgress& p) {
+            progress->Update(p.done, std::to_string(p.objects_scanned) + " objects scanned, " +
+                                         std::to_string(p.chunks_checked) + "/" +
+                                         std::to_string(p.chunks_total) + " chunks checked, " +
+                                         std::to_string(p.chunks_deleted) +
+                                         (dry ? " to delete, " : " deleted, ") +
+                                         HumanBytes(p.bytes_freed) + (dry ? " to free" : " freed"));
+          };
+          ASSIGN_OR_RETURN(deltasync::GcResult g, volumes.Gc(options));
           if (common->json) {
             PrintJson({{"ok", true},
                        {"dry_run", *dry_run},
