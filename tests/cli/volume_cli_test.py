@@ -230,6 +230,34 @@ class VolumeCli(unittest.TestCase):
         self.assertEqual(p.stdout.splitlines()[-1], "2 volumes, 1 live version, 1 tag, 1 removed")
         self.assertEqual(json.loads(vol(self.store, "ls", "--json").stdout)["volumes"][0]["name"], "a")
 
+    def test_retention_days_flag(self):
+        a = self.small_dir("a")
+        r = vol_json(self.store, "push", a, "demo/a", "-q")
+        removed = vol_json(self.store, "rm", r["ref"], "--retention-days", "0.5")
+        self.assertEqual(removed["restorable_until"] - removed["removed_at"], 43200)
+        # The window is not stored with the version: each command applies its own.
+        listed = vol_json(self.store, "ls", "--retention-days", "2")["volumes"][0]["removed"][0]
+        self.assertEqual(listed["restorable_until"] - listed["removed_at"], 2 * 86400)
+        for bad in ["abc", "-1", "nan", "inf", "36501", "", "1d"]:
+            p = vol(self.store, "gc", f"--retention-days={bad}", expect=1)
+            self.assertIn("--retention-days", p.stderr)
+        p = run("volume", "--store", self.store, "gc", expect=1,
+                env=dict(os.environ, DELTAKV_VOLUME_RETENTION_DAYS="-2"))
+        self.assertIn("outside 0..36500", p.stderr)
+        err = vol_json(self.store, "restore", r["ref"], "--retention-days", "0", expect=2)
+        self.assertEqual(err["error"]["code"], "FAILED_PRECONDITION")
+        self.assertIn("retention window ended", err["error"]["message"])
+        gc = vol_json(self.store, "gc", "-q")  # 7 days by default: kept
+        self.assertEqual((gc["chunks_deleted"], gc["versions_purged"]), (0, 0))
+        gc = vol_json(self.store, "gc", "-q", "--retention-days", "0.25")  # not over yet
+        self.assertEqual((gc["chunks_deleted"], gc["versions_purged"]), (0, 0))
+        p = run("volume", "--store", self.store, "gc", "--json", "-q",
+                env=dict(os.environ, DELTAKV_VOLUME_RETENTION_DAYS="0"))
+        gc = json.loads(p.stdout)
+        self.assertEqual((gc["chunks_deleted"], gc["versions_purged"]), (2, 1))
+        err = vol_json(self.store, "restore", r["ref"], expect=2)
+        self.assertEqual(err["error"]["code"], "NOT_FOUND")
+
     def test_sync_between_stores(self):
         src = self.path("src")
         write(os.path.join(src, "w.bin"), os.urandom(200_000))
