@@ -1,10 +1,13 @@
 """End-to-end tests of `deltakv volume`: real processes on a real directory store, checked
 against an independent reading of deltasync/VOLUME.md (manifest digests computed here in
-Python), concurrent pushes and gc in separate processes, and a push killed with SIGKILL.
+Python), concurrent pushes and gc in separate processes, and, on a directory store, the
+scenarios of volume_scenarios.py (a push killed with SIGKILL).
 
 Run: python3 tests/cli/volume_cli_test.py --deltakv build/sidecar/deltakv
 """
 import argparse, hashlib, json, os, shutil, signal, subprocess, sys, tempfile, time, unittest
+
+import volume_scenarios
 
 DELTAKV = None
 
@@ -360,27 +363,26 @@ class VolumeCli(unittest.TestCase):
             server.wait()
             server.stdout.close()
 
-    def test_push_killed_midway_leaves_no_version(self):
-        src = self.path("src")
-        for i in range(8):
-            write(os.path.join(src, f"part{i}.bin"), os.urandom(4 << 20))
-        p = subprocess.Popen([DELTAKV, "volume", "--store", self.store, "push", src, "demo/big"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        line = p.stderr.readline()  # the first progress line: the upload has begun
-        self.assertIn("chunks checked", line)
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-        p.stderr.close()
-        listing = vol_json(self.store, "ls")["volumes"]
-        self.assertTrue(all(v["versions"] == [] for v in listing), listing)
-        # Its lease keeps what it uploaded from gc until it expires; a new push completes.
-        r = vol_json(self.store, "push", src, "demo/big", "-q")
-        self.assertLessEqual(r["chunks_uploaded"], r["chunks_total"])
-        vol(self.store, "pull", r["ref"], self.path("out"), "-q")
-        self.assertEqual(tree(self.path("out")), tree(src))
-        leftovers = [n for d, _, files in os.walk(self.store) for n in files if ".tmp." in n]
+    def scenario_store(self):
+        def list_keys():
+            # The directory store's own temporary and lock files start with '.': not keys.
+            return sorted(os.path.relpath(os.path.join(d, n), self.store)
+                          for d, _, files in os.walk(self.store) for n in files
+                          if not n.startswith("."))
+
+        def read_key(key):
+            with open(os.path.join(self.store, key), "rb") as f:
+                return f.read()
+        return volume_scenarios.Store(DELTAKV, self.store, None, list_keys, read_key)
+
+    def temporary_files(self):
+        return [n for d, _, files in os.walk(self.store) for n in files if ".tmp." in n]
+
+    def test_push_killed_midway_uploads_the_rest_when_pushed_again(self):
+        volume_scenarios.push_killed_midway_then_repushed(self, self.scenario_store(), self.tmp,
+                                                          files=8, file_bytes=4 << 20)
         # At most the files being written when it was killed: 8 uploads run at once by default.
-        self.assertLessEqual(len(leftovers), 8)
+        self.assertLessEqual(len(self.temporary_files()), 8)
 
 
 if __name__ == "__main__":
