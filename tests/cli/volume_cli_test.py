@@ -1,7 +1,7 @@
 """End-to-end tests of `deltakv volume`: real processes on a real directory store, checked
 against an independent reading of deltasync/VOLUME.md (manifest digests computed here in
 Python), concurrent pushes and gc in separate processes, and, on a directory store, the
-scenarios of volume_scenarios.py (a push killed with SIGKILL).
+scenarios of volume_scenarios.py (a push killed with SIGKILL, racing pushes and tag moves).
 
 Run: python3 tests/cli/volume_cli_test.py --deltakv build/sidecar/deltakv
 """
@@ -384,6 +384,9 @@ class VolumeCli(unittest.TestCase):
         # At most the files being written when it was killed: 8 uploads run at once by default.
         self.assertLessEqual(len(self.temporary_files()), 8)
 
+    def test_two_pushes_and_a_tag_move_race(self):
+        volume_scenarios.two_pushes_and_a_tag_move_race(self, self.scenario_store(), self.tmp)
+        self.assertEqual(self.temporary_files(), [])
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

@@ -93,3 +93,64 @@ def push_killed_midway_then_repushed(tc, store, tmp, files, file_bytes, settle=l
         pulls_exactly(tc, store, r["ref"], src, os.path.join(tmp, f"kill-out{attempt}"))
         return
     tc.fail("every push finished before it could be killed")
+
+
+def two_pushes_and_a_tag_move_race(tc, store, tmp, rounds=3):
+    """Each round starts at once, as separate processes, two pushes of different versions of
+    one volume with --tag T and a `tag` that moves T to the first version, while `show T` runs
+    in a loop. All succeed; every show finds a whole version; T then names one of the three;
+    every version pulls back exactly; the store holds only whole objects: each manifest hashes
+    to its name and has its info record, no lease is left, and no chunk object is
+    unreferenced."""
+    base = os.path.join(tmp, "race-v0")
+    write(os.path.join(base, "shared.bin"), b"s" * (200 * KIB))
+    write(os.path.join(base, "own.bin"), os.urandom(100 * KIB))
+    v0 = store.json("push", base, "demo/race", "--tag", "T")
+    sources = {v0["digest"]: base}
+    for r in range(rounds):
+        dirs = []
+        for side in "ab":
+            d = os.path.join(tmp, f"race-{r}{side}")
+            write(os.path.join(d, "shared.bin"), b"s" * (200 * KIB))  # chunks both push at once
+            write(os.path.join(d, "own.bin"), os.urandom(300 * KIB))
+            write(os.path.join(d, "bin/run.sh"), f"#!/bin/sh\necho {r}{side}\n".encode(), 0o755)
+            dirs.append(d)
+        cmds = [store.argv("push", d, "demo/race", "--tag", "T", "--json", "-q") for d in dirs]
+        cmds.append(store.argv("tag", v0["ref"], "T", "--json", "-q"))
+        procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=store.env) for c in cmds]
+        try:
+            # Meanwhile a reader resolves T and verifies its manifest: always a whole version.
+            seen = []
+            while any(p.poll() is None for p in procs):
+                seen.append(store.json("show", "demo/race:T")["digest"])
+            outs = [p.communicate(timeout=60) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.communicate()
+        for p, (out, err) in zip(procs, outs):
+            tc.assertEqual(p.returncode, 0, f"{' '.join(p.args)}\n{out}\n{err}")
+        pushed = [json.loads(outs[i][0])["digest"] for i in range(2)]
+        tc.assertNotEqual(pushed[0], pushed[1])
+        sources.update(zip(pushed, dirs))
+        tc.assertLessEqual(set(seen), set(sources), f"round {r}")
+        tag = store.json("show", "demo/race:T")["digest"]
+        tc.assertIn(tag, [v0["digest"], *pushed], f"round {r}")
+    listing = store.json("ls", "demo")["volumes"]
+    tc.assertEqual(len(listing), 1)
+    tc.assertEqual(sorted(listing[0]["versions"]), sorted(sources))
+    tc.assertEqual([t["tag"] for t in listing[0]["tags"]], ["T"])
+    for i, (digest, src) in enumerate(sorted(sources.items())):
+        pulls_exactly(tc, store, "demo/race@" + digest, src, os.path.join(tmp, f"race-out{i}"))
+    keys = store.list_keys()
+    prefix = "volumes/demo/race/"
+    manifests = [k for k in keys if k.startswith(prefix + "versions/")]
+    tc.assertEqual(len(manifests), len(sources))
+    for k in manifests:
+        hexdigest = k[len(prefix + "versions/"):-len(".json")]
+        tc.assertEqual(hashlib.sha256(store.read_key(k)).hexdigest(), hexdigest, k)
+        tc.assertIn(prefix + "info/" + hexdigest + ".json", keys)
+    tc.assertEqual([k for k in keys if "/pushes/" in k], [])
+    tc.assertEqual(store.json("gc", "--dry-run")["chunks_deleted"], 0)
