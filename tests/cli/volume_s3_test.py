@@ -215,6 +215,26 @@ class S3VolumeTest(unittest.TestCase):
         volume_scenarios.two_pushes_and_a_tag_move_race(self, self.scenario_store("race"),
                                                         self.tmp)
 
+    def test_virtual_hosted_addressing(self):
+        # BUCKET.localhost:PORT, which curl resolves to loopback itself; moto takes the bucket
+        # from the host name.
+        env = dict(self.env, AWS_ENDPOINT_URL=self.endpoint.replace("127.0.0.1", "localhost"),
+                   AWS_S3_ADDRESSING_STYLE="virtual")
+        src = self.make_dir("src-vh", "virtual")
+        r = self.vol_json("s3://vols/virtual", "push", src, "team/vh", "--tag", "t", env=env)
+        out = os.path.join(self.tmp, "out-vh")
+        self.deltakv("volume", "--store", "s3://vols/virtual", "pull", "team/vh:t", out, env=env)
+        self.assertEqual(self.tree(out), self.tree(src))
+        listed = self.vol_json("s3://vols/virtual", "ls", env=env)["volumes"]
+        self.assertEqual(listed[0]["versions"], [r["digest"]])
+        # The objects are in bucket vols under the prefix, as a path-style client sees them.
+        keys = self.scenario_store("virtual").list_keys()
+        self.assertIn(f"volumes/team/vh/versions/{r['digest'][len('sha256:'):]}.json", keys)
+        self.assertEqual(len([k for k in keys if k.startswith("chunks/")]), r["chunks_total"])
+        # A bucket named only in the host name that does not exist is S3's NoSuchBucket.
+        p = self.deltakv("volume", "--store", "s3://no-such-bucket", "ls", expect="fail", env=env)
+        self.assertIn("NoSuchBucket", p.stderr)
+
     def test_bad_credentials_and_config_errors(self):
         env = dict(self.env, AWS_SECRET_ACCESS_KEY="other-secret")
         # moto here accepts any credentials; the message must still never show the secret.
