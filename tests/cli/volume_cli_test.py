@@ -1,10 +1,13 @@
 """End-to-end tests of `deltakv volume`: real processes on a real directory store, checked
 against an independent reading of deltasync/VOLUME.md (manifest digests computed here in
-Python), concurrent pushes and gc in separate processes, and a push killed with SIGKILL.
+Python), concurrent pushes and gc in separate processes, and, on a directory store, the
+scenarios of volume_scenarios.py (a push killed with SIGKILL, racing pushes and tag moves).
 
 Run: python3 tests/cli/volume_cli_test.py --deltakv build/sidecar/deltakv
 """
 import argparse, hashlib, json, os, shutil, signal, subprocess, sys, tempfile, time, unittest
+
+import volume_scenarios
 
 DELTAKV = None
 
@@ -207,6 +210,57 @@ class VolumeCli(unittest.TestCase):
         vol(self.store, "pull", ra["ref"], self.path("out-a"), "-q")
         self.assertEqual(tree(self.path("out-a")), tree(a))
 
+    def test_gc_reports_progress_and_ls_a_summary(self):
+        a = self.small_dir("a")
+        r = vol_json(self.store, "push", a, "demo/a", "--tag", "prod", "-q")
+        write(os.path.join(self.store, "chunks/sha256/ee", "e" * 64), b"orphan")
+        p = vol(self.store, "gc", "--dry-run")
+        lines = p.stderr.strip().splitlines()
+        self.assertTrue(all(line.startswith("deltakv volume gc: ") for line in lines), lines)
+        # 3 chunk objects and 1 manifest; the orphan's 6 bytes would go.
+        self.assertIn("4 objects scanned, 3/3 chunks checked, 1 to delete, 6 B to free", lines[-1])
+        p = vol(self.store, "gc", "--json")
+        self.assertIn("3/3 chunks checked, 1 deleted, 6 B freed", p.stderr.splitlines()[-1])
+        out = p.stdout.strip().splitlines()
+        self.assertEqual(len(out), 1)  # --json: one object on stdout, as before
+        self.assertEqual(json.loads(out[0]), {
+            "ok": True, "dry_run": False, "chunks_kept": 2, "chunks_deleted": 1, "bytes_freed": 6,
+            "versions_purged": 0, "leases_expired": 0})
+        self.assertEqual(vol(self.store, "gc", "-q").stderr, "")
+        vol_json(self.store, "push", self.small_dir("b", extra=b"b"), "demo/b", "-q")
+        vol(self.store, "rm", r["ref"], "-q")
+        p = vol(self.store, "ls")
+        self.assertEqual(p.stdout.splitlines()[-1], "2 volumes, 1 live version, 1 tag, 1 removed")
+        self.assertEqual(json.loads(vol(self.store, "ls", "--json").stdout)["volumes"][0]["name"], "a")
+
+    def test_retention_days_flag(self):
+        a = self.small_dir("a")
+        r = vol_json(self.store, "push", a, "demo/a", "-q")
+        removed = vol_json(self.store, "rm", r["ref"], "--retention-days", "0.5")
+        self.assertEqual(removed["restorable_until"] - removed["removed_at"], 43200)
+        # The window is not stored with the version: each command applies its own.
+        listed = vol_json(self.store, "ls", "--retention-days", "2")["volumes"][0]["removed"][0]
+        self.assertEqual(listed["restorable_until"] - listed["removed_at"], 2 * 86400)
+        for bad in ["abc", "-1", "nan", "inf", "36501", "", "1d"]:
+            p = vol(self.store, "gc", f"--retention-days={bad}", expect=1)
+            self.assertIn("--retention-days", p.stderr)
+        p = run("volume", "--store", self.store, "gc", expect=1,
+                env=dict(os.environ, DELTAKV_VOLUME_RETENTION_DAYS="-2"))
+        self.assertIn("outside 0..36500", p.stderr)
+        err = vol_json(self.store, "restore", r["ref"], "--retention-days", "0", expect=2)
+        self.assertEqual(err["error"]["code"], "FAILED_PRECONDITION")
+        self.assertIn("retention window ended", err["error"]["message"])
+        gc = vol_json(self.store, "gc", "-q")  # 7 days by default: kept
+        self.assertEqual((gc["chunks_deleted"], gc["versions_purged"]), (0, 0))
+        gc = vol_json(self.store, "gc", "-q", "--retention-days", "0.25")  # not over yet
+        self.assertEqual((gc["chunks_deleted"], gc["versions_purged"]), (0, 0))
+        p = run("volume", "--store", self.store, "gc", "--json", "-q",
+                env=dict(os.environ, DELTAKV_VOLUME_RETENTION_DAYS="0"))
+        gc = json.loads(p.stdout)
+        self.assertEqual((gc["chunks_deleted"], gc["versions_purged"]), (2, 1))
+        err = vol_json(self.store, "restore", r["ref"], expect=2)
+        self.assertEqual(err["error"]["code"], "NOT_FOUND")
+
     def test_sync_between_stores(self):
         src = self.path("src")
         write(os.path.join(src, "w.bin"), os.urandom(200_000))
@@ -309,28 +363,30 @@ class VolumeCli(unittest.TestCase):
             server.wait()
             server.stdout.close()
 
-    def test_push_killed_midway_leaves_no_version(self):
-        src = self.path("src")
-        for i in range(8):
-            write(os.path.join(src, f"part{i}.bin"), os.urandom(4 << 20))
-        p = subprocess.Popen([DELTAKV, "volume", "--store", self.store, "push", src, "demo/big"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        line = p.stderr.readline()  # the first progress line: the upload has begun
-        self.assertIn("chunks checked", line)
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-        p.stderr.close()
-        listing = vol_json(self.store, "ls")["volumes"]
-        self.assertTrue(all(v["versions"] == [] for v in listing), listing)
-        # Its lease keeps what it uploaded from gc until it expires; a new push completes.
-        r = vol_json(self.store, "push", src, "demo/big", "-q")
-        self.assertLessEqual(r["chunks_uploaded"], r["chunks_total"])
-        vol(self.store, "pull", r["ref"], self.path("out"), "-q")
-        self.assertEqual(tree(self.path("out")), tree(src))
-        leftovers = [n for d, _, files in os.walk(self.store) for n in files if ".tmp." in n]
-        # At most the files being written when it was killed: 8 uploads run at once by default.
-        self.assertLessEqual(len(leftovers), 8)
+    def scenario_store(self):
+        def list_keys():
+            # The directory store's own temporary and lock files start with '.': not keys.
+            return sorted(os.path.relpath(os.path.join(d, n), self.store)
+                          for d, _, files in os.walk(self.store) for n in files
+                          if not n.startswith("."))
 
+        def read_key(key):
+            with open(os.path.join(self.store, key), "rb") as f:
+                return f.read()
+        return volume_scenarios.Store(DELTAKV, self.store, None, list_keys, read_key)
+
+    def temporary_files(self):
+        return [n for d, _, files in os.walk(self.store) for n in files if ".tmp." in n]
+
+    def test_push_killed_midway_uploads_the_rest_when_pushed_again(self):
+        volume_scenarios.push_killed_midway_then_repushed(self, self.scenario_store(), self.tmp,
+                                                          files=8, file_bytes=4 << 20)
+        # At most the files being written when it was killed: 8 uploads run at once by default.
+        self.assertLessEqual(len(self.temporary_files()), 8)
+
+    def test_two_pushes_and_a_tag_move_race(self):
+        volume_scenarios.two_pushes_and_a_tag_move_race(self, self.scenario_store(), self.tmp)
+        self.assertEqual(self.temporary_files(), [])
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

@@ -92,6 +92,45 @@ TEST(VolumeGc, KeepsLiveRestorableAndLeasedChunksOnly) {
   EXPECT_EQ(Snapshot(f.tmp / "out-l"), Snapshot(f.tmp / "live"));
 }
 
+TEST(VolumeGc, ReportsProgressEndingWithItsResult) {
+  Fixture f;
+  fs::create_directories(f.tmp / "a");
+  WriteAll(f.tmp / "a/x", SplitMixBytes(300000, 21));
+  const PushResult a = f.Push(f.tmp / "a", "v");
+  const std::string orphan = "orphan", other = "x";
+  ASSERT_TRUE(f.store->Put("chunks/sha256/dd/" + std::string(64, 'd'), AsSpan(orphan)).ok());
+  ASSERT_TRUE(f.store->Put("chunks/sha256/ee/" + std::string(64, 'e'), AsSpan(other)).ok());
+  const uint64_t listed = f.CountChunks();
+  for (bool dry_run : {true, false}) {
+    SCOPED_TRACE(dry_run ? "dry run" : "gc");
+    std::vector<GcProgress> seen;
+    GcOptions options;
+    options.dry_run = dry_run;
+    options.progress = [&seen](const GcProgress& p) { seen.push_back(p); };
+    auto gc = f.volumes->Gc(options);
+    ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+    ASSERT_GE(seen.size(), listed + 2);  // the listing, each chunk, the end
+    EXPECT_EQ(seen.front().chunks_total, listed);
+    EXPECT_EQ(seen.front().chunks_checked, 0u);
+    for (size_t i = 1; i < seen.size(); ++i) {
+      EXPECT_GE(seen[i].objects_scanned, seen[i - 1].objects_scanned);
+      EXPECT_GE(seen[i].chunks_checked, seen[i - 1].chunks_checked);
+      EXPECT_GE(seen[i].chunks_deleted, seen[i - 1].chunks_deleted);
+      EXPECT_GE(seen[i].bytes_freed, seen[i - 1].bytes_freed);
+      EXPECT_FALSE(seen[i - 1].done);
+    }
+    const GcProgress& last = seen.back();
+    EXPECT_TRUE(last.done);
+    EXPECT_EQ(last.objects_scanned, listed + 1);  // the chunk objects and the one manifest
+    EXPECT_EQ(last.chunks_checked, listed);
+    EXPECT_EQ(last.chunks_deleted, gc->chunks_deleted);
+    EXPECT_EQ(last.chunks_deleted, 2u);
+    EXPECT_EQ(last.bytes_freed, gc->bytes_freed);
+  }
+  EXPECT_EQ(f.CountChunks(), listed - 2);
+  ASSERT_TRUE(f.volumes->Pull(a.ref, f.tmp / "out").ok());
+}
+
 TEST(VolumeGc, HeldSweepMarkerBlocksPushesAndOtherGcsUntilItExpires) {
   Fixture f;
   WriteTinyDir(f.tmp / "src");

@@ -12,8 +12,10 @@
       from what it received (method, path, query, the signed headers, x-amz-content-sha256,
       which must also equal the sha256 of the body) and answers 403 SignatureDoesNotMatch on
       any difference. Credentials: key AKIDEXAMPLE, secret "wJalrXUtnFEMI/K7MDENG+bPxRfiCY",
-      region us-east-1, session token optional. It counts the requests it checked; GET
-      /__checked answers that count without a signature.
+      region us-east-1, session token optional. Buckets are addressed path-style
+      (127.0.0.1:PORT/BUCKET/KEY) or virtual-hosted (BUCKET.localhost:PORT/KEY). It counts the
+      requests it checked; GET /__checked answers that count and /__hosts the Host headers of
+      the checked requests (a sorted JSON list), without a signature.
 The server runs until SIGTERM.
 """
 import argparse
@@ -77,6 +79,7 @@ def run_sigv4(args):
     objects = {}
     lock = threading.Lock()
     checked = [0]
+    hosts = set()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -141,14 +144,22 @@ def run_sigv4(args):
             url = urllib.parse.urlsplit(self.path)
             if url.path == "/__checked":
                 return self.reply(200, str(checked[0]).encode())
+            if url.path == "/__hosts":
+                with lock:
+                    return self.reply(200, json.dumps(sorted(hosts)).encode())
             why = self.verify(body)
             if why is not None:
                 sys.stderr.write(f"sigv4 check: {self.command} {self.path}: {why}\n")
                 return self.error(403, "SignatureDoesNotMatch", "botocore disagrees")
+            host = self.headers.get("Host", "")
             with lock:
                 checked[0] += 1
-            parts = url.path.lstrip("/").split("/", 1)
-            bucket, key = parts[0], urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
+                hosts.add(host)
+            if host.split(":")[0].endswith(".localhost"):  # virtual-hosted: the bucket is in Host
+                key = urllib.parse.unquote(url.path.lstrip("/"))
+            else:
+                parts = url.path.lstrip("/").split("/", 1)
+                key = urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
             query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
             with lock:
                 if self.command == "GET" and not key and query.get("list-type") == ["2"]:

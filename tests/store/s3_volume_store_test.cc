@@ -80,8 +80,10 @@ class Helper {
     }
   }
   bool ok() const { return info_.contains("port"); }
-  std::string endpoint() const {
-    return "http://127.0.0.1:" + std::to_string(info_["port"].get<int>());
+  // "http://127.0.0.1:PORT"; another host name for virtual-hosted addressing ("localhost":
+  // curl resolves BUCKET.localhost to loopback itself).
+  std::string endpoint(const std::string& host = "127.0.0.1") const {
+    return "http://" + host + ":" + std::to_string(info_["port"].get<int>());
   }
   const nlohmann::json& info() const { return info_; }
 
@@ -125,6 +127,22 @@ void CreateBucket(const std::string& endpoint, const std::string& bucket) {
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
   curl_easy_cleanup(c);
   ASSERT_EQ(code, 200) << url;
+}
+
+// The body of an unsigned GET (the helpers' /__ endpoints).
+std::string Fetch(const std::string& url) {
+  std::string body;
+  CURL* c = curl_easy_init();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(
+      c, CURLOPT_WRITEFUNCTION, +[](char* p, size_t s, size_t n, void* out) {
+        static_cast<std::string*>(out)->append(p, s * n);
+        return s * n;
+      });
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  EXPECT_EQ(curl_easy_perform(c), CURLE_OK) << url;
+  curl_easy_cleanup(c);
+  return body;
 }
 
 std::span<const uint8_t> Bytes(const std::string& s) {
@@ -427,6 +445,44 @@ TEST_F(S3StoreTest, MultipartUpload) {
                     StatusCode::kInvalidArgument, "5 MiB"));
 }
 
+// Virtual-hosted addressing, AWS's default: requests go to BUCKET.localhost:PORT/PREFIX/KEY, and
+// moto takes the bucket from the host name (a Host with a subdomain that is not an IP address).
+TEST_F(S3StoreTest, VirtualHostedAddressing) {
+  S3Config c = Config(Moto()->endpoint("localhost"));
+  c.path_style = false;
+  S3StoreOptions opt;
+  opt.max_keys = 2;
+  opt.multipart_threshold = 6 << 20;
+  opt.part_size = 5 << 20;
+  auto store = MustMake("s3://" + bucket_ + "/vh", c, opt);
+  EXPECT_NE(store->Describe().find("virtual-hosted"), std::string::npos) << store->Describe();
+  ASSERT_TRUE(store->Put("a/b", Bytes("hello")).ok());
+  EXPECT_EQ(*store->Get("a/b", 100), "hello");
+  EXPECT_EQ(*store->Size("a/b"), 5u);
+  EXPECT_TRUE(*store->Exists("a/b"));
+  EXPECT_FALSE(*store->Exists("a/c"));
+  ASSERT_TRUE(store->PutIfAbsent("a/once", Bytes("1")).ok());
+  EXPECT_TRUE(
+      Fails(store->PutIfAbsent("a/once", Bytes("2")), StatusCode::kFailedPrecondition, "a/once"));
+  auto g = store->PutIfGeneration("tags/t.json", Bytes("v1"), "");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(store->PutIfGeneration("tags/t.json", Bytes("v2"), *g).ok());
+  EXPECT_TRUE(Fails(store->PutIfGeneration("tags/t.json", Bytes("v3"), *g).status(),
+                    StatusCode::kFailedPrecondition, "tags/t.json"));
+  const std::string big = Random((10 << 20) + 3, 11);  // a multipart upload: two parts
+  ASSERT_TRUE(store->PutIfAbsent("big", Bytes(big)).ok());
+  auto keys = store->List("");  // pages of two
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(*keys, (std::vector<std::string>{"a/b", "a/once", "big", "tags/t.json"}));
+  // The same objects through path-style addressing: they are in this bucket, under the prefix.
+  auto path = Store("/vh");
+  EXPECT_EQ(*path->Get("a/b", 100), "hello");
+  EXPECT_EQ(*path->Get("big", big.size()), big);
+  EXPECT_EQ(path->GetVersioned("tags/t.json", 100)->data, "v2");
+  ASSERT_TRUE(store->Delete("a/b").ok());
+  EXPECT_FALSE(*path->Exists("a/b"));
+}
+
 TEST_F(S3StoreTest, NoSuchBucketIsAnIoErrorWithS3sCode) {
   auto store = MustMake("s3://no-such-bucket-here", Config(Moto()->endpoint()));
   // Not NotFound: the volume layer would take that for a missing object.
@@ -515,6 +571,19 @@ TEST(S3StoreSigV4Test, BotocoreComputesTheSameSignatures) {
       EXPECT_FALSE(*store->Exists("tags/t.json"));
     }
   }
+  // Virtual-hosted: Host is BUCKET.localhost:PORT and is signed as such.
+  S3Config vh = Config(stub.endpoint("localhost"), "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCY");
+  vh.path_style = false;
+  auto virtual_hosted = MustMake("s3://bkt/vh", vh);
+  ASSERT_TRUE(virtual_hosted->Put("chunks/sha256/cd/cdef", Bytes("v")).ok());
+  EXPECT_EQ(*virtual_hosted->Get("chunks/sha256/cd/cdef", 10), "v");
+  EXPECT_TRUE(virtual_hosted->PutIfGeneration("tags/v.json", Bytes("1"), "").ok());
+  auto listed = virtual_hosted->List("chunks/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(*listed, std::vector<std::string>{"chunks/sha256/cd/cdef"});
+  const std::string hosts = Fetch(stub.endpoint() + "/__hosts");
+  EXPECT_NE(hosts.find("\"bkt.localhost:"), std::string::npos) << hosts;
+  EXPECT_NE(hosts.find("\"127.0.0.1:"), std::string::npos) << hosts;
   // The stub refuses what botocore does not agree with.
   auto wrong = MustMake("s3://bkt", Config(stub.endpoint(), "AKIDEXAMPLE", "other"));
   EXPECT_TRUE(Fails(wrong->Put("k", Bytes("x")), StatusCode::kIoError, "SignatureDoesNotMatch"));

@@ -300,8 +300,22 @@ struct RemoveResult {
   std::vector<std::string> tags;  // tags that still point at the removed version
 };
 
+// Where a gc run is. Counts only grow; the last call has `done` set and the counts of the
+// GcResult returned.
+struct GcProgress {
+  uint64_t objects_scanned = 0;  // chunk and delta objects listed, plus records read
+  uint64_t chunks_total = 0;     // chunk and delta objects listed
+  uint64_t chunks_checked = 0;   // of those, decided kept or deleted so far
+  uint64_t chunks_deleted = 0;   // (for a dry run: would be deleted)
+  uint64_t bytes_freed = 0;
+  bool done = false;
+};
+
 struct GcOptions {
   bool dry_run = false;  // count what would be deleted; delete nothing, take no marker
+  // Called after the listing, after each record read, after each chunk object is decided and,
+  // with `done` set, at the end of a run that succeeds; from the calling thread.
+  std::function<void(const GcProgress&)> progress;
 };
 
 struct GcResult {

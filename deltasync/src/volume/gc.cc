@@ -16,6 +16,19 @@ struct Plan {
   std::vector<std::string> doomed_keys;  // expired leases and retention records
   std::vector<std::string> purged;       // "<ns>/<name>/<digest>" past its window
   GcResult result;
+  GcProgress progress;
+  const std::function<void(const GcProgress&)>* report = nullptr;
+
+  // Counts one more record read and reports.
+  void RecordRead() {
+    ++progress.objects_scanned;
+    Report();
+  }
+  void Report() {
+    progress.chunks_deleted = result.chunks_deleted;
+    progress.bytes_freed = result.bytes_freed;
+    if (report != nullptr && *report) (*report)(progress);
+  }
 };
 
 // The gc sweep marker, held from Acquire until destruction. Released by writing an expired
@@ -102,8 +115,10 @@ StatusOr<GcResult> Sweep(VolumeStore& store, const std::vector<std::string>& chu
   }
   for (const std::string& key : chunks) {
     const std::string digest = key.substr(key.rfind('/') + 1);
+    ++plan.progress.chunks_checked;
     if (plan.marked.count(digest)) {
       ++plan.result.chunks_kept;
+      plan.Report();
       continue;
     }
     ASSIGN_OR_RETURN(uint64_t size, store.Size(key));
@@ -111,6 +126,7 @@ StatusOr<GcResult> Sweep(VolumeStore& store, const std::vector<std::string>& chu
     if (!dry_run) RETURN_IF_ERROR(store.Delete(key));
     ++plan.result.chunks_deleted;
     plan.result.bytes_freed += size;
+    plan.Report();
   }
   for (const std::string& v : plan.purged) {
     if (plan.live_versions.count(v)) continue;
@@ -134,6 +150,7 @@ Status MarkLeases(VolumeStore& store, int64_t now, Plan& plan) {
     auto text = store.Get(k.key, kMaxLeaseBytes);
     if (text.status().code() == StatusCode::kNotFound) continue;  // its push just finished
     if (!text.ok()) return text.status();
+    plan.RecordRead();
     ASSIGN_OR_RETURN(LeaseRecord lease, ParseLeaseRecord(*text, k.key));
     if (lease.expires <= now) {
       plan.doomed_keys.push_back(k.key);
@@ -151,6 +168,7 @@ Status MarkVersions(VolumeStore& store, uint64_t max_manifest_bytes, Plan& plan)
     auto m = ReadManifest(store, k.ns, k.name, k.id, max_manifest_bytes);
     if (m.status().code() == StatusCode::kNotFound) continue;  // just removed: its record follows
     if (!m.ok()) return m.status();
+    plan.RecordRead();
     MarkManifest(*m, plan);
     plan.live_versions.insert(k.ns + "/" + k.name + "/" + k.id);
   }
@@ -163,6 +181,7 @@ Status MarkRemoved(VolumeStore& store, int64_t now, const VolumesOptions& option
     auto text = store.Get(k.key, MaxRemovedRecordBytes(options.max_manifest_bytes));
     if (text.status().code() == StatusCode::kNotFound) continue;  // restored: live or leased
     if (!text.ok()) return text.status();
+    plan.RecordRead();
     ASSIGN_OR_RETURN(RemovedRecord r, ParseRemovedRecord(*text, k.key));
     if (r.removed_at + options.retention_s <= now) {
       plan.doomed_keys.push_back(k.key);
@@ -188,11 +207,19 @@ StatusOr<GcResult> Volumes::Gc(const GcOptions& options) {
   ASSIGN_OR_RETURN(std::vector<std::string> deltas, store_.List(std::string(keys::kXorChunks)));
   chunks.insert(chunks.end(), deltas.begin(), deltas.end());
   Plan plan;
+  plan.report = &options.progress;
+  plan.progress.chunks_total = chunks.size();
+  plan.progress.objects_scanned = chunks.size();
+  plan.Report();
   RETURN_IF_ERROR(MarkLeases(store_, now, plan));
   RETURN_IF_ERROR(MarkVersions(store_, options_.max_manifest_bytes, plan));
   RETURN_IF_ERROR(MarkRemoved(store_, now, options_, plan));
-  return Sweep(store_, chunks, plan, [this] { return Now(); }, marker ? marker->expires() : 0,
-               options.dry_run);
+  auto clock = [this] { return Now(); };
+  ASSIGN_OR_RETURN(GcResult result, Sweep(store_, chunks, plan, clock,
+                                          marker ? marker->expires() : 0, options.dry_run));
+  plan.progress.done = true;
+  plan.Report();
+  return result;
 }
 
 }  // namespace deltakv::deltasync

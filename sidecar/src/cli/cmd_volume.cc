@@ -1,7 +1,9 @@
 // deltakv volume push | sync | ls | show | tag | pull | mount | rm | restore | gc
 // Sealed, digest-addressed volumes (deltasync/VOLUME.md) in a store named by --store.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "cli/cli_common.h"
@@ -19,7 +21,39 @@ struct Common {
   std::string store;  // --store or $DELTAKV_VOLUME_STORE
   bool json = false;
   bool quiet = false;
+  // --retention-days or $DELTAKV_VOLUME_RETENTION_DAYS, on the commands that use the window;
+  // empty: the library's default (7 days).
+  std::string retention_days;
 };
+
+inline constexpr double kMaxRetentionDays = 36500;
+
+// Checks a retention window given in days (fractions allowed): "" and, when `seconds` is
+// given, the window in whole seconds; otherwise what is wrong.
+std::string CheckRetentionDays(const std::string& text, int64_t* seconds) {
+  char* end = nullptr;
+  const double days = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(days)) {
+    return "retention '" + text + "' is not a number of days";
+  }
+  if (days < 0 || days > kMaxRetentionDays) {
+    return "retention of " + text + " days is outside 0.." +
+           std::to_string(static_cast<int>(kMaxRetentionDays));
+  }
+  if (seconds != nullptr) *seconds = std::llround(days * 86400);
+  return "";
+}
+
+// Adds --retention-days to a command whose result depends on the retention window.
+void AddRetentionOption(CLI::App& cmd, Common& common) {
+  cmd.add_option("--retention-days", common.retention_days,
+                 "How long a removed version stays restorable, in days (fractions allowed; "
+                 "default 7; 0: not at all). Not stored with the version: give rm, restore, ls "
+                 "and gc the same value")
+      ->envname("DELTAKV_VOLUME_RETENTION_DAYS")
+      ->check(CLI::Validator([](std::string& text) { return CheckRetentionDays(text, nullptr); },
+                             "DAYS", "retention days"));
+}
 
 // Prints a progress line to stderr at most twice a second, and always the last one.
 class Progress {
@@ -115,7 +149,11 @@ CLI::App* Add(CLI::App& group, const std::shared_ptr<Common>& common, int* rc, c
       *rc = ReportError(what, store.status(), common->json);
       return;
     }
-    deltasync::Volumes volumes(**store);
+    deltasync::VolumesOptions options;
+    if (!common->retention_days.empty()) {
+      (void)CheckRetentionDays(common->retention_days, &options.retention_s);  // valid: checked
+    }
+    deltasync::Volumes volumes(**store, options);
     Status st = body(volumes, **store);
     if (!st.ok()) *rc = ReportError(what, st, common->json);
   });
@@ -271,7 +309,11 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
             PrintJson({{"ok", true}, {"volumes", all}});
             return Status::Ok();
           }
+          size_t versions_total = 0, tags_total = 0, removed_total = 0;
           for (const auto& l : listings) {
+            versions_total += l.versions.size();
+            tags_total += l.tags.size();
+            removed_total += l.removed.size();
             std::printf("%s/%s\n", l.ns.c_str(), l.name.c_str());
             for (const std::string& v : l.versions) {
               std::string tags;
@@ -287,9 +329,14 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
                           static_cast<long long>(r.restorable_until));
             }
           }
+          std::printf("%zu volume%s, %zu live version%s, %zu tag%s, %zu removed\n", listings.size(),
+                      listings.size() == 1 ? "" : "s", versions_total,
+                      versions_total == 1 ? "" : "s", tags_total, tags_total == 1 ? "" : "s",
+                      removed_total);
           return Status::Ok();
         });
     cmd->add_option("NS", *ns, "Only this namespace");
+    AddRetentionOption(*cmd, *common);
   }
 
   // show REF
@@ -433,7 +480,8 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
   {
     auto ref = std::make_shared<std::string>();
     CLI::App* cmd = Add(
-        *group, common, rc, "rm", "Remove a version (restorable for 7 days)",
+        *group, common, rc, "rm",
+        "Remove a version (restorable for the retention window, 7 days by default)",
         [ref, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
           ASSIGN_OR_RETURN(VolumeRef r, deltasync::ParseVolumeRef(*ref));
           ASSIGN_OR_RETURN(deltasync::RemoveResult res, volumes.Remove(r));
@@ -454,6 +502,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           return Status::Ok();
         });
     cmd->add_option("REF", *ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
+    AddRetentionOption(*cmd, *common);
   }
 
   // restore REF
@@ -474,6 +523,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           return Status::Ok();
         });
     cmd->add_option("REF", *ref, "NS/NAME@sha256:... or NS/NAME:TAG")->required();
+    AddRetentionOption(*cmd, *common);
   }
 
   // gc
@@ -483,11 +533,18 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
         *group, common, rc, "gc",
         "Delete chunks no live, restorable or in-flight version needs, and expired records",
         [dry_run, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
-          if (!common->quiet) {
-            std::fprintf(stderr, "deltakv volume gc: %s\n",
-                         *dry_run ? "counting (dry run)" : "marking and sweeping");
-          }
-          ASSIGN_OR_RETURN(deltasync::GcResult g, volumes.Gc({.dry_run = *dry_run}));
+          auto progress = std::make_shared<Progress>(*common, "gc");
+          deltasync::GcOptions options;
+          options.dry_run = *dry_run;
+          options.progress = [progress, dry = *dry_run](const deltasync::GcProgress& p) {
+            progress->Update(p.done, std::to_string(p.objects_scanned) + " objects scanned, " +
+                                         std::to_string(p.chunks_checked) + "/" +
+                                         std::to_string(p.chunks_total) + " chunks checked, " +
+                                         std::to_string(p.chunks_deleted) +
+                                         (dry ? " to delete, " : " deleted, ") +
+                                         HumanBytes(p.bytes_freed) + (dry ? " to free" : " freed"));
+          };
+          ASSIGN_OR_RETURN(deltasync::GcResult g, volumes.Gc(options));
           if (common->json) {
             PrintJson({{"ok", true},
                        {"dry_run", *dry_run},
@@ -508,6 +565,7 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           return Status::Ok();
         });
     cmd->add_flag("--dry-run", *dry_run, "Count what would be deleted; delete nothing");
+    AddRetentionOption(*cmd, *common);
   }
 }
 
