@@ -29,23 +29,7 @@ def vol_json(store, *args, expect=0):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def write(path, data, mode=None):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-    if mode is not None:
-        os.chmod(path, mode)
-
-
-def tree(root):
-    """{relative path: (bytes, executable)} of every regular file under root."""
-    out = {}
-    for d, _, files in os.walk(root):
-        for name in files:
-            full = os.path.join(d, name)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, root)] = (f.read(), bool(os.stat(full).st_mode & 0o100))
-    return out
+write, tree = volume_scenarios.write, volume_scenarios.tree
 
 
 def small_manifest_digest(ns, name, files):

@@ -6,7 +6,7 @@ Run: python3 tests/sync/peer_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 Skips when /usr/bin/etcd (Debian's etcd-server) is missing.
 """
-import argparse, os, shutil, signal, sys, time, unittest, urllib.parse
+import argparse, os, signal, sys, time, unittest, urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sync_e2e_test as base  # noqa: E402
@@ -119,12 +119,7 @@ class PeerE2ETest(group.GroupE2ETest):
         for n in ("a", "b"):
             self.nodes[n].assert_serves(self, self.t("v2"))
         # An ABORT travels the same way: b's copy of the delta is corrupt.
-        bad = self.t("d23-bad-" + str(time.time_ns()))
-        shutil.copytree(self.t("d23"), bad)
-        shard = sorted(f for f in os.listdir(bad) if f != "manifest.json")[0]
-        data = bytearray(base.read(os.path.join(bad, shard)))
-        data[len(data) // 2] ^= 0x5A
-        base.write(os.path.join(bad, shard), data)
+        bad = self.corrupt_copy("d23")
         t0 = time.time()
         ids = {"a": self.nodes["a"].sync("v3", self.t("d23")), "b": self.nodes["b"].sync("v3", bad)}
         recs = {n: self.nodes[n].wait(i) for n, i in ids.items()}

@@ -140,33 +140,35 @@ void HttpApi::Routes() {
   });
 
   // The peer protocol (server/peer_sync.h), authenticated with the group token above.
-  s.Post("/v1/peer/prepare", [this](const httplib::Request& req, httplib::Response& res) {
+  // A peer POST this sidecar can take: in a group, with a small body (else answered here).
+  auto peer_post_ok = [this](const httplib::Request& req, httplib::Response& res) {
     if (options_.peer == nullptr) {
-      return SendError(res, 404, "NOT_FOUND", "this sidecar is not in a group");
+      SendError(res, 404, "NOT_FOUND", "this sidecar is not in a group");
+      return false;
     }
     if (req.body.size() > options_.max_peer_body_bytes) {
-      return SendError(res, 413, "RESOURCE_EXHAUSTED",
-                       "peer request body above " + std::to_string(options_.max_peer_body_bytes) +
-                           " bytes");
+      SendError(
+          res, 413, "RESOURCE_EXHAUSTED",
+          "peer request body above " + std::to_string(options_.max_peer_body_bytes) + " bytes");
+      return false;
     }
-    if (shutting_down_.load()) {
-      res.set_header("Retry-After", "10");
-      return SendError(res, 503, "UNAVAILABLE", "sidecar shutting down");
-    }
-    auto p = ParsePeerPrepare(req.body);
-    if (!p.ok()) return SendError(res, 400, "INVALID_ARGUMENT", p.status().message());
-    PeerSyncAnswer a = options_.peer->Prepare(*p);
-    SendJson(res, a.http_status, a.body);
-  });
-  s.Post("/v1/peer/decided", [this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.peer == nullptr) {
-      return SendError(res, 404, "NOT_FOUND", "this sidecar is not in a group");
-    }
-    if (req.body.size() > options_.max_peer_body_bytes) {
-      return SendError(res, 413, "RESOURCE_EXHAUSTED",
-                       "peer request body above " + std::to_string(options_.max_peer_body_bytes) +
-                           " bytes");
-    }
+    return true;
+  };
+  s.Post("/v1/peer/prepare",
+         [this, peer_post_ok](const httplib::Request& req, httplib::Response& res) {
+           if (!peer_post_ok(req, res)) return;
+           if (shutting_down_.load()) {
+             res.set_header("Retry-After", "10");
+             return SendError(res, 503, "UNAVAILABLE", "sidecar shutting down");
+           }
+           auto p = ParsePeerPrepare(req.body);
+           if (!p.ok()) return SendError(res, 400, "INVALID_ARGUMENT", p.status().message());
+           PeerSyncAnswer a = options_.peer->Prepare(*p);
+           SendJson(res, a.http_status, a.body);
+         });
+  s.Post("/v1/peer/decided", [this, peer_post_ok](const httplib::Request& req,
+                                                  httplib::Response& res) {
+    if (!peer_post_ok(req, res)) return;
     Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (!body.is_object() || !body.contains("sync_key") || !body["sync_key"].is_string() ||
         body["sync_key"].get<std::string>().empty()) {
