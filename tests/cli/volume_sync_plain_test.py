@@ -267,6 +267,8 @@ class SyncPlainTest(unittest.TestCase):
             (["file://relative/dir"], "is not file:///ABSOLUTE/PATH"),
             (["team/m:v1"], "--from STORE names the store it is in"),
             (["s3://plain/models", "--from", store], "is a plain source, read directly"),
+            (["team/m:v1", "--from", store, "--piece-size", "65536"],
+             "--piece-size applies to a plain source"),
         ]
         for args, message in cases:
             r, stderr = vol_json(self.env, store, "sync", *args, "team/m", expect=2)

@@ -178,10 +178,10 @@ StatusOr<std::string> ResolveParent(deltasync::Volumes& volumes, const std::stri
 struct SyncArgs {
   std::string source, volume, from, tag, parent;
   uint64_t piece_size = deltasync::kDefaultPieceSize;
-  bool piece_size_set = false;
   bool no_xor = false;
   uint32_t max_xor_chain = 8;
   unsigned threads = 0;
+  std::vector<const CLI::Option*> plain_only;  // options a copy of a version refuses
 };
 
 // sync of plain files: an s3:// prefix streamed through Volumes::PushFrom, or a file:// directory
@@ -346,9 +346,11 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
                                    "' is a version reference: --from STORE names the store it "
                                    "is in (plain files are synced from an s3:// or file:// URL)");
           }
-          if (!o->parent.empty() || o->no_xor || o->piece_size_set) {
-            return InvalidArgument(
-                "--parent, --no-xor and --piece-size apply to a plain source, not to a copy");
+          for (const CLI::Option* option : o->plain_only) {
+            if (option->count() > 0) {
+              return InvalidArgument(option->get_name() +
+                                     " applies to a plain source, not to a copy of a version");
+            }
           }
           ASSIGN_OR_RETURN(VolumeRef source, deltasync::ParseVolumeRef(o->source));
           ASSIGN_OR_RETURN(auto from, sidecar::OpenVolumeStoreUrl(o->from));
@@ -377,21 +379,17 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
                     "The store a version SOURCE is in (s3://..., http(s)://..., dir://... or a "
                     "path)");
     cmd->add_option("--tag", o->tag, "Move this tag to the new version");
-    cmd->add_option("--parent", o->parent,
-                    "Plain source: record this version of NS/NAME (REF) as the parent and store "
-                    "changed chunks as zstd(parent XOR new), as push does");
-    cmd->add_flag("--no-xor", o->no_xor, "With --parent: store every new chunk whole");
-    cmd->add_option("--max-xor-chain", o->max_xor_chain,
-                    "Longest chain of XOR deltas a chunk may need; longer ones are stored whole")
-        ->capture_default_str()
-        ->check(CLI::Range(1, static_cast<int>(deltasync::kMaxXorChain)));
-    cmd->add_option_function<uint64_t>(
-        "--piece-size",
-        [o](const uint64_t& v) {
-          o->piece_size = v;
-          o->piece_size_set = true;
-        },
-        "Plain source: bytes per piece of a large safetensors tensor (default 16 MiB)");
+    o->plain_only = {
+        cmd->add_option("--parent", o->parent,
+                        "Plain source: record this version of NS/NAME (REF) as the parent and "
+                        "store changed chunks as zstd(parent XOR new), as push does"),
+        cmd->add_flag("--no-xor", o->no_xor, "With --parent: store every new chunk whole"),
+        cmd->add_option("--max-xor-chain", o->max_xor_chain,
+                        "Plain source: longest chain of XOR deltas a chunk may need (default 8)")
+            ->check(CLI::Range(1, static_cast<int>(deltasync::kMaxXorChain))),
+        cmd->add_option("--piece-size", o->piece_size,
+                        "Plain source: bytes per piece of a large safetensors tensor (default "
+                        "16 MiB)")};
     cmd->add_option("--threads", o->threads,
                     "Chunks copied, or hashed and uploaded per file, at once (0: 8)")
         ->capture_default_str()
