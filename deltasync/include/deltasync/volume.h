@@ -29,6 +29,9 @@
 
 namespace deltakv::deltasync {
 
+class FileSource;        // deltasync/volume_source.h
+struct PushFromOptions;  // deltasync/volume_source.h
+
 // ---------------------------------------------------------------------------------------------
 // References.
 
@@ -391,6 +394,19 @@ class Volumes {
   // NotFound for a missing one, and as for Push in this store.
   StatusOr<PushResult> CopyFrom(VolumeStore& source, const VolumeRef& ref, std::string_view ns,
                                 std::string_view name, const CopyOptions& options = {});
+
+  // Seals the files of a plain source (deltasync/volume_source.h) as a version of ns/name, as
+  // Push seals a directory: the same chunks, manifest and digest for the same files. Each file
+  // is read in ranged reads and chunked as it arrives; nothing is staged on local disk. The
+  // chunks the store lacks are uploaded in batches, each leased before it is checked, then the
+  // manifest is sealed and options.push.tag moved. Errors: as for Push (InvalidArgument for an
+  // option out of range or a listed path that is not a valid volume path, or a path that is a
+  // directory of another); NotFound if the source lists no files; the source's errors
+  // (FailedPrecondition for a file that changed while it was read), each naming the source. A
+  // failed call leaves at most unreferenced chunks and no version; calling it again uploads
+  // only the chunks still missing.
+  StatusOr<PushResult> PushFrom(FileSource& source, std::string_view ns, std::string_view name,
+                                const PushFromOptions& options);
 
   // Returns a tag's target and generation. NotFound if it does not exist.
   StatusOr<TagInfo> GetTag(std::string_view ns, std::string_view name, std::string_view tag);

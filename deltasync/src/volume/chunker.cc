@@ -1,5 +1,7 @@
 // Chunking: safetensors files on tensor boundaries, everything else with a FastCDC-style gear
 // hash and normalized chunking (VOLUME.md, "Chunking").
+#include "volume/chunker.h"
+
 #include <algorithm>
 
 #include "deltasync/safetensors.h"
@@ -61,6 +63,8 @@ const std::array<uint64_t, 256>& CdcGearTable() {
   return table;
 }
 
+uint64_t CdcCutLength(std::span<const uint8_t> data) { return NextCut(data, CdcGearTable()); }
+
 std::vector<ChunkSpan> CdcChunks(std::span<const uint8_t> data) {
   const std::array<uint64_t, 256>& gear = CdcGearTable();
   std::vector<ChunkSpan> out;
@@ -73,16 +77,20 @@ std::vector<ChunkSpan> CdcChunks(std::span<const uint8_t> data) {
   return out;
 }
 
-std::vector<ChunkSpan> ChunkFile(std::span<const uint8_t> data, uint64_t piece_size) {
-  auto header = ParseSafetensorsHeader(data, data.size());
-  if (!header.ok()) return CdcChunks(data);
+std::vector<ChunkSpan> SafetensorsChunks(const SafetensorsHeader& header, uint64_t piece_size) {
   std::vector<ChunkSpan> out;
-  const uint64_t data_offset = header->data_offset();
+  const uint64_t data_offset = header.data_offset();
   out.push_back({0, data_offset});
-  for (const TensorInfo& t : header->tensors) {
+  for (const TensorInfo& t : header.tensors) {
     AddPieces(data_offset + t.begin, t.size(), piece_size, out);
   }
   return out;
+}
+
+std::vector<ChunkSpan> ChunkFile(std::span<const uint8_t> data, uint64_t piece_size) {
+  auto header = ParseSafetensorsHeader(data, data.size());
+  if (!header.ok()) return CdcChunks(data);
+  return SafetensorsChunks(*header, piece_size);
 }
 
 }  // namespace deltakv::deltasync

@@ -15,7 +15,7 @@
 #include "base/parallel.h"
 #include "deltasync/volume.h"
 #include "sha256.h"
-#include "volume/chunk_object.h"
+#include "volume/chunk_uploader.h"
 #include "volume/names.h"
 #include "volume/records.h"
 
@@ -23,9 +23,6 @@ namespace deltakv::deltasync {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr uint64_t kMaxPieceSize = 1ull << 30;
-constexpr unsigned kMaxPushThreads = 256;
 
 struct SourceFile {
   std::string path;  // relative, '/'-separated
@@ -138,36 +135,6 @@ StatusOr<std::vector<VolumeFile>> DescribeFiles(const std::vector<SourceFile>& s
   return files;
 }
 
-Status CheckPushArgs(std::string_view ns, std::string_view name, const PushOptions& options) {
-  RETURN_IF_ERROR(ValidateVolumeName("namespace", ns).WithPrefix("push"));
-  RETURN_IF_ERROR(ValidateVolumeName("name", name).WithPrefix("push"));
-  if (!options.tag.empty()) RETURN_IF_ERROR(ValidateVolumeTag(options.tag).WithPrefix("push"));
-  if (!options.parent.empty() && !IsHexDigest(options.parent)) {
-    return InvalidArgument("push: parent '" + options.parent + "' is not 64 lowercase hex digits");
-  }
-  if (options.threads > kMaxPushThreads) {
-    return InvalidArgument("push: " + std::to_string(options.threads) + " threads is above " +
-                           std::to_string(kMaxPushThreads));
-  }
-  if (options.max_xor_chain == 0 || options.max_xor_chain > kMaxXorChain) {
-    return InvalidArgument("push: max XOR chain " + std::to_string(options.max_xor_chain) +
-                           " is not in 1.." + std::to_string(kMaxXorChain));
-  }
-  if (options.piece_size == 0 || options.piece_size > kMaxPieceSize) {
-    return InvalidArgument("push: piece size " + std::to_string(options.piece_size) +
-                           " is not in 1.." + std::to_string(kMaxPieceSize));
-  }
-  return Status::Ok();
-}
-
-Status CheckUnchanged(std::span<const uint8_t> bytes, const std::string& digest,
-                      const ChunkSource& src) {
-  if (Sha256Hex(bytes) != digest) {
-    return FailedPrecondition("push: file '" + src.file->path + "' changed while it was pushed");
-  }
-  return Status::Ok();
-}
-
 // Pairs each distinct chunk with the parent's chunk of the same size at the same index of the
 // same file, where that chunk differs; returns the objects those parent chunks rely on.
 std::vector<std::string> MatchParent(const VolumeManifest& parent,
@@ -189,129 +156,6 @@ std::vector<std::string> MatchParent(const VolumeManifest& parent,
   }
   return relied_on;
 }
-
-// The upload of one push: distinct chunks in order, whole or as deltas against the parent.
-class PushUpload {
- public:
-  PushUpload(Volumes& volumes, VolumeStore& store, std::function<int64_t()> now,
-             int64_t lease_ttl_s, const std::string& ns, const std::string& name,
-             const PushOptions& options, PushResult& result)
-      : volumes_(volumes),
-        store_(store),
-        now_(std::move(now)),
-        lease_ttl_s_(lease_ttl_s),
-        ns_(ns),
-        name_(name),
-        options_(options),
-        result_(result) {}
-
-  // Uploads what the store lacks on `threads` threads; records the chain of every chunk
-  // stored as a delta.
-  Status Run(const std::vector<std::string>& order,
-             const std::map<std::string, ChunkSource>& distinct, unsigned threads) {
-    size_t done = 0;
-    return ParallelFor(order.size(), threads, [&](size_t i) -> Status {
-      RETURN_IF_ERROR(UploadOne(order[i], distinct.at(order[i])));
-      std::lock_guard<std::mutex> lock(mu_);
-      ++done;
-      if (options_.progress) options_.progress({done, order.size(), result_.bytes_uploaded});
-      return Status::Ok();
-    });
-  }
-  const std::map<std::string, std::vector<XorLink>>& chains() const { return chains_; }
-
- private:
-  Status UploadOne(const std::string& digest, const ChunkSource& src) {
-    VolumeStore& store = store_;
-    ASSIGN_OR_RETURN(bool present, store.Exists(keys::Chunk(digest)));
-    if (present) return Status::Ok();
-    const std::span<const uint8_t> bytes =
-        src.file->map.bytes().subspan(src.span.offset, src.span.size);
-    const VolumeChunk* pc = src.parent_chunk;
-    if (pc != nullptr && options_.xor_with_parent &&
-        pc->xor_chain.size() < options_.max_xor_chain) {
-      ASSIGN_OR_RETURN(std::string base, ParentBytes(*pc, src.file->path));
-      RETURN_IF_ERROR(CheckUnchanged(bytes, digest, src));
-      std::string object = EncodeXorChunkObject(bytes, Bytes(base));
-      if (object.size() * 2 <= bytes.size()) return UploadDelta(digest, *pc, object);
-    } else {
-      RETURN_IF_ERROR(CheckUnchanged(bytes, digest, src));
-    }
-    const std::string object = EncodeChunkObject(bytes);
-    RETURN_IF_ERROR(store.Put(keys::Chunk(digest), Bytes(object)));
-    std::lock_guard<std::mutex> lock(mu_);
-    ++result_.chunks_uploaded;
-    result_.bytes_uploaded += object.size();
-    return Status::Ok();
-  }
-
-  // A delta object is leased before it is stored, like every object a push relies on.
-  Status UploadDelta(const std::string& digest, const VolumeChunk& pc,
-                     const std::string& object) {
-    VolumeStore& store = store_;
-    const std::string hex = Sha256Hex(Bytes(object));
-    const int64_t now = now_();
-    ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
-                     Lease::Acquire(store, ns_, name_, {{hex}, now + lease_ttl_s_}, now));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      leases_.push_back(std::move(lease));
-    }
-    ASSIGN_OR_RETURN(bool present, store.Exists(keys::XorChunk(hex)));
-    if (!present) RETURN_IF_ERROR(store.Put(keys::XorChunk(hex), Bytes(object)));
-    std::vector<XorLink> chain = {{pc.digest, hex}};
-    chain.insert(chain.end(), pc.xor_chain.begin(), pc.xor_chain.end());
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!present) {
-      ++result_.chunks_uploaded;
-      result_.bytes_uploaded += object.size();
-      result_.bytes_xor += object.size();
-    }
-    chains_[digest] = std::move(chain);
-    ++result_.chunks_xor;
-    return Status::Ok();
-  }
-
-  // The parent chunk's bytes: from options.parent_dir when they verify there, else the store.
-  StatusOr<std::string> ParentBytes(const VolumeChunk& pc, const std::string& path) {
-    if (!options_.parent_dir.empty()) {
-      const MappedFile* file = ParentFile(path);
-      if (file != nullptr && file->size() >= pc.offset + pc.size) {
-        const auto bytes = file->bytes().subspan(pc.offset, pc.size);
-        if (Sha256Hex(bytes) == pc.digest) {
-          return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-        }
-      }
-    }
-    return volumes_.ReadChunk(pc);
-  }
-
-  // The parent's file at `path` under options.parent_dir, mapped once; nullptr if absent.
-  const MappedFile* ParentFile(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = parent_files_.find(path);
-    if (it == parent_files_.end()) {
-      auto map = MappedFile::OpenReadOnly((fs::path(options_.parent_dir) / path).string());
-      it = parent_files_
-               .emplace(path, map.ok() ? std::make_unique<MappedFile>(std::move(*map)) : nullptr)
-               .first;
-    }
-    return it->second.get();
-  }
-
-  Volumes& volumes_;
-  VolumeStore& store_;
-  std::function<int64_t()> now_;
-  int64_t lease_ttl_s_;
-  const std::string& ns_;
-  const std::string& name_;
-  const PushOptions& options_;
-  PushResult& result_;
-  std::map<std::string, std::vector<XorLink>> chains_;
-  std::mutex mu_;  // guards everything below and the counters of result_
-  std::map<std::string, std::unique_ptr<MappedFile>> parent_files_;
-  std::vector<std::unique_ptr<Lease>> leases_;
-};
 
 }  // namespace
 
@@ -350,21 +194,29 @@ StatusOr<PushResult> Volumes::Push(const std::string& dir, std::string_view ns,
   ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease,
                    Lease::Acquire(store_, manifest.ns, manifest.name,
                                   {std::move(relied_on), Now() + options_.lease_ttl_s}, Now()));
-  PushUpload upload(*this, store_, options_.clock, options_.lease_ttl_s, manifest.ns,
-                    manifest.name, options, result);
+  ChunkUploader upload(*this, store_, options_.clock, options_.lease_ttl_s, manifest.ns,
+                       manifest.name, options);
+  std::mutex mu;
+  size_t done = 0;
   // Uploads are mostly waiting on the store: more of them than CPUs pay off.
-  RETURN_IF_ERROR(upload.Run(order, distinct, options.threads == 0 ? 8 : options.threads));
+  RETURN_IF_ERROR(ParallelFor(
+      order.size(), options.threads == 0 ? 8 : options.threads, [&](size_t i) -> Status {
+        const ChunkSource& src = distinct.at(order[i]);
+        const auto bytes = src.file->map.bytes().subspan(src.span.offset, src.span.size);
+        RETURN_IF_ERROR(
+            upload.Upload(order[i], bytes, src.file->path, src.parent_chunk, /*recheck=*/true));
+        std::lock_guard<std::mutex> lock(mu);
+        ++done;
+        if (options.progress) options.progress({done, order.size(), upload.bytes_uploaded()});
+        return Status::Ok();
+      }));
+  upload.AddCounts(result);
   if (Now() >= lease->expires()) {
     return FailedPrecondition("push: the upload outlasted its lease (" +
                               std::to_string(options_.lease_ttl_s) +
                               " s); gc may have removed chunks it relied on; push again");
   }
-  for (VolumeFile& f : manifest.files) {
-    for (VolumeChunk& c : f.chunks) {
-      const auto it = upload.chains().find(c.digest);
-      if (it != upload.chains().end()) c.xor_chain = it->second;
-    }
-  }
+  ApplyXorChains(upload.chains(), manifest);
   ASSIGN_OR_RETURN(std::string text, SerializeVolumeManifest(manifest));
   result.ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
   RETURN_IF_ERROR(SealManifest(manifest.ns, manifest.name, result.ref.digest, text));

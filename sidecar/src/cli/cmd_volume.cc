@@ -9,7 +9,9 @@
 #include "cli/cli_common.h"
 #include "cli/cmd_volume_mount.h"
 #include "deltasync/volume.h"
+#include "deltasync/volume_source.h"
 #include "store/open_volume_store.h"
+#include "store/s3_file_source.h"
 
 namespace deltakv::cli {
 namespace {
@@ -160,6 +162,82 @@ CLI::App* Add(CLI::App& group, const std::shared_ptr<Common>& common, int* rc, c
   return cmd;
 }
 
+// Resolves --parent for a push into NS/NAME: the digest of a live version of that volume.
+StatusOr<std::string> ResolveParent(deltasync::Volumes& volumes, const std::string& parent_text,
+                                    const std::string& volume, const std::string& ns,
+                                    const std::string& name) {
+  ASSIGN_OR_RETURN(VolumeRef parent, deltasync::ParseVolumeRef(parent_text));
+  if (parent.ns != ns || parent.name != name) {
+    return InvalidArgument("--parent " + parent_text + " is not a version of " + volume);
+  }
+  ASSIGN_OR_RETURN(std::string digest, volumes.Resolve(parent));
+  RETURN_IF_ERROR(volumes.Show(VolumeRef{ns, name, digest, ""}).status());
+  return digest;
+}
+
+struct SyncArgs {
+  std::string source, volume, from, tag, parent;
+  uint64_t piece_size = deltasync::kDefaultPieceSize;
+  bool no_xor = false;
+  uint32_t max_xor_chain = 8;
+  unsigned threads = 0;
+  std::vector<const CLI::Option*> plain_only;  // options a copy of a version refuses
+};
+
+// sync of plain files: an s3:// prefix streamed through Volumes::PushFrom, or a file:// directory
+// pushed as `push DIR` would.
+Status SyncPlain(deltasync::Volumes& volumes, const SyncArgs& o, const Common& common,
+                 const std::string& ns, const std::string& name) {
+  if (!o.from.empty()) {
+    return InvalidArgument("--from names the store of a version SOURCE; '" + o.source +
+                           "' is a plain source, read directly");
+  }
+  deltasync::PushOptions push;
+  push.tag = o.tag;
+  push.piece_size = o.piece_size;
+  push.xor_with_parent = !o.no_xor;
+  push.max_xor_chain = o.max_xor_chain;
+  push.threads = o.threads;
+  if (!o.parent.empty()) {
+    ASSIGN_OR_RETURN(push.parent, ResolveParent(volumes, o.parent, o.volume, ns, name));
+  }
+  auto progress = std::make_shared<Progress>(common, "sync");
+  deltasync::PushResult r;
+  if (o.source.rfind("s3://", 0) == 0) {
+    ASSIGN_OR_RETURN(auto source, sidecar::OpenS3FileSource(o.source));
+    deltasync::PushFromOptions options;
+    options.push = push;
+    options.progress = [progress](const deltasync::SourceProgress& p) {
+      progress->Update(p.files_done == p.files_total,
+                       std::to_string(p.files_done) + "/" + std::to_string(p.files_total) +
+                           " files, " + HumanBytes(p.bytes_read) + " of " +
+                           HumanBytes(p.bytes_total) + " read, " + std::to_string(p.chunks_done) +
+                           " chunks checked, " + HumanBytes(p.bytes_uploaded) + " uploaded");
+    };
+    ASSIGN_OR_RETURN(r, volumes.PushFrom(*source, ns, name, options));
+  } else if (o.source.rfind("file://", 0) == 0) {
+    const std::string dir = o.source.substr(7);
+    if (dir.empty() || dir[0] != '/') {
+      return InvalidArgument("'" + o.source + "' is not file:///ABSOLUTE/PATH");
+    }
+    push.progress = ChunkProgress(progress);
+    ASSIGN_OR_RETURN(r, volumes.Push(dir, ns, name, push));
+  } else {
+    return InvalidArgument("plain source '" + o.source +
+                           "' is not s3:// or file:// (an http(s):// URL serves a volume store: "
+                           "sync a version from it with --from)");
+  }
+  if (common.json) {
+    json j = PushJson(r, o.tag);
+    j["source"] = o.source;
+    if (!push.parent.empty()) j["parent"] = Digest(push.parent);
+    PrintJson(j);
+  } else {
+    PrintPushed("synced", r, o.tag);
+  }
+  return Status::Ok();
+}
+
 json ListingJson(const deltasync::VolumeListing& l) {
   json versions = json::array(), tags = json::array(), removed = json::array();
   for (const std::string& v : l.versions) versions.push_back(Digest(v));
@@ -213,13 +291,8 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
             return InvalidArgument("--parent-dir needs --parent");
           }
           if (!o->parent.empty()) {
-            ASSIGN_OR_RETURN(VolumeRef parent, deltasync::ParseVolumeRef(o->parent));
-            if (parent.ns != ns || parent.name != name) {
-              return InvalidArgument("--parent " + o->parent + " is not a version of " +
-                                     o->volume);
-            }
-            ASSIGN_OR_RETURN(options.parent, volumes.Resolve(parent));
-            RETURN_IF_ERROR(volumes.Show(VolumeRef{ns, name, options.parent, ""}).status());
+            ASSIGN_OR_RETURN(options.parent,
+                             ResolveParent(volumes, o->parent, o->volume, ns, name));
           }
           auto progress = std::make_shared<Progress>(*common, "push");
           options.progress = ChunkProgress(progress);
@@ -255,19 +328,30 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
         ->capture_default_str();
   }
 
-  // sync SOURCE NS/NAME --from STORE
+  // sync SOURCE NS/NAME [--from STORE]
   {
-    struct Opts {
-      std::string source, volume, from, tag;
-      unsigned threads = 0;
-    };
-    auto o = std::make_shared<Opts>();
+    auto o = std::make_shared<SyncArgs>();
     CLI::App* cmd = Add(
         *group, common, rc, "sync",
-        "Copy version SOURCE from the store --from into NS/NAME of --store, chunk by chunk",
+        "Copy version SOURCE from the store --from into NS/NAME of --store, or seal the plain "
+        "files under an s3:// or file:// SOURCE as a new version of NS/NAME",
         [o, common](deltasync::Volumes& volumes, deltasync::VolumeStore&) -> Status {
           std::string ns, name;
           RETURN_IF_ERROR(ParseVolumeName(o->volume, ns, name));
+          if (o->source.find("://") != std::string::npos) {
+            return SyncPlain(volumes, *o, *common, ns, name);
+          }
+          if (o->from.empty()) {
+            return InvalidArgument("SOURCE '" + o->source +
+                                   "' is a version reference: --from STORE names the store it "
+                                   "is in (plain files are synced from an s3:// or file:// URL)");
+          }
+          for (const CLI::Option* option : o->plain_only) {
+            if (option->count() > 0) {
+              return InvalidArgument(option->get_name() +
+                                     " applies to a plain source, not to a copy of a version");
+            }
+          }
           ASSIGN_OR_RETURN(VolumeRef source, deltasync::ParseVolumeRef(o->source));
           ASSIGN_OR_RETURN(auto from, sidecar::OpenVolumeStoreUrl(o->from));
           auto progress = std::make_shared<Progress>(*common, "sync");
@@ -286,12 +370,28 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           }
           return Status::Ok();
         });
-    cmd->add_option("SOURCE", o->source, "Version to copy: NS/NAME@sha256:... or NS/NAME:TAG")
+    cmd->add_option("SOURCE", o->source,
+                    "A version (NS/NAME@sha256:... or NS/NAME:TAG, with --from), or plain files: "
+                    "s3://BUCKET[/PREFIX] or file:///DIR")
         ->required();
-    cmd->add_option("VOLUME", o->volume, "NS/NAME to copy it into")->required();
-    cmd->add_option("--from", o->from, "The store SOURCE is in (s3://..., dir://... or a path)")->required();
-    cmd->add_option("--tag", o->tag, "Move this tag to the copied version");
-    cmd->add_option("--threads", o->threads, "Chunks copied at once (0: 8)")
+    cmd->add_option("VOLUME", o->volume, "NS/NAME to copy or seal it into")->required();
+    cmd->add_option("--from", o->from,
+                    "The store a version SOURCE is in (s3://..., http(s)://..., dir://... or a "
+                    "path)");
+    cmd->add_option("--tag", o->tag, "Move this tag to the new version");
+    o->plain_only = {
+        cmd->add_option("--parent", o->parent,
+                        "Plain source: record this version of NS/NAME (REF) as the parent and "
+                        "store changed chunks as zstd(parent XOR new), as push does"),
+        cmd->add_flag("--no-xor", o->no_xor, "With --parent: store every new chunk whole"),
+        cmd->add_option("--max-xor-chain", o->max_xor_chain,
+                        "Plain source: longest chain of XOR deltas a chunk may need (default 8)")
+            ->check(CLI::Range(1, static_cast<int>(deltasync::kMaxXorChain))),
+        cmd->add_option("--piece-size", o->piece_size,
+                        "Plain source: bytes per piece of a large safetensors tensor (default "
+                        "16 MiB)")};
+    cmd->add_option("--threads", o->threads,
+                    "Chunks copied, or hashed and uploaded per file, at once (0: 8)")
         ->capture_default_str()
         ->check(CLI::Range(0, 256));
   }

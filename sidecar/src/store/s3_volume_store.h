@@ -23,6 +23,8 @@
 // interface's key rules (no empty, ".", ".." or dot-led component) are checked: InvalidArgument.
 // Messages and Describe() never show the secret key or the session token.
 //
+// The requests go through an S3Client (s3_client.h), the transport the S3 file source shares.
+//
 // Thread-safety: one store serves several threads at once (a pool of curl handles).
 #pragma once
 
@@ -32,6 +34,7 @@
 
 #include "base/status.h"
 #include "deltasync/volume.h"
+#include "store/s3_client.h"
 #include "store/s3_config.h"
 
 namespace deltakv::sidecar {
@@ -55,16 +58,6 @@ struct S3StoreOptions {
   int max_keys = 1000;       // ListObjectsV2 page size, 1..1000
   bool sign_payload = true;  // x-amz-content-sha256: sha256 of the body, else UNSIGNED-PAYLOAD
 };
-
-struct S3Location {
-  std::string bucket;
-  std::string prefix;  // no leading or trailing '/', may be empty
-};
-
-// Parses "s3://BUCKET[/PREFIX]". InvalidArgument for another scheme, a bucket name that is not
-// 3-63 characters of [a-z0-9.-] starting and ending with a letter or digit, or a prefix with a
-// character other than A-Z a-z 0-9 - _ . ~ / or with an empty, "." or ".." component.
-StatusOr<S3Location> ParseS3Url(const std::string& url);
 
 // A store over `where`. InvalidArgument for options out of range. Makes no request: a bucket
 // that does not exist or refuses the credentials shows in the first call.
