@@ -396,7 +396,9 @@ class VolumeMount(unittest.TestCase):
                 m.close()
             times[name] = best
         print(f"mount_ms: 100 MiB {times['small']:.1f}, 10 GiB {times['large']:.1f}", file=sys.stderr)
-        self.assertLess(times["large"], 10 * times["small"] + 500, times)
+        # 100x the bytes (and 90x the manifest's chunk entries): within 100 ms of the small
+        # one's mount time (here about 1 ms and 3 ms, best of 3).
+        self.assertLess(times["large"], times["small"] + 100, times)
 
 
 if __name__ == "__main__":
