@@ -166,6 +166,11 @@ class PeerE2ETest(group.GroupE2ETest):
         self.assertIn("missing: a", rec["error"])
         self.assertEqual(b.answers(), before)  # b's engine bytes unchanged
         b.assert_serves(self, self.t("v1"))
+        # Restarted, the coordinator finds nothing committed and serves v1 too.
+        a.start_sidecar()
+        self.wait_until(lambda: a.status()["group"]["convergence"] == "converged")
+        self.assertEqual(a.status()["live_version"], "v1")
+        a.assert_serves(self, self.t("v1"))
 
     def test_coordinator_killed_after_the_decision_the_others_commit(self):
         a = self.node("a", tp=1, env={"DELTAKV_FAULT_STALL": "decided:20000"})
