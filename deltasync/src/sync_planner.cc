@@ -322,7 +322,7 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
                       (size < o.size ? " (truncated)" : ""));
     }
   }
-  std::set<std::string> partial;
+  std::set<std::string> partial = opt.partial_objects;
   const std::vector<FetchWindow> windows =
       PlanWindows(m, std::max<uint64_t>(opt.fetch_window_bytes, 1), opt.first_fetch_window_bytes,
                   opt.frame_filter, &partial);

@@ -2,9 +2,9 @@
 //
 // It loads a checkpoint into device memory as N rank processes with tensor parallelism: host
 // memory with the cpu backend, CUDA device memory with --backend cuda (all ranks on one GPU,
-// rank r on device r mod the device count). Tensor parallelism: q/k/v/gate/up projections and embeddings are split by
-// rows, o/down projections by columns, everything else is replicated. Each rank serves HTTP on
-// its own port:
+// rank r on device r mod the device count). Tensor parallelism: q/k/v/gate/up projections and
+// embeddings are split by rows, o/down projections by columns, everything else is replicated. Each
+// rank serves HTTP on its own port:
 //   GET  /v1/generate  {"answer": sha256 of the rank's live weights, "version", "policy_version"}
 //   GET  /v1/state     the same plus tensor count and bytes
 //   POST /v1/dump      {"path": P}: writes the rank's local tensors to a safetensors file
@@ -29,6 +29,9 @@
 //                       [--port-dir D] [--poll] [--tp-world W --first-rank R]
 // With --tp-world the N ranks are global ranks R..R+N-1 of a W-rank tensor-parallel group that
 // spans nodes: each holds exactly the shards of its global rank.
+// With --pp P --pp-stage S the engine serves pipeline stage S of P: the checkpoint's tensors, in
+// file and header order, are cut into P consecutive groups of (nearly) equal count, and the
+// engine loads and registers group S only (its tp ranks split those tensors as usual).
 #include <httplib.h>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -239,11 +242,18 @@ int Derived(void*, const char*, const deltakv_region* regions, size_t n) {
   return g_fail_derived.load() ? 1 : 0;
 }
 
-// Copies this rank's slice of every tensor of `ckpt` into `w` (allocating when !existing).
+// --pp / --pp-stage: the pipeline stage this engine serves (1 / 0: every tensor).
+uint32_t g_pp = 1, g_pp_stage = 0;
+
+// Copies this rank's slice of every tensor of `ckpt` (of this engine's pipeline stage) into `w`
+// (allocating when !existing).
 Status LoadShards(const Checkpoint& ckpt, uint32_t rank, uint32_t tp, Weights* w, bool existing) {
-  size_t i = 0;
+  size_t count = 0;
+  for (const auto& f : ckpt.files()) count += f.header().tensors.size();
+  size_t i = 0, index = 0;
   for (const auto& f : ckpt.files()) {
     for (const TensorInfo& t : f.header().tensors) {
+      if (index++ * g_pp / std::max<size_t>(count, 1) != g_pp_stage) continue;
       ASSIGN_OR_RETURN(TensorLayout layout, LayoutFor(t, tp));
       if (!existing) {
         w->names.push_back(t.name);
@@ -744,8 +754,15 @@ int main(int argc, char** argv) {
   app.add_option("--staging-reserve-mib", staging_reserve_mib,
                  "Device memory each rank reserves for staging at start (cuda backend)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
+  app.add_option("--pp", g_pp, "Pipeline stages the checkpoint's tensors are cut into")
+      ->check(CLI::Range(1u, 64u));
+  app.add_option("--pp-stage", g_pp_stage, "With --pp: the stage this engine serves (0-based)");
   app.add_option("--rank", rank, "Internal: run one rank");
   CLI11_PARSE(app, argc, argv);
+  if (g_pp_stage >= g_pp) {
+    std::fprintf(stderr, "--pp-stage %u is not below --pp %u\n", g_pp_stage, g_pp);
+    return 2;
+  }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   if (tp_world > 0 && first_rank + tp > tp_world) {

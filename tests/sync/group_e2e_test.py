@@ -169,12 +169,12 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         self.etcd.stop()
 
     def node(self, name, tp, prepare_ms=3000, members="a,b", checkpoint="v1", env=None,
-             first_rank=0, tp_world=0, topology=None, args=(), etcd_url=None):
+             first_rank=0, tp_world=0, topology=None, args=(), etcd_url=None, engine_args=()):
         d = os.path.join(self.dir, "node-" + name)
         os.makedirs(d, exist_ok=True)
         extra = (["--topology", topology] if topology else []) + list(args)
         c = base.Cluster(d, self.t(checkpoint), tp=tp, env=env, first_rank=first_rank,
-                         tp_world=tp_world, sidecar_args=[
+                         tp_world=tp_world, engine_args=engine_args, sidecar_args=[
             "--group", self.group, "--node", name, "--group-members", members,
             "--etcd-endpoints", etcd_url or self.etcd.url,
             "--group-prepare-timeout-ms", str(prepare_ms),
@@ -488,10 +488,10 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         b.assert_serves(self, self.t("v1"))
         self.assertEqual(a.rank_state(0)["version"], "v1")
 
-    def topology(self, nodes, world=4):
+    def topology(self, nodes, world=4, tp=None, pp=1):
         path = os.path.join(self.dir, "topology.json")
-        base.write(path, json.dumps({"format": "deltakv.topology/1", "world": world, "tp": world,
-                                     "pp": 1, "nodes": nodes}).encode())
+        base.write(path, json.dumps({"format": "deltakv.topology/1", "world": world,
+                                     "tp": tp or world, "pp": pp, "nodes": nodes}).encode())
         return path
 
     def split_nodes(self, env_b=None):
@@ -500,6 +500,75 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         a = self.node("a", tp=2, first_rank=0, tp_world=4, topology=topo)
         b = self.node("b", tp=2, first_rank=2, tp_world=4, topology=topo, env=env_b)
         return a, b
+
+    def stage_nodes(self, stages=("a", "b"), tp=2, env=None):
+        """One model cut into pipeline stages, one node per stage, each serving its stage at
+        TP `tp` (global ranks s*tp..s*tp+tp-1 of a tp x pp topology)."""
+        pp = len(stages)
+        topo = self.topology({n: list(range(s * tp, s * tp + tp)) for s, n in enumerate(stages)},
+                             world=tp * pp, tp=tp, pp=pp)
+        return [self.node(n, tp=tp, topology=topo, members=",".join(stages),
+                          env=(env or {}).get(n),
+                          engine_args=["--pp", str(pp), "--pp-stage", str(s)])
+                for s, n in enumerate(stages)]
+
+    def assert_stages_serve(self, nodes, checkpoint):
+        """Each node serves its stage's tensors of `checkpoint`, and the stages cut the model
+        into disjoint parts that cover every tensor."""
+        held = [c.assert_serves(self, self.t(checkpoint), some=True) for c in nodes]
+        self.assertTrue(all(held), held)
+        self.assertEqual(sum(len(h) for h in held), len(set().union(*held)))
+        self.assertEqual(set().union(*held), set(base.checkpoint_tensors(self.t(checkpoint))))
+
+    def big_model(self):
+        """A 128 MiB model whose large tensors span several 1 MiB frames: ({"v1", "v2"}
+        checkpoint directories, the v1 -> v2 delta)."""
+        big = {v: self.t("big-" + v) for v in ("v1", "v2")}
+        if not os.path.exists(big["v2"]):
+            self.k("checkpoint", "generate", "--out", big["v1"], "--size-mib", "128", "--files", "1")
+            self.k("checkpoint", "mutate", "--parent", big["v1"], "--out", big["v2"],
+                   "--density", "0.02", "--seed", "5")
+            self.k("publish", "--parent", big["v1"], "--new", big["v2"], "--out",
+                   self.t("big-d12"), "--frame-mib", "1")
+        return big, self.t("big-d12")
+
+    def test_pipeline_stages_fetch_only_their_frames(self):
+        big, delta = self.big_model()
+        topo = self.topology({"a": [0], "b": [1]}, world=2, tp=1, pp=2)
+        a, b = (self.node(n, tp=1, topology=topo, checkpoint="big-v1",
+                          engine_args=["--pp", "2", "--pp-stage", str(s)])
+                for s, n in enumerate(("a", "b")))
+        recs = self.sync_all("big-v2", {"a": delta, "b": delta})
+        whole = self.delta_bytes(delta)
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "live", (n, rec))
+            self.assertLess(rec["bytes_fetched"], whole, (n, rec))
+        self.assert_stages_serve([a, b], "big-v2")
+
+    def test_pipeline_stages_on_two_nodes_each_sync_their_stage(self):
+        a, b = self.stage_nodes()
+        whole = self.delta_bytes(self.t("d12"))
+        for step, (version, delta) in enumerate((("v2", "d12"), ("v3", "d23"))):
+            recs = self.sync_all(version, {"a": self.t(delta), "b": self.t(delta)})
+            for n, rec in recs.items():
+                self.assertEqual(rec["state"], "live", (n, rec))
+                # Each node reads the frames of its own stage's tensors only (this small
+                # delta's frames share one fetch window, so no fewer bytes here).
+                self.assertLessEqual(rec["bytes_fetched"], whole, (n, rec))
+                self.assertGreater(rec["nonzero_bytes"], 0, (n, rec))
+            self.assert_stages_serve([a, b], version)
+
+    def test_a_tensor_no_stage_holds_aborts_every_node(self):
+        # Both engines serve stage 0 of 2: stage 1's tensors are held by no node.
+        topo = self.topology({"a": [0, 1], "b": [2, 3]}, world=4, tp=2, pp=2)
+        a, b = (self.node(n, tp=2, topology=topo, engine_args=["--pp", "2", "--pp-stage", "0"])
+                for n in ("a", "b"))
+        before = a.answers() + b.answers()
+        recs = self.sync_all("v2", {"a": self.t("d12"), "b": self.t("d12")})
+        for n, rec in recs.items():
+            self.assertEqual(rec["state"], "aborted", (n, rec))
+            self.assertIn("which no node's engine registered (pipeline stages)", rec["error"])
+        self.assertEqual(a.answers() + b.answers(), before)
 
     def delta_bytes(self, delta):
         m = json.loads(base.read(os.path.join(delta, "manifest.json")))
@@ -584,15 +653,7 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         b.assert_serves(self, self.t("v2"))
 
     def test_split_nodes_fetch_only_their_frames_and_a_frame_only_b_reads_aborts_both(self):
-        # A model whose row-sharded tensors span several 1 MiB frames.
-        big = {v: self.t("big-" + v) for v in ("v1", "v2")}
-        if not os.path.exists(big["v2"]):
-            self.k("checkpoint", "generate", "--out", big["v1"], "--size-mib", "128", "--files", "1")
-            self.k("checkpoint", "mutate", "--parent", big["v1"], "--out", big["v2"],
-                   "--density", "0.02", "--seed", "5")
-            self.k("publish", "--parent", big["v1"], "--new", big["v2"], "--out",
-                   self.t("big-d12"), "--frame-mib", "1")
-        delta = self.t("big-d12")
+        big, delta = self.big_model()
         m = json.loads(base.read(os.path.join(delta, "manifest.json")))
         # The last frame of a tensor split by rows belongs to the last global rank (node b).
         gate = next(t for t in m["tensors"] if t["name"].endswith("mlp.gate_proj.weight")

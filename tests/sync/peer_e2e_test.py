@@ -108,7 +108,7 @@ class PeerE2ETest(group.GroupE2ETest):
         # b stages late, so a is already waiting when b's COMMIT stands.
         self.node("a", tp=1, args=["--group-decision-poll-ms", "5000"])
         self.node("b", tp=1, args=["--group-decision-poll-ms", "5000"],
-                  env={"DELTAKV_FAULT_STALL": "staged:500"})
+                  env={"DELTAKV_FAULT_STALL": "staged:1500"})
         t0 = time.time()
         key = self.post("a", "v2", self.t("d12"))["group"]["key"]
         recs = self.wait_all(key, ["a", "b"])
@@ -118,15 +118,20 @@ class PeerE2ETest(group.GroupE2ETest):
         self.assertEqual(recs["b"]["group"]["decision_learnt"], "wrote", recs)
         for n in ("a", "b"):
             self.nodes[n].assert_serves(self, self.t("v2"))
-        # An ABORT travels the same way: b's copy of the delta is corrupt.
-        bad = self.corrupt_copy("d23")
+        # An ABORT travels the same way: a waits for the decision while b, still staging, is
+        # shut down; b writes ABORT on its way out and tells a.
+        a, b = self.nodes["a"], self.nodes["b"]
         t0 = time.time()
-        ids = {"a": self.nodes["a"].sync("v3", self.t("d23")), "b": self.nodes["b"].sync("v3", bad)}
-        recs = {n: self.nodes[n].wait(i) for n, i in ids.items()}
-        self.assertEqual([r["state"] for r in recs.values()], ["aborted", "aborted"], recs)
-        self.assertLess(time.time() - t0, 4.0, recs)
-        for n in ("a", "b"):
-            self.nodes[n].assert_serves(self, self.t("v2"))
+        started = self.post("a", "v3", self.t("d23"))
+        self.wait_prepared("a")
+        b.sidecar.send_signal(signal.SIGTERM)
+        self.assertEqual(b.sidecar.wait(timeout=20), 0)
+        rec = a.wait(started["id"])
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("node 'b': sidecar shutting down", rec["error"])
+        self.assertEqual(rec["group"]["decision_learnt"], "peer", rec)
+        self.assertLess(time.time() - t0, 4.0, rec)
+        a.assert_serves(self, self.t("v2"))
 
     def test_a_peer_with_another_group_token_refuses_and_the_sync_aborts(self):
         a = self.node("a", tp=1)

@@ -79,7 +79,7 @@ class Cluster:
     """A sidecar and an engine with `tp` rank processes."""
 
     def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None, sidecar_args=(),
-                 engine_prefix=(), first_rank=0, tp_world=0):
+                 engine_prefix=(), first_rank=0, tp_world=0, engine_args=()):
         self.tmp, self.tp, self.poll = tmp, tp, poll
         # A slice of a larger group: ranks are global ranks first_rank.. of tp_world.
         self.first_rank, self.tp_world = first_rank, tp_world or tp
@@ -97,6 +97,7 @@ class Cluster:
             args.append("--poll")
         if tp_world:
             args += ["--tp-world", str(tp_world), "--first-rank", str(first_rank)]
+        args += list(engine_args)
         self.engine = subprocess.Popen(args, stderr=open(os.path.join(tmp, "engine.log"), "ab"))
         self.rank_ports = []
         deadline = time.time() + 30
@@ -180,15 +181,24 @@ class Cluster:
     def answers(self):
         return [self.rank_state(r)["answer"] for r in range(self.tp)]
 
-    def assert_serves(self, test, checkpoint):
+    def assert_serves(self, test, checkpoint, some=False):
+        """Every rank's tensors equal its share of `checkpoint`'s; with `some`, the engine
+        holds only some of the tensors (a pipeline stage): returns their names."""
         tensors = checkpoint_tensors(checkpoint)
+        names = set()
         for r in range(self.tp):
             local = self.dump(r)
-            test.assertEqual(set(local), set(tensors))
+            if some:
+                test.assertTrue(set(local) <= set(tensors), set(local) - set(tensors))
+                tensors = {k: v for k, v in tensors.items() if k in local}
+                names |= set(local)
+            else:
+                test.assertEqual(set(local), set(tensors))
             for name, (info, data) in tensors.items():
                 test.assertEqual(local[name], expected_local(name, info, data,
                                                              self.first_rank + r, self.tp_world),
                                  f"rank {r} tensor {name}")
+        return names
 
     def stop(self):
         for p in (self.engine, self.sidecar):

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -86,6 +87,10 @@ struct PlannerOptions {
   // read only in part are not sha256-checked. Empty: every frame.
   using FrameFilter = std::function<bool(uint32_t tensor, uint64_t offset, uint64_t length)>;
   FrameFilter frame_filter;
+  // Objects that also hold frames of tensors left out of the manifest given to the planner (a
+  // pipeline stage's view of a delta): read in part, as objects frame_filter skips frames of
+  // (only the listed frames' bytes are fetched; no sha256 check).
+  std::set<std::string> partial_objects;
   // Called after each fetch window with (windows done, windows total).
   std::function<void(size_t, size_t)> progress;
   // Check every object's sha256 (when the manifest records one) over the bytes as they are

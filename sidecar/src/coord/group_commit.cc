@@ -200,7 +200,8 @@ void GroupCommit::AnnounceLoop() {
   std::unique_lock<std::mutex> lock(notice_mu_);
   while (true) {
     notice_cv_.wait(lock, [&] { return stop_.load() || !announce_.empty(); });
-    if (stop_.load()) return;
+    // Decisions written just before the node stops are still announced.
+    if (announce_.empty()) return;
     const std::string key = announce_.front();
     announce_.erase(announce_.begin());
     lock.unlock();
@@ -302,8 +303,8 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
                                                      const std::string& version,
                                                      const std::string& parent,
                                                      const std::string& delta, uint64_t sync_id,
-                                                     const nlohmann::json& partial,
-                                                     const PartialCheck& check_partials) {
+                                                     const nlohmann::json& fields,
+                                                     const RecordCheck& check_records) {
   const auto deadline = Clock::now() + options_.prepare_timeout;
   const auto give_up = deadline + options_.in_doubt_timeout;
   const std::string prepared_prefix = Key(key + "/prepared/");
@@ -312,7 +313,9 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
   for (const std::string& m : options_.members) must_exist.push_back(prepared_prefix + m);
   json mine_json{{"node", options_.node}, {"version", version}, {"parent", parent},
                  {"delta", delta},        {"sync_id", sync_id}, {"unix", UnixNow()}};
-  if (!partial.is_null()) mine_json["partial"] = partial;
+  if (fields.is_object()) {
+    for (const auto& [k, v] : fields.items()) mine_json[k] = v;
+  }
   const std::string mine = mine_json.dump();
   bool prepared = false;
   bool woken = false;  // by a peer's notice
@@ -373,14 +376,15 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
     }
     if (s.ok()) {
       auto all = etcd_->List(prepared_prefix);
-      if (all.ok() && all->size() >= options_.members.size() && check_partials) {
-        // Tensors split over nodes are verified here, from every node's sums, before COMMIT.
-        std::vector<json> partials;
+      if (all.ok() && all->size() >= options_.members.size() && check_records) {
+        // What only the group can check (tensors split over nodes, from every node's sums;
+        // every changed tensor held by some stage) is checked here, before COMMIT.
+        std::vector<json> records;
         for (const EtcdKv& kv : *all) {
           json r = json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
-          partials.push_back(r.is_object() && r.contains("partial") ? r["partial"] : json());
+          records.push_back(r.is_object() ? r : json());
         }
-        if (Status ok = check_partials(partials); !ok.ok()) {
+        if (Status ok = check_records(records); !ok.ok()) {
           auto d = Abort(key, "node '" + options_.node + "': " + ok.message());
           if (d.ok()) return *d;
           s = d.status();

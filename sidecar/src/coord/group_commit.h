@@ -110,15 +110,16 @@ class GroupCommit {
   // past the deadline and in_doubt_timeout: the decision is unknown.
   // A COMMIT written here records version, parent and delta, the commit point, and moves
   // `latest` to this key in the same transaction.
-  // `partial` (if not null) goes into this node's PREPARED record as "partial": the sums of the
-  // tensors this node holds only part of. A node about to write COMMIT first calls
-  // check_partials with every member's "partial" (null where a record has none), then
-  // CheckPeersHold; if either fails, the node writes ABORT with its message instead.
-  using PartialCheck = std::function<Status(const std::vector<nlohmann::json>& partials)>;
+  // `fields` (if not null, a JSON object) adds its members to this node's PREPARED record
+  // ("partial": the sums of the tensors this node holds only part of; "held": which of the
+  // delta's tensors a pipeline-stage node holds). A node about to write COMMIT first calls
+  // check_records with every member's PREPARED record (null for one that does not parse),
+  // then CheckPeersHold; if either fails, the node writes ABORT with its message instead.
+  using RecordCheck = std::function<Status(const std::vector<nlohmann::json>& records)>;
   StatusOr<GroupDecision> PrepareAndAwait(const std::string& key, const std::string& version,
                                           const std::string& parent, const std::string& delta,
-                                          uint64_t sync_id, const nlohmann::json& partial = nullptr,
-                                          const PartialCheck& check_partials = nullptr);
+                                          uint64_t sync_id, const nlohmann::json& fields = nullptr,
+                                          const RecordCheck& check_records = nullptr);
   // Writes ABORT for `key` unless a decision stands; returns the decision that stands.
   StatusOr<GroupDecision> Abort(const std::string& key, const std::string& reason);
   // OK when every other live member that advertises a peer URL answers that it holds the

@@ -169,6 +169,15 @@ class ShmSyncExecutor::Job {
   nlohmann::json PartialJson() const;
   // Every member's PREPARED sums combined, against the delta's checksums.
   Status CheckPartials(const std::vector<nlohmann::json>& partials) const;
+  // Pipeline stages: this node's engine serves one stage of the topology as a whole
+  // tensor-parallel group, and holds only the tensors its ranks registered. Admit drops the
+  // others from m_ (held_: their indices in the delta's full list of all_names_); the group
+  // checks before COMMIT that every changed tensor is held by some node (CheckHeld).
+  bool stage_ = false;
+  std::set<std::string> stage_objects_;  // objects holding frames of other stages' tensors
+  std::vector<std::string> all_names_;
+  std::vector<uint32_t> held_;
+  Status CheckHeld(const std::vector<nlohmann::json>& records) const;
   // "2..3 of 4": the global ranks this node's engine serves.
   std::string SliceText() const {
     return std::to_string(slice_.first) + ".." + std::to_string(slice_.first + slice_.count - 1) +
@@ -219,7 +228,12 @@ Status ShmSyncExecutor::Job::AttachRanks() {
     const std::string& node = ex_.options_.group->options().node;
     std::vector<uint32_t> attached;
     for (uint32_t r = 0; r < world_; ++r) attached.push_back(slice_.first + r);
-    if (topo.world != slice_.world || topo.RanksOf(node) != attached) {
+    const std::vector<uint32_t>& mine = topo.RanksOf(node);
+    // A pipeline stage: the node's ranks are exactly one stage's tp ranks, and its engine
+    // serves that stage as a whole tensor-parallel group of tp ranks (layouts of tp ranks).
+    stage_ = topo.pp > 1 && slice_.whole() && slice_.world == topo.tp && !mine.empty() &&
+             mine.size() == topo.tp && mine[0] % topo.tp == 0;
+    if (!stage_ && (topo.world != slice_.world || mine != attached)) {
       return FailedPrecondition(
           "the engine's ranks are global ranks " + std::to_string(slice_.first) + ".." +
           std::to_string(slice_.first + world_ - 1) + " of " + std::to_string(slice_.world) +
@@ -406,6 +420,26 @@ Status ShmSyncExecutor::Job::Admit() {
     return FailedPrecondition("the engine serves version '" + live + "' but the delta is '" +
                               m_.parent_version + "' -> '" + m_.version + "'");
   }
+  all_names_.clear();
+  held_.clear();
+  stage_objects_.clear();
+  if (stage_) {
+    // Another stage's tensors: registered by none of this node's ranks. One some ranks
+    // registered and others not is refused below (PlanTensorTables).
+    std::vector<deltasync::DeltaTensor> mine;
+    for (uint32_t i = 0; i < m_.tensors.size(); ++i) {
+      all_names_.push_back(m_.tensors[i].name);
+      bool registered = false;
+      for (const auto& ranks : rank_tables_) registered |= ranks.count(m_.tensors[i].name) > 0;
+      if (!registered) {
+        for (const deltasync::DeltaFrame& f : m_.tensors[i].frames) stage_objects_.insert(f.object);
+        continue;
+      }
+      held_.push_back(i);
+      mine.push_back(std::move(m_.tensors[i]));
+    }
+    m_.tensors = std::move(mine);
+  }
   ASSIGN_OR_RETURN(plan_tables_, deltasync::PlanTensorTables(m_, rank_tables_, slice_.world));
   partial_.assign(m_.tensors.size(), false);
   if (!slice_.whole()) {
@@ -536,6 +570,8 @@ Status ShmSyncExecutor::Job::Decode() {
   po.decode_threads = std::clamp(po.decode_threads, 1u, 256u);
   deltasync::PlanOutput* out = streamer_.get();
   std::unique_ptr<NodePlanOutput> node_out;
+  // Objects that hold other stages' frames are read in part: this stage's frames only.
+  po.partial_objects = stage_objects_;
   if (!slice_.whole()) {
     // A slice of a group: fetch only the frames that overlap bytes this node's ranks hold, and
     // plan only for them.
@@ -721,6 +757,35 @@ nlohmann::json ShmSyncExecutor::Job::PartialJson() const {
   return out;
 }
 
+Status ShmSyncExecutor::Job::CheckHeld(const std::vector<nlohmann::json>& records) const {
+  if (!stage_) return Status::Ok();
+  // A record without "held" is a node that holds every tensor.
+  std::vector<bool> held(all_names_.size(), false);
+  for (const nlohmann::json& r : records) {
+    if (!r.is_object() || !r.contains("held")) return Status::Ok();
+    const nlohmann::json& h = r["held"];
+    if (!h.is_object() || !h.contains("of") || !h["of"].is_number_unsigned() ||
+        h["of"].get<uint64_t>() != all_names_.size() || !h.contains("tensors") ||
+        !h["tensors"].is_array()) {
+      return DataLoss("a PREPARED record's 'held' is not {\"of\": " +
+                      std::to_string(all_names_.size()) + ", \"tensors\": [...]}");
+    }
+    for (const nlohmann::json& i : h["tensors"]) {
+      if (!i.is_number_unsigned() || i.get<uint64_t>() >= held.size()) {
+        return DataLoss("a PREPARED record's 'held' names tensor " + i.dump());
+      }
+      held[i.get<uint64_t>()] = true;
+    }
+  }
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!held[i]) {
+      return FailedPrecondition("the delta changes tensor '" + all_names_[i] +
+                                "', which no node's engine registered (pipeline stages)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status ShmSyncExecutor::Job::CheckPartials(const std::vector<nlohmann::json>& partials) const {
   const size_t n = m_.tensors.size();
   std::vector<deltasync::AdlerDelta> parent(n), inc(n), full(n);
@@ -765,10 +830,20 @@ Status ShmSyncExecutor::Job::GroupDecide(const std::string& key) {
   GroupCommit& group = *ex_.options_.group;
   const auto t0 = Clock::now();
   const bool split = std::find(partial_.begin(), partial_.end(), true) != partial_.end();
-  auto d = group.PrepareAndAwait(
-      key, request_.version, live_, request_.delta, sync_id_,
-      split ? PartialJson() : nlohmann::json(),
-      [this](const std::vector<nlohmann::json>& partials) { return CheckPartials(partials); });
+  nlohmann::json fields = nlohmann::json::object();
+  if (split) fields["partial"] = PartialJson();
+  if (stage_) fields["held"] = {{"of", all_names_.size()}, {"tensors", held_}};
+  auto d = group.PrepareAndAwait(key, request_.version, live_, request_.delta, sync_id_, fields,
+                                 [this](const std::vector<nlohmann::json>& records) {
+                                   std::vector<nlohmann::json> partials;
+                                   for (const nlohmann::json& r : records) {
+                                     partials.push_back(r.is_object() && r.contains("partial")
+                                                            ? r["partial"]
+                                                            : nlohmann::json());
+                                   }
+                                   RETURN_IF_ERROR(CheckPartials(partials));
+                                   return CheckHeld(records);
+                                 });
   Phase("group", MsSince(t0));
   RETURN_IF_ERROR(d.status());
   decision_ = *d;
