@@ -76,7 +76,7 @@ Status WriteFile(const std::string& path, const std::string& header, uint64_t da
 
 }  // namespace
 
-std::vector<SyntheticFile> ModelLikeLayout(uint64_t total_bytes, unsigned files) {
+std::vector<SyntheticFile> ModelLikeLayout(uint64_t total_bytes, unsigned files, unsigned experts) {
   if (files == 0) files = 1;
   // hidden h, intermediate 4h (gate, up, down), attention q,k,v,o: 4h^2 + 12h^2 = 16h^2 per layer
   // in bf16 = 32h^2 bytes; pick h and layer count so that the total lands near total_bytes.
@@ -99,6 +99,14 @@ std::vector<SyntheticFile> ModelLikeLayout(uint64_t total_bytes, unsigned files)
     all.push_back({p + "self_attn.v_proj.weight", DType::kBF16, {hidden, hidden}});
     all.push_back({p + "self_attn.o_proj.weight", DType::kBF16, {hidden, hidden}});
     all.push_back({p + "post_attention_layernorm.weight", DType::kF32, {hidden}});
+    if (experts > 0) {
+      const uint64_t e = experts;
+      const uint64_t inter = std::max<uint64_t>(64, 4 * hidden / e / 64 * 64);
+      all.push_back({p + "mlp.gate.weight", DType::kBF16, {e, hidden}});
+      all.push_back({p + "mlp.experts.w13_weight", DType::kBF16, {e, 2 * inter, hidden}});
+      all.push_back({p + "mlp.experts.w2_weight", DType::kBF16, {e, hidden, inter}});
+      continue;
+    }
     all.push_back({p + "mlp.gate_proj.weight", DType::kBF16, {4 * hidden, hidden}});
     all.push_back({p + "mlp.up_proj.weight", DType::kBF16, {4 * hidden, hidden}});
     all.push_back({p + "mlp.down_proj.weight", DType::kBF16, {hidden, 4 * hidden}});

@@ -29,6 +29,8 @@
 //                       [--port-dir D] [--poll] [--tp-world W --first-rank R]
 // With --tp-world the N ranks are global ranks R..R+N-1 of a W-rank tensor-parallel group that
 // spans nodes: each holds exactly the shards of its global rank.
+// With --ep E, stacked expert tensors (checkpoint generate --experts) are split over E
+// expert-parallel groups of world/E ranks each (moe_experts layouts).
 // With --pp P --pp-stage S the engine serves pipeline stage S of P: the checkpoint's tensors, in
 // file and header order, are cut into P consecutive groups of (nearly) equal count, and the
 // engine loads and registers group S only (its tp ranks split those tensors as usual).
@@ -71,7 +73,16 @@ void OnSignal(int) { g_stop.store(true); }
 bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 // The engine's sharding rule for a checkpoint tensor.
+// --ep: expert-parallel groups for stacked expert tensors (world = ep x the groups' tp).
+uint32_t g_ep = 1;
+
 StatusOr<TensorLayout> LayoutFor(const TensorInfo& t, uint32_t tp) {
+  // Stacked experts ([E, 2I, h] gate | up, [E, h, I] down): E / ep experts per group, each
+  // split over the group's tp ranks (the intermediate dimension), as MoE engines shard them.
+  if (Contains(t.name, "experts.w13") && t.shape.size() == 3 && tp % g_ep == 0)
+    return TensorLayout::MoeExperts(t.shape, t.dtype, 1, 2, g_ep, tp / g_ep);
+  if (Contains(t.name, "experts.w2") && t.shape.size() == 3 && tp % g_ep == 0)
+    return TensorLayout::MoeExperts(t.shape, t.dtype, 2, 1, g_ep, tp / g_ep);
   const bool rows = Contains(t.name, "q_proj") || Contains(t.name, "k_proj") ||
                     Contains(t.name, "v_proj") || Contains(t.name, "gate_proj") ||
                     Contains(t.name, "up_proj") || Contains(t.name, "embed_tokens");
@@ -754,6 +765,10 @@ int main(int argc, char** argv) {
   app.add_option("--staging-reserve-mib", staging_reserve_mib,
                  "Device memory each rank reserves for staging at start (cuda backend)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
+  app.add_option("--ep", g_ep,
+                 "Expert-parallel groups for stacked expert tensors ([E, ...]: E/ep experts per "
+                 "group of world/ep ranks)")
+      ->check(CLI::Range(1u, 64u));
   app.add_option("--pp", g_pp, "Pipeline stages the checkpoint's tensors are cut into")
       ->check(CLI::Range(1u, 64u));
   app.add_option("--pp-stage", g_pp_stage, "With --pp: the stage this engine serves (0-based)");

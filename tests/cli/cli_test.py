@@ -253,6 +253,8 @@ class CliTest(unittest.TestCase):
         run("apply", "--parent", self.t("v1"), expect=1)
         run("no-such-command", expect=1)
         run("publish", "--parent", "a", "--new", "b", "--out", "c", "--frame-mib", "0", expect=1)
+        run("checkpoint", "generate", "--out", self.t("moe-bad"), "--experts", "2000", expect=1)
+        self.assertFalse(os.path.exists(self.t("moe-bad")))
 
     def test_io_errors_exit_3(self):
         run("apply", "--parent", self.t("v1"), "--delta", self.t("missing"), "--out",

@@ -91,6 +91,38 @@ TEST(DeltaRoundTrip, Bf16ModelWithFewUlpChanges) {
   EXPECT_NEAR(s.density(), 0.005 * 0.6, 0.004);  // about 1-2 changed bytes per element
 }
 
+TEST(DeltaRoundTrip, MixtureOfExpertsModel) {
+  TempDir tmp;
+  const auto layout = ModelLikeLayout(8 << 20, 1, 8);
+  int routers = 0, w13 = 0, w2 = 0, dense_mlp = 0;
+  for (const SyntheticTensor& t : layout[0].tensors) {
+    if (t.name.ends_with("mlp.gate.weight")) {
+      ++routers;
+      ASSERT_EQ(t.shape.size(), 2u);
+      EXPECT_EQ(t.shape[0], 8u);
+    } else if (t.name.ends_with("mlp.experts.w13_weight")) {
+      ++w13;
+      ASSERT_EQ(t.shape.size(), 3u);
+      EXPECT_EQ(t.shape[0], 8u);
+      EXPECT_EQ(t.shape[1] % 128, 0u);  // gate | up, each a multiple of 64 rows
+    } else if (t.name.ends_with("mlp.experts.w2_weight")) {
+      ++w2;
+      ASSERT_EQ(t.shape.size(), 3u);
+      EXPECT_EQ(t.shape[2] % 64, 0u);
+    } else if (t.name.find("_proj") != std::string::npos &&
+               t.name.find("mlp.") != std::string::npos) {
+      ++dense_mlp;
+    }
+  }
+  EXPECT_GT(routers, 0);
+  EXPECT_EQ(routers, w13);
+  EXPECT_EQ(routers, w2);
+  EXPECT_EQ(dense_mlp, 0);
+  RoundTripCase c{"moe", layout, 0.01};
+  PublishSummary s = RoundTrip(c, tmp);
+  EXPECT_GT(s.tensors_changed, 0u);
+}
+
 TEST(DeltaRoundTrip, Fp32AndOneByteDtypes) {
   TempDir tmp;
   RoundTripCase c{"mixed",

@@ -558,6 +558,42 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
                 self.assertGreater(rec["nonzero_bytes"], 0, (n, rec))
             self.assert_stages_serve([a, b], version)
 
+    def test_expert_parallel_groups_on_two_nodes_sync_their_experts(self):
+        # A mixture-of-experts model served at world 4 with ep 2: node a's ranks 0..1 are expert
+        # group 0 (the first half of every layer's experts, split over its two ranks), node b's
+        # ranks 2..3 are group 1. Each node fetches the frames of its own experts (plus the
+        # shared tensors), and both go live together.
+        moe = {v: self.t("moe-" + v) for v in ("v1", "v2", "v3")}
+        if not os.path.exists(moe["v3"]):
+            self.k("checkpoint", "generate", "--out", moe["v1"], "--size-mib", "96", "--files", "1",
+                   "--experts", "4")
+            for prev, cur, seed in (("v1", "v2", "7"), ("v2", "v3", "8")):
+                self.k("checkpoint", "mutate", "--parent", moe[prev], "--out", moe[cur],
+                       "--density", "0.02", "--seed", seed)
+                self.k("publish", "--parent", moe[prev], "--new", moe[cur], "--out",
+                       self.t(f"moe-d-{cur}"), "--frame-mib", "1")
+        names = base.checkpoint_tensors(moe["v1"])
+        self.assertTrue(any(n.endswith("mlp.experts.w13_weight") for n in names), list(names))
+        topo = self.topology({"a": [0, 1], "b": [2, 3]})
+        a = self.node("a", tp=2, first_rank=0, tp_world=4, topology=topo, checkpoint="moe-v1",
+                      engine_args=["--ep", "2"])
+        b = self.node("b", tp=2, first_rank=2, tp_world=4, topology=topo, checkpoint="moe-v1",
+                      engine_args=["--ep", "2"])
+        a.assert_serves(self, moe["v1"])
+        b.assert_serves(self, moe["v1"])
+        for version in ("v2", "v3"):
+            delta = self.t(f"moe-d-{version}")
+            recs = self.sync_all("moe-" + version, {"a": delta, "b": delta})
+            whole = self.delta_bytes(delta)
+            for n, rec in recs.items():
+                self.assertEqual(rec["state"], "live", (n, rec))
+                # Half of every expert tensor's frames belong to the other node's group.
+                self.assertLess(rec["bytes_fetched"], whole, (n, rec))
+            a.assert_serves(self, moe[version])
+            b.assert_serves(self, moe[version])
+        self.assertEqual(a.verify(moe["v3"])["state"], "verified")
+        self.assertEqual(b.verify(moe["v3"])["state"], "verified")
+
     def test_a_tensor_no_stage_holds_aborts_every_node(self):
         # Both engines serve stage 0 of 2: stage 1's tensors are held by no node.
         topo = self.topology({"a": [0, 1], "b": [2, 3]}, world=4, tp=2, pp=2)

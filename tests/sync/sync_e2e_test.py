@@ -59,11 +59,25 @@ def checkpoint_tensors(d):
     return out
 
 
-def expected_local(name, info, data, rank, tp):
-    """The demo engine's sharding rule, written plainly with numpy."""
+def expected_local(name, info, data, rank, tp, ep=1):
+    """The demo engine's sharding rule, written plainly with numpy (`ep`: its --ep)."""
     shape = info["shape"]
     esize = len(data) // max(1, int(np.prod(shape))) if np.prod(shape) else 1
     arr = np.frombuffer(data, np.uint8).reshape(*shape, esize) if shape else np.frombuffer(data, np.uint8)
+    if ("experts.w13" in name or "experts.w2" in name) and len(shape) == 3 and tp % ep == 0:
+        # E/ep consecutive experts per group of tp/ep ranks; inside each, w13's [gate|up] rows
+        # (dim 1) are each split over the group, w2's columns (dim 2) too.
+        group = tp // ep
+        e = shape[0] // ep
+        mine = arr[(rank // group) * e:(rank // group + 1) * e]
+        r = rank % group
+        if "experts.w13" in name:
+            half = shape[1] // 2
+            k = half // group
+            parts = [mine[:, p * half + r * k:p * half + (r + 1) * k] for p in (0, 1)]
+            return np.ascontiguousarray(np.concatenate(parts, axis=1)).tobytes()
+        k = shape[2] // group
+        return np.ascontiguousarray(mine[:, :, r * k:(r + 1) * k]).tobytes()
     rows = any(p in name for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "embed_tokens"))
     cols = any(p in name for p in ("o_proj", "down_proj"))
     if rows and shape and shape[0] % tp == 0:
@@ -83,6 +97,8 @@ class Cluster:
         self.tmp, self.tp, self.poll = tmp, tp, poll
         # A slice of a larger group: ranks are global ranks first_rank.. of tp_world.
         self.first_rank, self.tp_world = first_rank, tp_world or tp
+        engine_args = list(engine_args)
+        self.ep = int(engine_args[engine_args.index("--ep") + 1]) if "--ep" in engine_args else 1
         self.sidecar_args = list(sidecar_args)
         self.shm = f"dkv-e2e-{os.getpid()}-{int(time.time() * 1000) % 100000}"
         self.token_file = os.path.join(tmp, "token")
@@ -196,7 +212,8 @@ class Cluster:
                 test.assertEqual(set(local), set(tensors))
             for name, (info, data) in tensors.items():
                 test.assertEqual(local[name], expected_local(name, info, data,
-                                                             self.first_rank + r, self.tp_world),
+                                                             self.first_rank + r, self.tp_world,
+                                                             self.ep),
                                  f"rank {r} tensor {name}")
         return names
 

@@ -24,8 +24,12 @@ struct SyntheticFile {
 };
 
 // A transformer-like layout of about `total_bytes` (bf16 matrices, f32 norms, a U8 and a
-// zero-size tensor), split over `files` files.
-std::vector<SyntheticFile> ModelLikeLayout(uint64_t total_bytes, unsigned files);
+// zero-size tensor), split over `files` files. With `experts` > 0 each layer's MLP is a
+// mixture of experts instead: a router `mlp.gate.weight` [E, h] and the stacked experts
+// `mlp.experts.w13_weight` [E, 2I, h] (gate | up) and `mlp.experts.w2_weight` [E, h, I], with
+// I = 4h / E rounded down to a multiple of 64 (at least 64).
+std::vector<SyntheticFile> ModelLikeLayout(uint64_t total_bytes, unsigned files,
+                                           unsigned experts = 0);
 
 // Writes the files of `layout` into `dir` (created if missing) with random weights.
 Status GenerateCheckpoint(const std::string& dir, const std::vector<SyntheticFile>& layout,

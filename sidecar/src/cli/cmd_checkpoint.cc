@@ -78,6 +78,7 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
     std::string out, parent;
     uint64_t size_mib = 64;
     unsigned files = 2;
+    unsigned experts = 0;
     uint64_t seed = 1;
     double density = 0.01;
     double tensor_fraction = 1.0;
@@ -91,9 +92,14 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   gen->add_option("--size-mib", o->size_mib, "Approximate size, MiB")->capture_default_str();
   gen->add_option("--files", o->files, "Number of safetensors files")->capture_default_str();
   gen->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  gen->add_option("--experts", o->experts,
+                  "Mixture-of-experts layers with this many experts (stacked [E, ...] tensors); "
+                  "0: dense MLPs")
+      ->check(CLI::Range(0u, 1024u))
+      ->capture_default_str();
   gen->add_flag("--json", o->json, "Print a JSON summary");
   gen->callback([o, rc] {
-    auto layout = deltasync::ModelLikeLayout(o->size_mib << 20, o->files);
+    auto layout = deltasync::ModelLikeLayout(o->size_mib << 20, o->files, o->experts);
     Status s = deltasync::GenerateCheckpoint(o->out, layout, o->seed);
     if (!s.ok()) {
       *rc = ReportError("checkpoint generate", s, o->json);
