@@ -359,6 +359,30 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
             self.assertLess(time.time(), deadline, "ranks kept retired arenas mapped")
             time.sleep(0.1)
 
+    def test_expert_parallel_engine_syncs_and_verifies(self):
+        # One node, world 4 = 2 expert groups x 2 ranks: stacked experts follow the moe_experts
+        # layouts (each rank holds half the experts, split on the intermediate dim), the rest
+        # the usual row/column/replicated rules.
+        moe = {v: self.t("ep-" + v) for v in ("v1", "v2", "v3")}
+        if not os.path.exists(moe["v3"]):
+            self.k("checkpoint", "generate", "--out", moe["v1"], "--size-mib", "24", "--files",
+                   "2", "--experts", "8")
+            for prev, cur, seed in (("v1", "v2", "4"), ("v2", "v3", "5")):
+                self.k("checkpoint", "mutate", "--parent", moe[prev], "--out", moe[cur],
+                       "--density", "0.01", "--seed", seed)
+                self.k("publish", "--parent", moe[prev], "--new", moe[cur], "--out",
+                       self.t("ep-d-" + cur))
+        c = Cluster(self.tmp, moe["v1"], tp=4, engine_args=["--ep", "2"])
+        self.clusters.append(c)
+        c.assert_serves(self, moe["v1"])
+        self.assertEqual(c.verify(moe["v1"])["state"], "verified")
+        for version in ("v2", "v3"):
+            rec = c.wait(c.sync("ep-" + version, self.t("ep-d-" + version)))
+            self.assertEqual(rec["state"], "live", rec)
+            c.assert_serves(self, moe[version])
+        self.assertEqual(c.verify(moe["v3"])["state"], "verified")
+        self.assertEqual(c.scrub()["state"], "verified")
+
     def test_sync_over_http(self):
         server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1",
                                    "--directory", self.tmp], stdout=subprocess.PIPE,
