@@ -789,6 +789,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--first-rank needs --tp-world\n");
     return 2;
   }
+  if ((tp_world > 0 ? tp_world : tp) % g_ep != 0) {
+    std::fprintf(stderr, "--ep %u does not divide the world of %u ranks\n", g_ep,
+                 tp_world > 0 ? tp_world : tp);
+    return 2;
+  }
   if (rank >= 0)
     return RunRank(dir, static_cast<uint32_t>(rank), tp, tp_world, first_rank, backend, shm, port,
                    port_dir, poll, version, staging_reserve_mib << 20);

@@ -372,6 +372,11 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
                        "--density", "0.01", "--seed", seed)
                 self.k("publish", "--parent", moe[prev], "--new", moe[cur], "--out",
                        self.t("ep-d-" + cur))
+        bad = subprocess.run([ENGINE, "--checkpoint", moe["v1"], "--tp", "4", "--ep", "3",
+                              "--shm", "dkv-e2e-bad-ep"], capture_output=True, text=True,
+                             timeout=30)
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertIn("--ep 3 does not divide the world of 4 ranks", bad.stderr)
         c = Cluster(self.tmp, moe["v1"], tp=4, engine_args=["--ep", "2"])
         self.clusters.append(c)
         c.assert_serves(self, moe["v1"])
