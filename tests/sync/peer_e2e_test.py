@@ -124,6 +124,9 @@ class PeerE2ETest(group.GroupE2ETest):
         t0 = time.time()
         started = self.post("a", "v3", self.t("d23"))
         self.wait_prepared("a")
+        # a reads etcd once right after its PREPARED, then every 5 s: b stops only after that
+        # first read, so the ABORT can reach a in time only through b's notice.
+        time.sleep(0.5)
         b.sidecar.send_signal(signal.SIGTERM)
         self.assertEqual(b.sidecar.wait(timeout=20), 0)
         rec = a.wait(started["id"])
