@@ -109,11 +109,10 @@ class PeerE2ETest(group.GroupE2ETest):
         self.node("a", tp=1, args=["--group-decision-poll-ms", "5000"])
         self.node("b", tp=1, args=["--group-decision-poll-ms", "5000"],
                   env={"DELTAKV_FAULT_STALL": "staged:1500"})
-        t0 = time.time()
         key = self.post("a", "v2", self.t("d12"))["group"]["key"]
         recs = self.wait_all(key, ["a", "b"])
         self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
-        self.assertLess(time.time() - t0, 4.0, recs)
+        # "peer": a's wait ended on b's notice, not on its next read of etcd 5 s later.
         self.assertEqual(recs["a"]["group"]["decision_learnt"], "peer", recs)
         self.assertEqual(recs["b"]["group"]["decision_learnt"], "wrote", recs)
         for n in ("a", "b"):
@@ -121,19 +120,17 @@ class PeerE2ETest(group.GroupE2ETest):
         # An ABORT travels the same way: a waits for the decision while b, still staging, is
         # shut down; b writes ABORT on its way out and tells a.
         a, b = self.nodes["a"], self.nodes["b"]
-        t0 = time.time()
         started = self.post("a", "v3", self.t("d23"))
         self.wait_prepared("a")
         # a reads etcd once right after its PREPARED, then every 5 s: b stops only after that
         # first read, so the ABORT can reach a in time only through b's notice.
-        time.sleep(0.5)
+        time.sleep(1.0)
         b.sidecar.send_signal(signal.SIGTERM)
         self.assertEqual(b.sidecar.wait(timeout=20), 0)
         rec = a.wait(started["id"])
         self.assertEqual(rec["state"], "aborted", rec)
         self.assertIn("node 'b': sidecar shutting down", rec["error"])
         self.assertEqual(rec["group"]["decision_learnt"], "peer", rec)
-        self.assertLess(time.time() - t0, 4.0, rec)
         a.assert_serves(self, self.t("v2"))
 
     def test_a_peer_with_another_group_token_refuses_and_the_sync_aborts(self):
@@ -224,7 +221,11 @@ class PeerE2ETest(group.GroupE2ETest):
             a.sidecar.wait()
         finally:
             b.sidecar.send_signal(signal.SIGCONT)
-        time.sleep(3.0)  # past b's prepare deadline, should a prepare have reached it
+        # Should a prepare have reached b, b's attempt ends once its prepare deadline passes
+        # (later on a loaded machine): wait for every job of b to finish, then check them.
+        time.sleep(3.0)
+        active = ("queued", "fetching", "decoding", "staged", "committing")
+        self.wait_until(lambda: all(h["state"] not in active for h in b.status()["history"]))
         for h in b.status()["history"]:
             self.assertEqual(h["state"], "aborted", h)
         self.assertEqual(a.answers() + b.answers(), before)
