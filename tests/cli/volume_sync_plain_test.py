@@ -12,6 +12,8 @@ Run: python3 tests/cli/volume_sync_plain_test.py --deltakv build/sidecar/deltakv
 import argparse, http.client, http.server, json, os, random, shutil, signal, struct, subprocess
 import sys, tempfile, threading, time, unittest
 
+import volume_scenarios
+
 DELTAKV = None
 VENV = os.environ.get("DELTAKV_MOTO_VENV", os.path.expanduser("~/.cache/deltakv-venvs/moto"))
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "store", "s3_helper.py")
@@ -119,13 +121,8 @@ def make_source(root, seed, weights_mib=9, step=0):
 
 
 def tree(root):
-    out = {}
-    for d, _, files in os.walk(root):
-        for n in files:
-            full = os.path.join(d, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, root)] = f.read()
-    return out
+    """{relative path: bytes} of every regular file under root."""
+    return {path: data for path, (data, _) in volume_scenarios.tree(root).items()}
 
 
 class Proxy:
