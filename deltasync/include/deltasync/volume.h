@@ -340,6 +340,8 @@ struct VolumesOptions {
 
 // Volume operations on one store. Every call that fails leaves the store as consistent as
 // before: objects a failed push uploaded are unreferenced chunks that gc reclaims.
+class ChunkUploader;
+
 class Volumes {
  public:
   explicit Volumes(VolumeStore& store, VolumesOptions options = {});
@@ -440,6 +442,12 @@ class Volumes {
   // version's info record.
   Status SealManifest(const std::string& ns, const std::string& name, const std::string& digest,
                       const std::string& text);
+  // The end of every push: its counts from `upload`; FailedPrecondition if the upload outlasted
+  // its lease (`lease_expiry`, unix seconds: gc may have removed chunks it relied on); else the
+  // XOR chains applied to `manifest`, the manifest sealed as a version (result->ref) and tagged
+  // `tag` when not empty.
+  Status FinishPush(const ChunkUploader& upload, int64_t lease_expiry, VolumeManifest& manifest,
+                    const std::string& tag, PushResult* result);
 
   VolumeStore& store_;
   VolumesOptions options_;

@@ -210,18 +210,24 @@ StatusOr<PushResult> Volumes::Push(const std::string& dir, std::string_view ns,
         if (options.progress) options.progress({done, order.size(), upload.bytes_uploaded()});
         return Status::Ok();
       }));
-  upload.AddCounts(result);
-  if (Now() >= lease->expires()) {
+  RETURN_IF_ERROR(FinishPush(upload, lease->expires(), manifest, options.tag, &result));
+  return result;
+}
+
+Status Volumes::FinishPush(const ChunkUploader& upload, int64_t lease_expiry,
+                           VolumeManifest& manifest, const std::string& tag, PushResult* result) {
+  upload.AddCounts(*result);
+  if (Now() >= lease_expiry) {
     return FailedPrecondition("push: the upload outlasted its lease (" +
                               std::to_string(options_.lease_ttl_s) +
                               " s); gc may have removed chunks it relied on; push again");
   }
   ApplyXorChains(upload.chains(), manifest);
   ASSIGN_OR_RETURN(std::string text, SerializeVolumeManifest(manifest));
-  result.ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
-  RETURN_IF_ERROR(SealManifest(manifest.ns, manifest.name, result.ref.digest, text));
-  if (!options.tag.empty()) RETURN_IF_ERROR(Tag(result.ref, options.tag).status());
-  return result;
+  result->ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
+  RETURN_IF_ERROR(SealManifest(manifest.ns, manifest.name, result->ref.digest, text));
+  if (!tag.empty()) RETURN_IF_ERROR(Tag(result->ref, tag).status());
+  return Status::Ok();
 }
 
 }  // namespace deltakv::deltasync

@@ -272,18 +272,8 @@ StatusOr<PushResult> Volumes::PushFrom(FileSource& source, std::string_view ns,
   }
   RETURN_IF_ERROR(ParallelFor(files.size(), xor_chunks ? 1 : options.files_at_once,
                               [&](size_t i) { return state.PushFile(order[i]); }));
-  uploader.AddCounts(result);
   result.chunks_total = state.chunks_total();
-  if (Now() >= state.first_expiry()) {
-    return FailedPrecondition("push: the upload outlasted its lease (" +
-                              std::to_string(options_.lease_ttl_s) +
-                              " s); gc may have removed chunks it relied on; push again");
-  }
-  ApplyXorChains(uploader.chains(), manifest);
-  ASSIGN_OR_RETURN(std::string text, SerializeVolumeManifest(manifest));
-  result.ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
-  RETURN_IF_ERROR(SealManifest(manifest.ns, manifest.name, result.ref.digest, text));
-  if (!push.tag.empty()) RETURN_IF_ERROR(Tag(result.ref, push.tag).status());
+  RETURN_IF_ERROR(FinishPush(uploader, state.first_expiry(), manifest, push.tag, &result));
   return result;
 }
 
