@@ -45,15 +45,6 @@ Status CheckKey(const std::string& key) {
   return Status::Ok();
 }
 
-S3ClientOptions ClientOptions(const S3StoreOptions& o) {
-  return {.attempts = o.attempts,
-          .initial_backoff_ms = o.initial_backoff_ms,
-          .timeout_seconds = o.timeout_seconds,
-          .low_speed_bytes_per_second = o.low_speed_bytes_per_second,
-          .total_timeout_seconds = o.total_timeout_seconds,
-          .sign_payload = o.sign_payload};
-}
-
 using Request = S3Request;
 using Response = S3Response;
 
@@ -62,7 +53,7 @@ class S3VolumeStore final : public deltasync::VolumeStore {
   S3VolumeStore(S3Location where, S3Config config, S3StoreOptions opt)
       : where_(std::move(where)),
         opt_(opt),
-        client_(where_.bucket, std::move(config), ClientOptions(opt)) {}
+        client_(where_.bucket, std::move(config), static_cast<const S3ClientOptions&>(opt)) {}
 
   Status Put(const std::string& key, std::span<const uint8_t> data) override {
     return Write(key, data, "");

@@ -44,19 +44,15 @@ inline constexpr uint64_t kS3MaxPartSize = 5ull << 30;   // and maximum part siz
 inline constexpr uint64_t kS3MaxSinglePut = 5ull << 30;  // largest PutObject
 inline constexpr uint64_t kS3MaxParts = 10000;
 
-struct S3StoreOptions {
-  int attempts = 5;              // tries per request
-  int initial_backoff_ms = 100;  // doubled after each failed try, at most 20 s
-  int timeout_seconds = 30;      // connect timeout and stall window
-  uint64_t low_speed_bytes_per_second = 1024;
-  int total_timeout_seconds = 1800;  // one whole request; 0 = none
+// The client's request settings (S3ClientOptions: attempts, backoff, timeouts, payload
+// signing) and the store's own.
+struct S3StoreOptions : S3ClientOptions {
   // Put and PutIfAbsent of this many bytes or more use a multipart upload with parts of
   // part_size bytes (raised when the object would need more than 10,000 parts).
   // Both at least kS3MinPartSize and at most kS3MaxSinglePut.
   uint64_t multipart_threshold = 64ull << 20;
   uint64_t part_size = 16ull << 20;
-  int max_keys = 1000;       // ListObjectsV2 page size, 1..1000
-  bool sign_payload = true;  // x-amz-content-sha256: sha256 of the body, else UNSIGNED-PAYLOAD
+  int max_keys = 1000;  // ListObjectsV2 page size, 1..1000
 };
 
 // A store over `where`. InvalidArgument for options out of range. Makes no request: a bucket
