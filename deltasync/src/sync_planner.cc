@@ -41,41 +41,80 @@ struct RunChunk {
   std::vector<uint8_t> bytes;                       // the runs' bytes, back to back
   std::vector<uint64_t> entries;                    // position << 8 | value, base 0
   bool empty() const { return runs.empty() && entries.empty(); }
+  uint64_t Bytes() const {
+    return runs.size() * sizeof(runs[0]) + bytes.size() + entries.size() * sizeof(uint64_t);
+  }
 };
 
-// One frame's chunks, produced by one walker thread and consumed by the planning thread. At
-// most kMaxQueued chunks wait; Cancel() releases a producer blocked on a full queue.
-class FrameStream {
+// The chunks of the frames in flight: each frame's produced by one walker thread, all consumed
+// by the planning thread in frame order. Frame i uses slot i % slots (frames in flight lie in
+// [front, front + slots)). Frames may queue chunks until all the queued chunks together reach
+// `budget` bytes (the front frame, the one being planned, at least kFrontQueued), so a walker
+// that runs ahead of the planner keeps walking a long frame instead of waiting for the frames
+// before it to be planned. Cancel() releases every waiting producer.
+class FrameQueues {
  public:
-  static constexpr size_t kMaxQueued = 4;
+  static constexpr size_t kFrontQueued = 4;
+  FrameQueues(size_t slots, uint64_t budget) : slots_(slots), budget_(budget) {}
 
-  // Returns false when the stream was cancelled (the producer should stop).
-  bool Push(RunChunk chunk) {
+  // Queues a chunk of `frame`; false when cancelled (the producer should stop).
+  bool Push(size_t frame, RunChunk chunk) {
+    const uint64_t size = chunk.Bytes();
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return chunks_.size() < kMaxQueued || cancelled_; });
+    Slot& s = slots_[frame % slots_.size()];
+    cv_.wait(lock, [&] {
+      return cancelled_ || queued_ + size <= budget_ || queued_ == 0 ||
+             (frame == front_ && s.chunks.size() < kFrontQueued);
+    });
     if (cancelled_) return false;
-    chunks_.push_back(std::move(chunk));
+    queued_ += size;
+    s.chunks.push_back(std::move(chunk));
     cv_.notify_all();
     return true;
   }
-  void Finish(StatusOr<DecodeResult> result) {
+  void Finish(size_t frame, StatusOr<DecodeResult> result) {
     std::lock_guard<std::mutex> lock(mu_);
-    result_ = std::move(result);
-    done_ = true;
+    Slot& s = slots_[frame % slots_.size()];
+    s.result = std::move(result);
+    s.done = true;
     cv_.notify_all();
   }
-  // Next chunk; false once the producer finished and every chunk was taken.
+  // The front frame's next chunk; false once its producer finished and every chunk was taken.
   bool Pop(RunChunk* chunk) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !chunks_.empty() || done_; });
-    if (chunks_.empty()) return false;
-    *chunk = std::move(chunks_.front());
-    chunks_.pop_front();
+    Slot& s = slots_[front_ % slots_.size()];
+    cv_.wait(lock, [&] { return !s.chunks.empty() || s.done; });
+    if (s.chunks.empty()) return false;
+    *chunk = std::move(s.chunks.front());
+    s.chunks.pop_front();
+    queued_ -= chunk->Bytes();
     cv_.notify_all();
     return true;
   }
-  // REQUIRES: Pop returned false.
-  const StatusOr<DecodeResult>& result() const { return result_; }
+  enum class Next { kChunk, kDone, kNone };
+  // Pop without waiting: kNone when the front frame has no chunk ready and is not finished.
+  Next TryPop(RunChunk* chunk) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& s = slots_[front_ % slots_.size()];
+    if (s.chunks.empty()) return s.done ? Next::kDone : Next::kNone;
+    *chunk = std::move(s.chunks.front());
+    s.chunks.pop_front();
+    queued_ -= chunk->Bytes();
+    cv_.notify_all();
+    return Next::kChunk;
+  }
+  // The front frame's result. REQUIRES: Pop returned false.
+  const StatusOr<DecodeResult>& result() const { return slots_[front_ % slots_.size()].result; }
+  // Moves on to the next frame; its slot is ready for frame front + slots. REQUIRES: Pop
+  // returned false.
+  void Advance() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& s = slots_[front_ % slots_.size()];
+    s.done = false;
+    s.result = DecodeResult{};
+    ++front_;
+    cv_.notify_all();
+  }
   void Cancel() {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled_ = true;
@@ -83,19 +122,25 @@ class FrameStream {
   }
 
  private:
+  struct Slot {
+    std::deque<RunChunk> chunks;
+    bool done = false;
+    StatusOr<DecodeResult> result = DecodeResult{};
+  };
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<RunChunk> chunks_;
-  bool done_ = false;
+  std::vector<Slot> slots_;
+  const uint64_t budget_;
+  uint64_t queued_ = 0;  // bytes of every queued chunk
+  size_t front_ = 0;
   bool cancelled_ = false;
-  StatusOr<DecodeResult> result_ = DecodeResult{};
 };
 
 // The walker's sink on a walker thread: runs gathered into chunks of about kChunkBytes.
 class StreamSink final : public NonzeroSink {
  public:
   static constexpr size_t kChunkBytes = 64 << 10;
-  explicit StreamSink(FrameStream* stream) : stream_(stream) {}
+  StreamSink(FrameQueues* queues, size_t frame) : queues_(queues), frame_(frame) {}
   Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
     if (!chunk_.entries.empty()) RETURN_IF_ERROR(Send());  // a chunk holds one kind
     chunk_.runs.push_back({pos, static_cast<uint32_t>(bytes.size())});
@@ -122,13 +167,14 @@ class StreamSink final : public NonzeroSink {
   }
   Status Send() {
     if (chunk_.empty()) return Status::Ok();
-    if (!stream_->Push(std::move(chunk_))) return Internal("planning stopped");
+    if (!queues_->Push(frame_, std::move(chunk_))) return Internal("planning stopped");
     chunk_ = RunChunk();
     return Status::Ok();
   }
 
  private:
-  FrameStream* stream_;
+  FrameQueues* queues_;
+  size_t frame_;
   RunChunk chunk_;
 };
 
@@ -252,6 +298,217 @@ class StreamDigests {
   std::map<std::string, Digest, std::less<>> objects_;
 };
 
+// The compressed bytes of frame `f`, from the fetched bytes of its window `w`.
+std::span<const uint8_t> FrameInput(const FetchWindow& w, const std::string& bytes,
+                                    const DeltaFrame& f) {
+  return {reinterpret_cast<const uint8_t*>(bytes.data()) + (f.object_offset - w.offset),
+          f.compressed_length};
+}
+
+// Frame decoding with decode_threads >= 2, as one pipeline over all windows: a fetch thread
+// reads the windows in order (holding the bytes of at most two: the window being planned and
+// the next; one without prefetch); decode_threads - 1 walker threads decode frames in frame
+// order across window boundaries (a frame is claimed once its window is fetched and at most
+// `ahead` frames beyond the one being planned) and queue their chunks; the calling thread plans
+// each walker's frame in frame order as its chunks arrive and, whenever the frame it is on has
+// no chunk ready, decodes the next frame nobody has claimed itself, straight into the output
+// (out of frame order), so on N CPUs all N threads decode. There is no barrier at the end of a
+// window: walkers go on into the next window while the last frames of one are still planned.
+template <typename Fetch, typename Where, typename SinkFor, typename Account>
+Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOptions& opt,
+                       XorDecoder& decoder, Fetch& fetch, Where& where, SinkFor& sink_for,
+                       Account& account, PlanStats* stats) {
+  struct Item {
+    size_t window;
+    FrameRef ref;
+  };
+  std::vector<Item> frames;
+  for (size_t k = 0; k < windows.size(); ++k) {
+    for (const FrameRef& fr : windows[k].frames) frames.push_back({k, fr});
+  }
+  if (frames.empty()) return Status::Ok();
+  const size_t walkers = std::min<size_t>(opt.decode_threads - 1, frames.size());
+  // Walkers claim frames up to `ahead` beyond the one being planned, so one that finishes a
+  // short frame goes on to the next while another still walks a long one.
+  const size_t ahead = 4 * (walkers + 1);
+  const size_t held = opt.prefetch ? 2 : 1;
+  FrameQueues queues(ahead, std::max<uint64_t>(opt.queued_chunk_bytes, 1));
+  std::vector<std::string> bytes(windows.size());
+  std::vector<Status> fetch_errors(windows.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t fetched = 0;   // windows [0, fetched) have their bytes or their error
+  size_t released = 0;  // windows [0, released) are planned and their bytes freed
+  size_t next_frame = 0, planning = 0;
+  bool stop = false;
+  auto fetch_main = [&] {
+    for (size_t k = 0; k < windows.size(); ++k) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || k < released + held; });
+        if (stop) return;
+      }
+      StatusOr<std::string> got = fetch(windows[k]);
+      std::lock_guard<std::mutex> lock(mu);
+      if (got.ok()) {
+        bytes[k] = std::move(got).value();
+      } else {
+        fetch_errors[k] = got.status();
+      }
+      fetched = k + 1;
+      cv.notify_all();
+      if (!got.ok()) return;
+    }
+  };
+  auto walker_main = [&] {
+    auto d = MakeXorDecoder(opt.decoder);
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] {
+          return stop || next_frame >= frames.size() ||
+                 (next_frame < planning + ahead && frames[next_frame].window < fetched);
+        });
+        if (stop || next_frame >= frames.size()) return;
+        i = next_frame++;
+      }
+      const Item& item = frames[i];
+      if (!d.ok()) {
+        queues.Finish(i, d.status());
+        continue;
+      }
+      if (!fetch_errors[item.window].ok()) {  // written before `fetched` passed the window
+        queues.Finish(i, fetch_errors[item.window]);
+        continue;
+      }
+      StreamSink sink(&queues, i);
+      const DeltaFrame& f = *item.ref.frame;
+      StatusOr<DecodeResult> r =
+          DecodeDeltaFrame(**d, FrameInput(windows[item.window], bytes[item.window], f), f.length,
+                           opt.max_window_log, sink, where(item.ref), f.xor_digest);
+      if (r.ok()) {
+        if (Status s = sink.Send(); !s.ok()) r = s;
+      }
+      queues.Finish(i, std::move(r));
+    }
+  };
+  std::thread fetcher(fetch_main);
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < walkers; ++t) pool.emplace_back(walker_main);
+  // Stops and joins every thread on every way out (an error returns from the loop below).
+  struct Joiner {
+    std::thread& fetcher;
+    std::vector<std::thread>& pool;
+    FrameQueues& queues;
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& stop;
+    ~Joiner() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+        cv.notify_all();
+      }
+      queues.Cancel();
+      for (std::thread& t : pool) t.join();
+      fetcher.join();
+    }
+  } joiner{fetcher, pool, queues, mu, cv, stop};
+  // Decodes frame j on this thread, straight into its sink; a failed fetch of its window is
+  // returned instead. REQUIRES: j's window is fetched (or failed) and not released.
+  auto plan_here = [&](size_t j) -> Status {
+    const Item& item = frames[j];
+    if (!fetch_errors[item.window].ok()) return fetch_errors[item.window];
+    const DeltaFrame& f = *item.ref.frame;
+    PlanSink sink = sink_for(item.ref);
+    ASSIGN_OR_RETURN(
+        DecodeResult r,
+        DecodeDeltaFrame(decoder, FrameInput(windows[item.window], bytes[item.window], f), f.length,
+                         opt.max_window_log, sink, where(item.ref), f.xor_digest));
+    RETURN_IF_ERROR(sink.Flush());
+    account(r);
+    return Status::Ok();
+  };
+  std::vector<bool> self_planned(frames.size(), false);
+  size_t i = 0;
+  for (size_t k = 0; k < windows.size(); ++k) {
+    const auto t0 = Clock::now();
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return fetched > k; });
+    }
+    stats->fetch_ms += MsSince(t0);
+    if (!fetch_errors[k].ok()) return fetch_errors[k];
+    stats->bytes_fetched += bytes[k].size();
+    const auto t1 = Clock::now();
+    for (; i < frames.size() && frames[i].window == k; ++i) {
+      if (!self_planned[i]) {
+        bool mine = false;  // no walker has taken this frame: decode it here
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (next_frame == i) {
+            ++next_frame;
+            mine = true;
+          }
+        }
+        if (mine) {
+          RETURN_IF_ERROR(plan_here(i));
+        } else {
+          PlanSink sink = sink_for(frames[i].ref);
+          RunChunk chunk;
+          for (;;) {
+            FrameQueues::Next next = queues.TryPop(&chunk);
+            if (next == FrameQueues::Next::kNone) {
+              // Nothing to plan yet: walk a frame no walker has taken (planned now, out of
+              // frame order), or wait for the next chunk.
+              size_t j = frames.size();
+              {
+                std::lock_guard<std::mutex> lock(mu);
+                if (next_frame < frames.size() && frames[next_frame].window < fetched) {
+                  j = next_frame++;
+                }
+              }
+              if (j < frames.size()) {
+                RETURN_IF_ERROR(plan_here(j));
+                self_planned[j] = true;
+                continue;
+              }
+              next = queues.Pop(&chunk) ? FrameQueues::Next::kChunk : FrameQueues::Next::kDone;
+            }
+            if (next == FrameQueues::Next::kDone) break;
+            if (!chunk.entries.empty()) {
+              RETURN_IF_ERROR(sink.OnBytes(chunk.entries.data(), chunk.entries.size(), 0));
+            }
+            uint64_t at = 0;
+            for (const auto& [pos, len] : chunk.runs) {
+              RETURN_IF_ERROR(
+                  sink.OnRun(pos, std::span<const uint8_t>(chunk.bytes.data() + at, len)));
+              at += len;
+            }
+          }
+          if (!queues.result().ok()) return queues.result().status();
+          RETURN_IF_ERROR(sink.Flush());
+          account(*queues.result());
+        }
+      }
+      queues.Advance();
+      std::lock_guard<std::mutex> lock(mu);
+      planning = i + 1;
+      cv.notify_all();
+    }
+    std::string().swap(bytes[k]);  // no walker reads a planned window
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      released = k + 1;
+      cv.notify_all();
+    }
+    stats->decode_ms += MsSince(t1);
+    if (opt.progress) opt.progress(k + 1, windows.size());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status WriterPlanOutput::Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
@@ -337,127 +594,49 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
     gap_bytes += gap;
     return bytes;
   };
-  std::future<StatusOr<std::string>> next;
-  if (!windows.empty() && opt.prefetch) next = std::async(std::launch::async, fetch, windows[0]);
-  for (size_t wi = 0; wi < windows.size(); ++wi) {
-    const FetchWindow& w = windows[wi];
-    auto t0 = Clock::now();
-    StatusOr<std::string> got = opt.prefetch ? next.get() : fetch(w);
-    stats.fetch_ms += MsSince(t0);
-    if (!got.ok()) return got.status();
-    if (opt.prefetch && wi + 1 < windows.size()) {
-      next = std::async(std::launch::async, fetch, windows[wi + 1]);
-    }
-    // A failed decode below returns while the next fetch runs; the future's destructor waits.
-    const std::string& bytes = *got;
-    stats.bytes_fetched += bytes.size();
-    auto t1 = Clock::now();
-    auto input_of = [&](const DeltaFrame& f) {
-      return std::span<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(bytes.data()) + (f.object_offset - w.offset),
-          f.compressed_length);
-    };
-    auto where = [&](const FrameRef& fr) {
-      return "tensor '" + m.tensors[fr.tensor].name + "' frame at offset " +
-             std::to_string(fr.frame->offset);
-    };
-    auto sink_for = [&](const FrameRef& fr) {
-      auto it = dense.find(fr.tensor);
-      return PlanSink(*layouts[fr.tensor], fr.tensor, fr.frame->offset, out,
-                      it == dense.end() ? nullptr : &it->second);
-    };
-    auto account = [&](const DecodeResult& r) {
-      stats.nonzero_bytes += r.nonzero_bytes;
-      ++stats.frames;
-    };
-    if (opt.decode_threads <= 1) {
+  auto where = [&](const FrameRef& fr) {
+    return "tensor '" + m.tensors[fr.tensor].name + "' frame at offset " +
+           std::to_string(fr.frame->offset);
+  };
+  auto sink_for = [&](const FrameRef& fr) {
+    auto it = dense.find(fr.tensor);
+    return PlanSink(*layouts[fr.tensor], fr.tensor, fr.frame->offset, out,
+                    it == dense.end() ? nullptr : &it->second);
+  };
+  auto account = [&](const DecodeResult& r) {
+    stats.nonzero_bytes += r.nonzero_bytes;
+    ++stats.frames;
+  };
+  if (opt.decode_threads >= 2) {
+    RETURN_IF_ERROR(
+        DecodePipelined(windows, opt, *decoder, fetch, where, sink_for, account, &stats));
+  } else {
+    std::future<StatusOr<std::string>> next;
+    if (!windows.empty() && opt.prefetch) next = std::async(std::launch::async, fetch, windows[0]);
+    for (size_t wi = 0; wi < windows.size(); ++wi) {
+      const FetchWindow& w = windows[wi];
+      auto t0 = Clock::now();
+      StatusOr<std::string> got = opt.prefetch ? next.get() : fetch(w);
+      stats.fetch_ms += MsSince(t0);
+      if (!got.ok()) return got.status();
+      if (opt.prefetch && wi + 1 < windows.size()) {
+        next = std::async(std::launch::async, fetch, windows[wi + 1]);
+      }
+      // A failed decode below returns while the next fetch runs; the future's destructor waits.
+      const std::string& bytes = *got;
+      stats.bytes_fetched += bytes.size();
+      auto t1 = Clock::now();
       for (const FrameRef& fr : w.frames) {
         PlanSink sink = sink_for(fr);
-        ASSIGN_OR_RETURN(DecodeResult r,
-                         DecodeDeltaFrame(*decoder, input_of(*fr.frame), fr.frame->length,
-                                          opt.max_window_log, sink, where(fr),
-                                          fr.frame->xor_digest));
+        ASSIGN_OR_RETURN(DecodeResult r, DecodeDeltaFrame(*decoder, FrameInput(w, bytes, *fr.frame),
+                                                          fr.frame->length, opt.max_window_log,
+                                                          sink, where(fr), fr.frame->xor_digest));
         RETURN_IF_ERROR(sink.Flush());
         account(r);
       }
-    } else {
-      // decode_threads - 1 walker threads take the window's frames in order, each frame
-      // streamed to this thread, which plans it chunk by chunk as it arrives. Frames are
-      // claimed at most `ahead` beyond the one being planned, so memory stays bounded.
-      const size_t walkers = std::min<size_t>(opt.decode_threads - 1, w.frames.size());
-      const size_t ahead = walkers + 1;
-      std::vector<FrameStream> streams(w.frames.size());
-      std::mutex claim_mu;
-      std::condition_variable claim_cv;
-      size_t next_frame = 0, planning = 0;
-      bool stop = false;
-      auto walker_main = [&] {
-        auto d = MakeXorDecoder(opt.decoder);
-        for (;;) {
-          size_t i;
-          {
-            std::unique_lock<std::mutex> lock(claim_mu);
-            claim_cv.wait(lock, [&] { return stop || next_frame < planning + ahead; });
-            if (stop || next_frame >= w.frames.size()) return;
-            i = next_frame++;
-          }
-          if (!d.ok()) {
-            streams[i].Finish(d.status());
-            continue;
-          }
-          const FrameRef& fr = w.frames[i];
-          StreamSink sink(&streams[i]);
-          StatusOr<DecodeResult> r = DecodeDeltaFrame(**d, input_of(*fr.frame), fr.frame->length,
-                                                      opt.max_window_log, sink, where(fr),
-                                                      fr.frame->xor_digest);
-          if (r.ok()) {
-            if (Status s = sink.Send(); !s.ok()) r = s;
-          }
-          streams[i].Finish(std::move(r));
-        }
-      };
-      std::vector<std::thread> pool;
-      for (size_t t = 0; t < walkers; ++t) pool.emplace_back(walker_main);
-      // Stops and joins the walkers on every way out (an error returns from the loop below).
-      struct Joiner {
-        std::vector<std::thread>& pool;
-        std::vector<FrameStream>& streams;
-        std::mutex& mu;
-        std::condition_variable& cv;
-        bool& stop;
-        ~Joiner() {
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            stop = true;
-            cv.notify_all();
-          }
-          for (FrameStream& s : streams) s.Cancel();
-          for (std::thread& t : pool) t.join();
-        }
-      } joiner{pool, streams, claim_mu, claim_cv, stop};
-      for (size_t i = 0; i < w.frames.size(); ++i) {
-        PlanSink sink = sink_for(w.frames[i]);
-        RunChunk chunk;
-        while (streams[i].Pop(&chunk)) {
-          if (!chunk.entries.empty()) {
-            RETURN_IF_ERROR(sink.OnBytes(chunk.entries.data(), chunk.entries.size(), 0));
-          }
-          uint64_t at = 0;
-          for (const auto& [pos, len] : chunk.runs) {
-            RETURN_IF_ERROR(sink.OnRun(pos, std::span<const uint8_t>(chunk.bytes.data() + at, len)));
-            at += len;
-          }
-        }
-        if (!streams[i].result().ok()) return streams[i].result().status();
-        RETURN_IF_ERROR(sink.Flush());
-        account(*streams[i].result());
-        std::lock_guard<std::mutex> lock(claim_mu);
-        planning = i + 1;
-        claim_cv.notify_all();
-      }
+      stats.decode_ms += MsSince(t1);
+      if (opt.progress) opt.progress(wi + 1, windows.size());
     }
-    stats.decode_ms += MsSince(t1);
-    if (opt.progress) opt.progress(wi + 1, windows.size());
   }
   {
     auto t0 = Clock::now();

@@ -352,7 +352,7 @@ def test_default_pod():
     # Requests equal to limits, integer CPUs: eligible for exclusive cores.
     assert sidecar["resources"] == {"requests": {"cpu": "2", "memory": "2Gi"},
                                     "limits": {"cpu": "2", "memory": "2Gi"}}
-    assert arg_value(sidecar["args"], "--decode-threads") == "1"
+    assert arg_value(sidecar["args"], "--decode-threads") == "2"  # the CPU limit
     assert not [a for a in sidecar["args"] if a.startswith(("--kv-", "--serving-cores"))]
     kinds = {m["kind"] for m in render.manifests(CASES["defaults"])}
     assert kinds == {"Deployment", "Service", "Secret"}

@@ -4,12 +4,15 @@
 // local tensors with the new checkpoint sliced by the engine's rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "deltasync/applier.h"
 #include "deltasync/checkpoint.h"
@@ -383,6 +386,112 @@ TEST(PlanApply, FailingOutputStopsPipelinedWalkers) {
       auto r = BuildSyncPlans(*m, *store, ranks, out, opt);
       ASSERT_FALSE(r.ok()) << "threads " << threads << " fail_after " << fail_after;
       EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+    }
+  }
+}
+
+// A PlanOutput that keeps every piece, and the threads that called it.
+class PieceOutput final : public PlanOutput {
+ public:
+  struct Piece {
+    uint32_t rank, tensor;
+    uint64_t local, canonical;
+    bool owner;
+    std::vector<uint8_t> bytes;
+    auto operator<=>(const Piece&) const = default;
+  };
+  Status Add(uint32_t rank, uint32_t tensor, uint64_t local, uint64_t canonical,
+             std::span<const uint8_t> bytes, bool owner) override {
+    pieces.push_back({rank, tensor, local, canonical, owner, {bytes.begin(), bytes.end()}});
+    callers.insert(std::this_thread::get_id());
+    return Status::Ok();
+  }
+  std::vector<Piece> Sorted() const {
+    std::vector<Piece> v = pieces;
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+  std::vector<Piece> pieces;
+  std::set<std::thread::id> callers;
+};
+
+// With several decode threads the planner hands over the same pieces as with one (in another
+// order), all from the calling thread, whatever the fetch windows and however little may queue
+// between the walkers and the planner (a budget of 1 byte: one chunk at a time, plus the frame
+// being planned); and the sync it plans gives the new checkpoint.
+TEST(PlanApply, PipelinedPlanningHandsOverTheSamePieces) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 512));  // many frames per tensor
+  auto m = ParseDeltaManifest(ReadAll(f.tmp / "d12/manifest.json"));
+  ASSERT_TRUE(m.ok());
+  RankTensorTables ranks = f.Tables();
+  auto plan = [&](const PlannerOptions& o) {
+    PieceOutput out;
+    auto store = MakeFileStore(f.tmp / "d12");
+    auto stats = BuildSyncPlans(*m, *store, ranks, out, o);
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(out.callers, std::set<std::thread::id>{std::this_thread::get_id()});
+    return out.Sorted();
+  };
+  const auto one = plan({});
+  ASSERT_GT(one.size(), 50u);
+  for (unsigned threads : {2u, 3u, 5u}) {
+    for (uint64_t budget : {uint64_t{1}, uint64_t{1} << 20}) {
+      for (uint64_t window : {uint64_t{700}, uint64_t{1} << 20}) {
+        PlannerOptions opt;
+        opt.decode_threads = threads;
+        opt.queued_chunk_bytes = budget;
+        opt.fetch_window_bytes = window;
+        opt.first_fetch_window_bytes = window;
+        EXPECT_EQ(plan(opt), one) << "threads " << threads << " budget " << budget << " window "
+                                  << window;
+        auto engine = f.Slice(f.tmp / "v1");
+        Status s = SyncOnce(f, f.tmp / "d12", engine, /*part_bytes=*/256, opt);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        EXPECT_EQ(engine, f.Slice(f.tmp / "v2")) << "threads " << threads;
+      }
+    }
+  }
+}
+
+// A store read that fails part-way (after some windows decoded) fails a pipelined plan with
+// the store's error, and never hangs, whichever window it hits.
+TEST(PlanApply, FetchFailureStopsPipelinedPlanning) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 512));
+  auto m = ParseDeltaManifest(ReadAll(f.tmp / "d12/manifest.json"));
+  ASSERT_TRUE(m.ok());
+  RankTensorTables ranks = f.Tables();
+  class FailingStore final : public ObjectStore {
+   public:
+    FailingStore(std::unique_ptr<ObjectStore> inner, int fail_at)
+        : inner_(std::move(inner)), left_(fail_at) {}
+    StatusOr<uint64_t> Size(const std::string& name) override { return inner_->Size(name); }
+    StatusOr<std::string> ReadRange(const std::string& name, uint64_t offset,
+                                    uint64_t length) override {
+      if (left_.fetch_sub(1) <= 0) return IoError("read refused (test)");
+      return inner_->ReadRange(name, offset, length);
+    }
+    StatusOr<std::string> ReadObject(const std::string& name, uint64_t max_bytes) override {
+      return inner_->ReadObject(name, max_bytes);
+    }
+    std::string Describe() const override { return inner_->Describe(); }
+
+   private:
+    std::unique_ptr<ObjectStore> inner_;
+    std::atomic<int> left_;
+  };
+  for (unsigned threads : {2u, 4u}) {
+    for (int fail_at : {0, 1, 3, 6}) {
+      PlannerOptions opt;
+      opt.decode_threads = threads;
+      opt.fetch_window_bytes = 700;
+      opt.first_fetch_window_bytes = 700;
+      FailingStore store(MakeFileStore(f.tmp / "d12"), fail_at);
+      PieceOutput out;
+      auto r = BuildSyncPlans(*m, store, ranks, out, opt);
+      ASSERT_FALSE(r.ok()) << "threads " << threads << " fail_at " << fail_at;
+      EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().ToString();
     }
   }
 }

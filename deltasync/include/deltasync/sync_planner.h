@@ -6,10 +6,11 @@
 // next window fetched on a second thread while the current one decodes. Every frame is decoded by
 // an XorDecoder into runs of nonzero XOR bytes; each run is split by the tensor's layout into
 // per-rank pieces (rank, local offset, canonical offset) and handed to a PlanOutput. With
-// decode_threads >= 2, decode_threads - 1 walker threads decode frames (each its own, in frame
-// order) and stream their runs in chunks to the calling thread, which routes them as they arrive,
-// so walking and planning overlap. Memory is bounded by two fetch windows, a few chunks per frame
-// in flight and what the output keeps: the planner never holds an object, a tensor or a plan.
+// decode_threads >= 2, walker threads decode frames (each its own, in frame order, across window
+// boundaries) and stream their runs in chunks to the calling thread, which routes them as they
+// arrive and decodes frames itself whenever it has nothing to route, so fetching, walking and
+// planning overlap. Memory is bounded by two fetch windows, PlannerOptions::queued_chunk_bytes
+// of chunks and what the output keeps: the planner never holds an object, a tensor or a plan.
 // Tensors shorter than kFullVerifyBelowBytes are planned in full (every byte, XOR zero where
 // unchanged) and flagged, so ranks can return full-checksum partial sums for them.
 //
@@ -75,12 +76,19 @@ struct PlannerOptions {
   uint64_t first_fetch_window_bytes = 1ull << 20;
   // Fetch the next window while the current one decodes.
   bool prefetch = true;
-  // Threads the planner uses. 1: decode on the calling thread, straight into the output.
-  // N >= 2: N - 1 walker threads decode frames (up to N - 1 at once, each with its own decoder)
-  // and stream their runs (chunks of about 64 KiB, at most 4 waiting per frame, frames claimed
-  // at most N ahead of the one being planned) to the calling thread, which hands them to the
-  // PlanOutput in frame order. An output error stops the walkers and is returned.
+  // Threads the planner decodes on. 1: decode on the calling thread, straight into the output.
+  // N >= 2: N - 1 walker threads decode frames (each with its own decoder, taking frames in
+  // order, at most 4N ahead of the one being planned) and stream their runs in chunks of about
+  // 64 KiB to the calling thread, which hands them to the PlanOutput; a fetch thread reads the
+  // windows. Whenever the calling thread has no chunk to plan, it decodes the next frame no
+  // walker has taken itself, straight into the output, so all N threads decode. Walkers move on
+  // to the next window's frames as soon as its bytes are in, without waiting for the window
+  // before to be planned. An output error stops the walkers and is returned.
   unsigned decode_threads = 1;
+  // With decode_threads >= 2: the most bytes of decoded chunks waiting to be planned, all
+  // frames together (the frame being planned may always have 4 chunks waiting). This and two
+  // fetch windows bound the planner's memory.
+  uint64_t queued_chunk_bytes = 16ull << 20;
   // Which frames to fetch: called with (manifest tensor index, frame's canonical offset, frame's
   // canonical length); a frame it rejects is neither read nor decoded (its pieces go nowhere).
   // A node serving a slice of a group keeps the frames that overlap its ranks' bytes. Objects
@@ -101,8 +109,11 @@ struct PlannerOptions {
 };
 
 // Where the planner puts the pieces: rank `rank`'s plan gets a record for plan tensor `tensor`
-// (index into PlanTensorTables' tables). Pieces arrive in no particular order across tensors;
-// within one frame they arrive in increasing canonical order. An error stops the planner.
+// (index into PlanTensorTables' tables). Pieces arrive in no particular order across tensors
+// and frames; within one frame they arrive in increasing canonical order (with decode_threads
+// >= 2 another frame's pieces may come between them), and the pieces of one run (one per rank
+// that holds it) come together. All calls come from the calling thread. An error stops the
+// planner.
 class PlanOutput {
  public:
   virtual ~PlanOutput() = default;

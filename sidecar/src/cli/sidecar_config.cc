@@ -147,9 +147,9 @@ const std::vector<SidecarKey>& SidecarKeys() {
        "Bound on write-plan bytes in flight to all ranks (the sidecar's plan memory)",
        double(uint64_t{256} << 10), double(uint64_t{1} << 40)},
       {"decode_threads", K::kUint, &O::decode_threads,
-       "Threads that walk and plan a delta: 1 walks and plans on one thread, N >= 2 walks on "
-       "N - 1 threads while planning on one (0: one per CPU the sync worker may use, if 4 or "
-       "more)",
+       "Threads that walk and plan a delta: 1 walks and plans on one thread; N >= 2 walks on "
+       "N - 1 threads while one plans what they walk and walks frames itself whenever it has "
+       "nothing to plan (0: one per CPU the sync worker may use)",
        0, 256},
       {"volume_store", K::kString, &O::volume_store,
        "Sealed-volume store that vol://NS/NAME@sha256:... and vol://NS/NAME:TAG delta locations "
