@@ -88,7 +88,7 @@ struct PlannerOptions {
   // With decode_threads >= 2: the most bytes of decoded chunks waiting to be planned, all
   // frames together (the frame being planned may always have 4 chunks waiting). This and two
   // fetch windows bound the planner's memory.
-  uint64_t queued_chunk_bytes = 16ull << 20;
+  uint64_t queued_chunk_bytes = 8ull << 20;
   // Which frames to fetch: called with (manifest tensor index, frame's canonical offset, frame's
   // canonical length); a frame it rejects is neither read nor decoded (its pieces go nowhere).
   // A node serving a slice of a group keeps the frames that overlap its ranks' bytes. Objects

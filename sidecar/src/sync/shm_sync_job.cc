@@ -201,8 +201,9 @@ Status ShmSyncExecutor::Job::Decode() {
   if (po.decode_threads == 0) {
     // One per CPU this (pinned, SCHED_IDLE) worker may use: the planning thread decodes too
     // whenever it has nothing to plan, so even 2 CPUs gain, and the ranks' staging, at normal
-    // priority, still comes first (measured on 2 CPUs with the cpu backend, 1 GiB, 1 %
-    // elements, medians of 5: request -> live 395 -> 335 ms at TP1, 505 -> 363 ms at TP4).
+    // priority, still comes first (2 CPUs, cpu backend, 1 GiB, 1 % elements, medians of 5 in
+    // three runs: request -> live 1 -> 2 threads 401-505 -> 321-363 ms at TP4; at TP1
+    // 377-424 -> 335-418 ms, the ranks' staging taking the second CPU).
     cpu_set_t set;
     CPU_ZERO(&set);
     const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
