@@ -6,3 +6,7 @@ deltakv_add_fuzzer(sidecar_records_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/sidecar_reco
                    deltakv_sidecar)
 # A rank's staging of plan parts on host memory (the cpu backend's path).
 deltakv_add_fuzzer(plan_stage_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/plan_stage_fuzz.cc deltakv_shim)
+# The planner's pipelined decode against its single-thread decode, on in-memory deltas built
+# from the input (libzstd compresses their frames). Seeds: corpus/planner_pipeline/.
+deltakv_add_fuzzer(planner_pipeline_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/planner_pipeline_fuzz.cc
+                   deltakv_deltasync PkgConfig::ZSTD)
