@@ -14,6 +14,7 @@
 
 #include "deltasync/adler32.h"
 #include "deltasync/write_plan.h"
+#include "fuzz_input.h"
 #include "shim/plan_stage.h"
 
 using namespace deltakv;
@@ -21,17 +22,7 @@ using namespace deltakv::deltasync;
 
 namespace {
 
-struct Input {
-  const uint8_t* data;
-  size_t size;
-  size_t pos = 0;
-  uint64_t Next(uint64_t bound) {  // a value below bound (0 when the input ran out)
-    uint64_t v = 0;
-    for (int i = 0; i < 4 && pos < size; ++i) v = v << 8 | data[pos++];
-    return bound == 0 ? 0 : v % bound;
-  }
-  bool done() const { return pos >= size; }
-};
+using Input = FuzzInput<4>;
 
 struct Rec {
   uint32_t tensor;

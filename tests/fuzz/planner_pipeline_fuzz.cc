@@ -20,22 +20,14 @@
 #include "deltasync/object_store.h"
 #include "deltasync/sync_planner.h"
 #include "deltasync/xor_digest.h"
+#include "fuzz_input.h"
 
 using namespace deltakv;
 using namespace deltakv::deltasync;
 
 namespace {
 
-struct Input {
-  const uint8_t* data;
-  size_t size;
-  size_t pos = 0;
-  uint64_t Next(uint64_t bound) {  // a value below bound (0 when the input ran out)
-    uint64_t v = 0;
-    for (int i = 0; i < 2 && pos < size; ++i) v = v << 8 | data[pos++];
-    return bound == 0 ? 0 : v % bound;
-  }
-};
+using Input = FuzzInput<2>;
 
 // One object held in memory; reads past its end fail as a short store read does.
 class MemoryStore final : public ObjectStore {
