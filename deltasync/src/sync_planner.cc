@@ -79,23 +79,13 @@ class FrameQueues {
     s.done = true;
     cv_.notify_all();
   }
-  // The front frame's next chunk; false once its producer finished and every chunk was taken.
-  bool Pop(RunChunk* chunk) {
+  enum class Next { kChunk, kDone, kNone };
+  // The front frame's next chunk (kChunk, in *chunk); kDone once its producer finished and every
+  // chunk was taken; without `wait`, kNone when no chunk is ready yet.
+  Next Pop(RunChunk* chunk, bool wait) {
     std::unique_lock<std::mutex> lock(mu_);
     Slot& s = slots_[front_ % slots_.size()];
-    cv_.wait(lock, [&] { return !s.chunks.empty() || s.done; });
-    if (s.chunks.empty()) return false;
-    *chunk = std::move(s.chunks.front());
-    s.chunks.pop_front();
-    queued_ -= chunk->Bytes();
-    cv_.notify_all();
-    return true;
-  }
-  enum class Next { kChunk, kDone, kNone };
-  // Pop without waiting: kNone when the front frame has no chunk ready and is not finished.
-  Next TryPop(RunChunk* chunk) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Slot& s = slots_[front_ % slots_.size()];
+    if (wait) cv_.wait(lock, [&] { return !s.chunks.empty() || s.done; });
     if (s.chunks.empty()) return s.done ? Next::kDone : Next::kNone;
     *chunk = std::move(s.chunks.front());
     s.chunks.pop_front();
@@ -103,10 +93,10 @@ class FrameQueues {
     cv_.notify_all();
     return Next::kChunk;
   }
-  // The front frame's result. REQUIRES: Pop returned false.
+  // The front frame's result. REQUIRES: Pop returned kDone.
   const StatusOr<DecodeResult>& result() const { return slots_[front_ % slots_.size()].result; }
   // Moves on to the next frame; its slot is ready for frame front + slots. REQUIRES: Pop
-  // returned false.
+  // returned kDone, or the front frame was decoded without the queues.
   void Advance() {
     std::lock_guard<std::mutex> lock(mu_);
     Slot& s = slots_[front_ % slots_.size()];
@@ -314,10 +304,10 @@ std::span<const uint8_t> FrameInput(const FetchWindow& w, const std::string& byt
 // no chunk ready, decodes the next frame nobody has claimed itself, straight into the output
 // (out of frame order), so on N CPUs all N threads decode. There is no barrier at the end of a
 // window: walkers go on into the next window while the last frames of one are still planned.
-template <typename Fetch, typename Where, typename SinkFor, typename Account>
+template <typename Fetch, typename Where, typename SinkFor, typename Account, typename PlanFrame>
 Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOptions& opt,
                        XorDecoder& decoder, Fetch& fetch, Where& where, SinkFor& sink_for,
-                       Account& account, PlanStats* stats) {
+                       Account& account, PlanFrame& plan_frame, PlanStats* stats) {
   struct Item {
     size_t window;
     FrameRef ref;
@@ -420,15 +410,8 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
   auto plan_here = [&](size_t j) -> Status {
     const Item& item = frames[j];
     if (!fetch_errors[item.window].ok()) return fetch_errors[item.window];
-    const DeltaFrame& f = *item.ref.frame;
-    PlanSink sink = sink_for(item.ref);
-    ASSIGN_OR_RETURN(
-        DecodeResult r,
-        DecodeDeltaFrame(decoder, FrameInput(windows[item.window], bytes[item.window], f), f.length,
-                         opt.max_window_log, sink, where(item.ref), f.xor_digest));
-    RETURN_IF_ERROR(sink.Flush());
-    account(r);
-    return Status::Ok();
+    return plan_frame(
+        decoder, FrameInput(windows[item.window], bytes[item.window], *item.ref.frame), item.ref);
   };
   std::vector<bool> self_planned(frames.size(), false);
   size_t i = 0;
@@ -458,7 +441,7 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
           PlanSink sink = sink_for(frames[i].ref);
           RunChunk chunk;
           for (;;) {
-            FrameQueues::Next next = queues.TryPop(&chunk);
+            FrameQueues::Next next = queues.Pop(&chunk, /*wait=*/false);
             if (next == FrameQueues::Next::kNone) {
               // Nothing to plan yet: walk a frame no walker has taken (planned now, out of
               // frame order), or wait for the next chunk.
@@ -474,7 +457,7 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
                 self_planned[j] = true;
                 continue;
               }
-              next = queues.Pop(&chunk) ? FrameQueues::Next::kChunk : FrameQueues::Next::kDone;
+              next = queues.Pop(&chunk, /*wait=*/true);
             }
             if (next == FrameQueues::Next::kDone) break;
             if (!chunk.entries.empty()) {
@@ -607,9 +590,21 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
     stats.nonzero_bytes += r.nonzero_bytes;
     ++stats.frames;
   };
+  // Decodes frame `fr` (its compressed bytes `input`) with `d` on this thread, straight into
+  // the output.
+  auto plan_frame = [&](XorDecoder& d, std::span<const uint8_t> input,
+                        const FrameRef& fr) -> Status {
+    PlanSink sink = sink_for(fr);
+    ASSIGN_OR_RETURN(DecodeResult r,
+                     DecodeDeltaFrame(d, input, fr.frame->length, opt.max_window_log, sink,
+                                      where(fr), fr.frame->xor_digest));
+    RETURN_IF_ERROR(sink.Flush());
+    account(r);
+    return Status::Ok();
+  };
   if (opt.decode_threads >= 2) {
-    RETURN_IF_ERROR(
-        DecodePipelined(windows, opt, *decoder, fetch, where, sink_for, account, &stats));
+    RETURN_IF_ERROR(DecodePipelined(windows, opt, *decoder, fetch, where, sink_for, account,
+                                    plan_frame, &stats));
   } else {
     std::future<StatusOr<std::string>> next;
     if (!windows.empty() && opt.prefetch) next = std::async(std::launch::async, fetch, windows[0]);
@@ -627,12 +622,7 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
       stats.bytes_fetched += bytes.size();
       auto t1 = Clock::now();
       for (const FrameRef& fr : w.frames) {
-        PlanSink sink = sink_for(fr);
-        ASSIGN_OR_RETURN(DecodeResult r, DecodeDeltaFrame(*decoder, FrameInput(w, bytes, *fr.frame),
-                                                          fr.frame->length, opt.max_window_log,
-                                                          sink, where(fr), fr.frame->xor_digest));
-        RETURN_IF_ERROR(sink.Flush());
-        account(r);
+        RETURN_IF_ERROR(plan_frame(*decoder, FrameInput(w, bytes, *fr.frame), fr));
       }
       stats.decode_ms += MsSince(t1);
       if (opt.progress) opt.progress(wi + 1, windows.size());

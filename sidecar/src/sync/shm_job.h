@@ -21,6 +21,7 @@
 #include "sync/live_checksums.h"
 #include "sync/node_slice.h"
 #include "sync/plan_stream.h"
+#include "sync/rank_collect.h"
 #include "sync/shm_executor.h"
 
 namespace deltakv::sidecar {
@@ -82,6 +83,15 @@ class ShmSyncExecutor::Job {
   // ---- shared by every kind of job
   Status AttachRanks();
   Status RankGone(uint32_t r) const;
+  // A wait for every rank's `want` replies to this sync, failing when a rank is gone.
+  CollectSpec RankReplies(shm::MessageType want, std::chrono::milliseconds timeout) {
+    CollectSpec spec;
+    spec.id = sync_id_;
+    spec.want = want;
+    spec.timeout = timeout;
+    spec.rank_gone = [this](uint32_t r) { return RankGone(r); };
+    return spec;
+  }
   StatusOr<LiveChecksums> Checksum(uint64_t rate_bytes_per_s, uint32_t flags);
   std::vector<shm::RankChannel*> Channels();
   void SetState(SyncState s) {

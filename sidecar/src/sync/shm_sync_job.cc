@@ -253,11 +253,7 @@ Status ShmSyncExecutor::Job::Stage() {
   const size_t n = m_.tensors.size();
   std::vector<deltasync::AdlerDelta> inc(n), full(n);
   for (RankRun& rr : runs_) rr.inc.assign(n, {});
-  CollectSpec spec;
-  spec.id = sync_id_;
-  spec.want = shm::MessageType::kStaged;
-  spec.timeout = ex_.options_.stage_timeout;
-  spec.rank_gone = [this](uint32_t r) { return RankGone(r); };
+  CollectSpec spec = RankReplies(shm::MessageType::kStaged, ex_.options_.stage_timeout);
   spec.on_reply = [&](uint32_t r, const shm::Message& msg) -> StatusOr<bool> {
     ASSIGN_OR_RETURN(shm::StagedReport rep, shm::ParseStaged(msg));
     for (const shm::StagedEntry& e : rep.entries) {
@@ -307,11 +303,7 @@ Status ShmSyncExecutor::Job::Commit() {
   // The node's pause: the first rank's pause start to the last rank's resume. A rank that does
   // not report its times (an older shim) counts from the decision to its confirmation.
   int64_t pause_start_ns = 0, resume_ns = 0;
-  CollectSpec spec;
-  spec.id = sync_id_;
-  spec.want = shm::MessageType::kCommitted;
-  spec.timeout = ex_.options_.commit_timeout;
-  spec.rank_gone = [this](uint32_t r) { return RankGone(r); };
+  CollectSpec spec = RankReplies(shm::MessageType::kCommitted, ex_.options_.commit_timeout);
   spec.on_reply = [&](uint32_t r, const shm::Message& msg) -> StatusOr<bool> {
     ASSIGN_OR_RETURN(shm::CommittedReport rep, shm::ParseCommitted(msg));
     runs_[r].committed = true;
