@@ -789,9 +789,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--first-rank needs --tp-world\n");
     return 2;
   }
-  if ((tp_world > 0 ? tp_world : tp) % g_ep != 0) {
-    std::fprintf(stderr, "--ep %u does not divide the world of %u ranks\n", g_ep,
-                 tp_world > 0 ? tp_world : tp);
+  if (const uint32_t world = tp_world > 0 ? tp_world : tp; world % g_ep != 0) {
+    std::fprintf(stderr, "--ep %u does not divide the world of %u ranks\n", g_ep, world);
     return 2;
   }
   if (rank >= 0)
