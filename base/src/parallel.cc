@@ -1,5 +1,8 @@
 #include "base/parallel.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -50,6 +53,83 @@ Status ParallelForWorkers(size_t n, unsigned threads,
   worker(0);
   for (auto& t : pool) t.join();
   return first_status;
+}
+
+}  // namespace deltakv
+
+namespace deltakv {
+
+WorkerCrew::WorkerCrew(unsigned helpers) {
+  helpers_.reserve(helpers);
+  for (unsigned i = 0; i < helpers; ++i) helpers_.emplace_back([this, i] { Helper(i + 1); });
+}
+
+WorkerCrew::~WorkerCrew() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : helpers_) t.join();
+}
+
+void WorkerCrew::Run(unsigned n, const std::function<void(unsigned)>& fn) {
+  if (n <= 1 || helpers_.empty()) {
+    for (unsigned i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::lock_guard<std::mutex> run(run_mu_);
+  // The helpers may run on any CPU this thread may use except the one it is on. Left to
+  // itself, the kernel often wakes a helper onto the waker's CPU (a wakeup that skips the
+  // idle-CPU search when the CPUs were recently busy) and leaves it queued there behind the
+  // caller, or the caller behind it, for up to a load-balancing tick while another CPU idles.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int here = sched_getcpu();
+  if (here >= 0 && here < CPU_SETSIZE && sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    CPU_CLR(here, &allowed);
+    if (CPU_COUNT(&allowed) == 0) {
+      // Only this CPU: the helpers could only take turns with the caller.
+      for (unsigned i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    if (!CPU_EQUAL(&allowed, &helper_cpus_)) {
+      for (std::thread& t : helpers_) {
+        (void)pthread_setaffinity_np(t.native_handle(), sizeof(allowed), &allowed);
+      }
+      helper_cpus_ = allowed;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &fn;
+    job_calls_ = n;
+    job_workers_ = std::min(n, size());
+    running_ = job_workers_ - 1;
+    ++generation_;
+  }
+  wake_.notify_all();
+  for (unsigned i = 0; i < n; i += job_workers_) fn(i);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return running_ == 0; });
+  job_ = nullptr;
+}
+
+void WorkerCrew::Helper(unsigned index) {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    if (index >= job_workers_) continue;  // this job needs fewer helpers
+    const std::function<void(unsigned)>* job = job_;
+    const unsigned calls = job_calls_, stride = job_workers_;
+    lock.unlock();
+    for (unsigned i = index; i < calls; i += stride) (*job)(i);
+    lock.lock();
+    if (--running_ == 0) done_.notify_one();
+  }
 }
 
 }  // namespace deltakv

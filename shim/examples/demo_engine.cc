@@ -311,6 +311,13 @@ StatusOr<Weights> LoadLike(const std::string& dir, uint32_t rank, uint32_t tp,
 // Copies every tensor of `src` over the same-sized tensor of `dst` on `threads` threads, each
 // taking an equal share of the bytes (tensor sizes are far from even, so splitting by tensor
 // would leave the embedding's thread running alone).
+// The baselines' copy threads: a crew started with the rank, as the cpu backend keeps one, so
+// that the baselines run on their CPUs as the scatter they are compared with does.
+WorkerCrew& BaselineCrew() {
+  static WorkerCrew crew(DefaultThreads() - 1);
+  return crew;
+}
+
 void CopyWeights(const Weights& src, Weights* dst, unsigned threads) {
   uint64_t total = 0;
   for (const auto& b : src.bytes) total += b.size();
@@ -326,12 +333,8 @@ void CopyWeights(const Weights& src, Weights* dst, unsigned threads) {
     }
   };
   threads = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(threads, total)));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) {
-    pool.emplace_back(copy_share, total * t / threads, total * (t + 1) / threads);
-  }
-  copy_share(0, total / threads);
-  for (auto& th : pool) th.join();
+  BaselineCrew().Run(
+      threads, [&](unsigned t) { copy_share(total * t / threads, total * (t + 1) / threads); });
 }
 
 // Every 64-byte memory line of `live` that holds a byte differing from `parent` (same layout).
@@ -375,12 +378,9 @@ double TouchLines(const std::vector<uint8_t*>& lines, unsigned threads) {
     }
   };
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) {
-    pool.emplace_back(touch, lines.size() * t / threads, lines.size() * (t + 1) / threads);
-  }
-  touch(0, lines.size() / threads);
-  for (auto& th : pool) th.join();
+  BaselineCrew().Run(threads, [&](unsigned t) {
+    touch(lines.size() * t / threads, lines.size() * (t + 1) / threads);
+  });
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
 }

@@ -2,9 +2,11 @@
 //
 // Copies are mostly a few bytes each (the changed bytes of sparse deltas), so the loop inlines
 // small sizes, and large batches are split across threads (disjoint destinations).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
-#include <thread>
+#include <memory>
 #include <vector>
 
 #include "backends.h"
@@ -51,20 +53,16 @@ void CopyRange(std::span<const CopyOp> ops) {
 }
 
 template <bool kToDevice>
-void CopyAll(std::span<const CopyOp> ops, unsigned threads) {
+void CopyAll(std::span<const CopyOp> ops, WorkerCrew& crew) {
   constexpr size_t kPerThreadMin = 1 << 16;
-  unsigned n = static_cast<unsigned>(std::min<size_t>(threads, ops.size() / kPerThreadMin));
+  const unsigned n =
+      static_cast<unsigned>(std::min<size_t>(crew.size(), ops.size() / kPerThreadMin));
   if (n <= 1) return CopyRange<kToDevice>(ops);
-  std::vector<std::thread> pool;
-  size_t chunk = (ops.size() + n - 1) / n;
-  for (unsigned t = 1; t < n; ++t) {
-    size_t begin = t * chunk;
-    size_t end = std::min(ops.size(), begin + chunk);
-    if (begin < end)
-      pool.emplace_back([=] { CopyRange<kToDevice>(ops.subspan(begin, end - begin)); });
-  }
-  CopyRange<kToDevice>(ops.first(std::min(chunk, ops.size())));
-  for (auto& th : pool) th.join();
+  const size_t chunk = (ops.size() + n - 1) / n;
+  crew.Run(n, [&](unsigned t) {
+    const size_t begin = std::min(ops.size(), t * chunk);
+    CopyRange<kToDevice>(ops.subspan(begin, std::min(ops.size() - begin, chunk)));
+  });
 }
 
 // Writes ops [begin, end) of the concatenation of `batches`, prefetching destinations ahead
@@ -88,12 +86,16 @@ class CpuBackend final : public DeviceBackend {
  public:
   std::string_view name() const override { return "cpu"; }
   Status Gather(std::span<const CopyOp> ops) override {
-    CopyAll<false>(ops, threads_);
+    CopyAll<false>(ops, crew());
     return Status::Ok();
   }
   Status Scatter(std::span<const CopyOp> ops) override {
-    CopyAll<true>(ops, threads_);
+    CopyAll<true>(ops, crew());
     return Status::Ok();
+  }
+  StatusOr<std::unique_ptr<PreparedScatter>> PrepareScatter(ScatterBatch batch) override {
+    crew();  // started before the pause that commits this batch
+    return DeviceBackend::PrepareScatter(std::move(batch));
   }
   // Every batch of the commit in one pass, split evenly over the threads by op count.
   Status CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared) override {
@@ -106,14 +108,10 @@ class CpuBackend final : public DeviceBackend {
       total += host->batch().ops.size();
     }
     constexpr size_t kPerThreadMin = 1 << 14;
+    WorkerCrew& workers = crew();
     const unsigned n = static_cast<unsigned>(
-        std::max<size_t>(1, std::min<size_t>(threads_, total / kPerThreadMin)));
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < n; ++t) {
-      pool.emplace_back([&, t] { ScatterSlice(batches, total * t / n, total * (t + 1) / n); });
-    }
-    ScatterSlice(batches, 0, total / n);
-    for (auto& th : pool) th.join();
+        std::max<size_t>(1, std::min<size_t>(workers.size(), total / kPerThreadMin)));
+    workers.Run(n, [&](unsigned t) { ScatterSlice(batches, total * t / n, total * (t + 1) / n); });
     return Status::Ok();
   }
   // Weights are host memory: the old bytes are read in place while the part stages, in one
@@ -135,8 +133,20 @@ class CpuBackend final : public DeviceBackend {
   }
 
  private:
-  // The demo engine's full-reload baseline copies on the same number of threads.
-  unsigned threads_ = DefaultThreads();
+  // The copy threads, one per CPU (the demo engine's full-reload baseline copies on as many),
+  // started by the first staging or copy so that a commit's pause never creates a thread. A
+  // process forked after that has none of the parent's helpers: it starts its own (the
+  // parent's crew object is left alone, its threads are not this process's to join).
+  WorkerCrew& crew() {
+    if (crew_ == nullptr || crew_pid_ != getpid()) {
+      if (crew_ != nullptr) (void)crew_.release();
+      crew_ = std::make_unique<WorkerCrew>(DefaultThreads() - 1);
+      crew_pid_ = getpid();
+    }
+    return *crew_;
+  }
+  std::unique_ptr<WorkerCrew> crew_;
+  pid_t crew_pid_ = 0;
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include "shim/plan_stage.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -291,6 +293,43 @@ TEST(PlanStage, CommitScattersWritesEveryBatchExactly) {
   }
   ASSERT_TRUE((*cpu)->CommitScatters(prepared).ok());
   EXPECT_TRUE(device == expected);
+}
+
+// The cpu backend keeps its copy threads between calls; a process forked after they started
+// (an engine that forks workers after staging) has none of them, and its commits still run
+// on copy threads of its own instead of waiting for helpers that do not exist.
+TEST(PlanStage, CpuBackendCommitsInAProcessForkedAfterItsThreadsStarted) {
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  std::vector<uint8_t> device(4u << 20, 0);
+  auto commit = [&](uint8_t value) -> bool {
+    ScatterBatch batch;
+    const size_t ops = 1u << 16;  // enough that the commit splits over the threads
+    batch.data.assign(ops, value);
+    for (size_t i = 0; i < ops; ++i)
+      batch.ops.push_back({device.data() + 64 * i, &batch.data[i], 1});
+    auto p = (*cpu)->PrepareScatter(std::move(batch));
+    if (!p.ok()) return false;
+    std::vector<std::unique_ptr<PreparedScatter>> prepared;
+    prepared.push_back(std::move(*p));
+    if (!(*cpu)->CommitScatters(prepared).ok()) return false;
+    for (size_t i = 0; i < ops; ++i) {
+      if (device[64 * i] != value) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(commit(1));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(30);  // a commit waiting for the parent's threads would hang: fail instead
+    _exit(commit(2) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(commit(3));  // the parent's threads still serve it
 }
 
 // Every copy size from 0 to 40 bytes, at every alignment, with the neighbouring bytes on both
