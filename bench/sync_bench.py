@@ -22,9 +22,13 @@ Baselines:
   request_to_live_vs_walk is request -> live over it: what planning, staging, commit, the
   digest check and the protocol add on top of the two steps a sync cannot skip.
 - the touched-line bound: each rank finds the 64-byte lines the sync changed (against the
-  parent checkpoint) and times one store per line on as many threads as its scatter
-  (POST /v1/touch-bound on the demo engine); pause_vs_touch_bound is the sync's pause over the
-  slowest rank's bound.
+  parent checkpoint), then all ranks store once to each of their lines on as many threads as
+  their scatters, in two rounds, each started on every rank at the same instant as their
+  commits' scatters run at once (POST /v1/touch-bound on the demo engine, "hold" then
+  "start_unix_ns"). touch_bound_ms is the better round's span (its start to the last rank's
+  end), as the pause spans the first rank's pause to the last rank's resume;
+  touch_bound_rank_ms is the slowest rank's own best pass, touch_bound_late_us the most a pass
+  began past its instant. pause_vs_touch_bound is the sync's pause over touch_bound_ms.
 - a full reload (below).
 Each engine is verified against its checkpoint (POST /v1/verify) before the timed syncs, as a
 production start with --verify-checkpoint does, so no timed sync pays the one-time early check.
@@ -78,6 +82,14 @@ def post_ranks(ports, path, body, what):
         if r.get("ok") is not True:
             sys.exit(f"sync_bench: {what} on port {p} failed: {r.get('error', json.dumps(r)[:500])}")
     return resps
+
+
+def late_us(resp):
+    """A timed touch-bound response's late_us (0 when its passes began on time)."""
+    v = resp.get("late_us")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        sys.exit(f"sync_bench: touch-bound response has no late_us: {json.dumps(resp)[:500]}")
+    return v
 
 
 def wait_file(path, proc, what, timeout=600):
@@ -228,12 +240,32 @@ def main():
                                  "h2d_copy_gbps": slow["h2d_copy_gbps"],
                                  "staging_vs_h2d_copy": slow["staging_gbps"] / slow["h2d_copy_gbps"]}
                     else:
-                        bounds = post_ranks(rank_ports, "/v1/touch-bound", {"parent": t(parent)},
-                                            "touch bound")
-                        touch_ms = max(figure(r, "touch_ms", f"touch-bound response (port {p})")
-                                       for r, p in zip(bounds, rank_ports))
+                        # Every rank finds its lines first; then all touch them from the same
+                        # instants, as their commits' scatters run at once. The bound is the
+                        # better round's span: its start to the last rank's end.
+                        held = post_ranks(rank_ports, "/v1/touch-bound",
+                                          {"parent": t(parent), "hold": True}, "touch bound")
+                        lines = sum(r["lines"] for r in held)
+                        round_ns = 100_000_000 + 200 * lines  # far more than a pass takes
+                        start_ns = time.time_ns() + 50_000_000
+                        bounds = post_ranks(rank_ports, "/v1/touch-bound",
+                                            {"start_unix_ns": start_ns, "rounds": 2,
+                                             "round_ns": round_ns}, "touch bound")
+                        spans = []
+                        for k in range(2):
+                            at = start_ns + k * round_ns
+                            end = max(r["round_end_unix_ns"][k] for r in bounds)
+                            if end >= at + round_ns:
+                                sys.exit(f"sync_bench: touch-bound round {k} ran past the next")
+                            spans.append((end - at) / 1e6)
+                        touch_ms = min(spans)
+                        if touch_ms <= 0:
+                            sys.exit(f"sync_bench: touch-bound span {touch_ms} ms")
                         extra = {"touch_bound_ms": touch_ms,
-                                 "touched_lines_measured": sum(r["lines"] for r in bounds),
+                                 "touched_lines_measured": lines,
+                                 "touch_bound_rank_ms": max(figure(r, "touch_ms", "touch-bound response")
+                                                            for r in bounds),
+                                 "touch_bound_late_us": max(late_us(r) for r in bounds),
                                  "pause_vs_touch_bound": pause / touch_ms}
                     reloads = post_ranks(rank_ports, "/v1/reload", {"checkpoint": t(new)},
                                          "full reload")

@@ -20,7 +20,14 @@
 //   POST /v1/touch-bound {"parent": DIR}: the memory floor of the last sync's writes: finds the
 //                      64-byte lines of live weights that differ from the parent checkpoint and
 //                      times one store per such line (of the byte already there) on as many
-//                      threads as the cpu backend's scatter: {"lines", "touch_ms", "threads"}
+//                      threads as the cpu backend's scatter, the better of two passes:
+//                      {"lines", "touch_ms", "threads"}. For all ranks at once, as their
+//                      commits write: {"parent": DIR, "hold": true} on every rank finds and
+//                      keeps the lines ({"lines", "held"}), then {"start_unix_ns": T,
+//                      "rounds": R (default 2), "round_ns": D} on every rank runs pass r at
+//                      wall-clock time T + r * D: {"lines", "touch_ms" (its best pass),
+//                      "threads", "late_us" (the most a pass began past its time),
+//                      "round_end_unix_ns": [when each pass ended]}.
 // and /v1/state also carries the rank's deltakv_engine_get_sync_stats ("sync_stats"), so the
 // served policy and what each sync cost are observable. Requests are held while a commit pauses
 // the engine.
@@ -47,6 +54,7 @@
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
@@ -642,36 +650,87 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_worl
             .dump(),
         "application/json");
   });
+  // Lines found by a touch-bound request with "hold", timed by the next one with "start_unix_ns".
+  std::mutex held_mu;
+  std::optional<std::vector<uint8_t*>> held_lines;
   server.Post("/v1/touch-bound", [&](const httplib::Request& req, httplib::Response& res) {
     auto j = nlohmann::json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.contains("parent") || !j["parent"].is_string()) {
-      res.status = 400;
-      return;
-    }
     auto fail = [&](int status, const Status& s) {
       res.status = status;
       res.set_content(nlohmann::json{{"ok", false}, {"error", s.ToString()}}.dump(),
                       "application/json");
     };
+    const bool has_parent = !j.is_discarded() && j.contains("parent") && j["parent"].is_string();
+    const bool has_start =
+        !j.is_discarded() && j.contains("start_unix_ns") && j["start_unix_ns"].is_number_unsigned();
+    if (j.is_discarded() || has_parent == has_start) {
+      return fail(400, InvalidArgument("expected {\"parent\": DIR[, \"hold\": true]} or "
+                                       "{\"start_unix_ns\": T}"));
+    }
     if (w.on_device()) {
       return fail(400, FailedPrecondition("touch-bound times host memory lines (the cpu backend); "
                                           "on cuda use /v1/copy-bound"));
     }
-    auto parent = LoadLike(j["parent"].get<std::string>(), grank, gworld, w);
-    if (!parent.ok()) return fail(400, parent.status());
-    const Weights& old = *parent;
+    std::vector<uint8_t*> lines;
+    if (has_parent) {
+      auto parent = LoadLike(j["parent"].get<std::string>(), grank, gworld, w);
+      if (!parent.ok()) return fail(400, parent.status());
+      std::shared_lock<std::shared_mutex> serving(g_serving);
+      lines = DifferingLines(*parent, &w);
+      if (j.value("hold", false)) {
+        const size_t count = lines.size();
+        std::lock_guard<std::mutex> lock(held_mu);
+        held_lines = std::move(lines);
+        res.set_content(nlohmann::json{{"ok", true}, {"lines", count}, {"held", true}}.dump(),
+                        "application/json");
+        return;
+      }
+    } else {
+      std::lock_guard<std::mutex> lock(held_mu);
+      if (!held_lines) {
+        return fail(400, FailedPrecondition("no lines held: send {\"parent\": DIR, \"hold\": "
+                                            "true} first"));
+      }
+      lines = std::move(*held_lines);
+      held_lines.reset();
+    }
     const unsigned threads = DefaultThreads();
+    nlohmann::json reply{{"ok", true}, {"lines", lines.size()}, {"threads", threads}};
     std::unique_lock<std::shared_mutex> hold(g_serving);
-    const std::vector<uint8_t*> lines = DifferingLines(old, &w);
-    // The better of two passes: a floor for the scatter, whose lines staging has just read.
-    const double first = TouchLines(lines, threads);
-    const double ms = std::min(first, TouchLines(lines, threads));
+    if (!has_start) {
+      // The better of two passes: a floor for the scatter, whose lines staging has just read.
+      const double first = TouchLines(lines, threads);
+      reply["touch_ms"] = std::min(first, TouchLines(lines, threads));
+    } else {
+      // Every rank times its passes from the same instants, as their commits' scatters run:
+      // pass r starts at start_unix_ns + r * round_ns.
+      const uint64_t start = j["start_unix_ns"].get<uint64_t>();
+      const uint64_t round_ns = j.value("round_ns", uint64_t{0});
+      const uint32_t rounds = j.value("rounds", 2u);
+      if (rounds < 1 || rounds > 16 || (rounds > 1 && round_ns == 0)) {
+        return fail(400, InvalidArgument("rounds is 1 to 16; more than one needs round_ns > 0"));
+      }
+      double best = 0, late_us = 0;
+      nlohmann::json ends = nlohmann::json::array();
+      for (uint32_t r = 0; r < rounds; ++r) {
+        const auto at =
+            std::chrono::system_clock::time_point(std::chrono::nanoseconds(start + r * round_ns));
+        std::this_thread::sleep_until(at);
+        late_us = std::max(late_us, std::chrono::duration<double, std::micro>(
+                                        std::chrono::system_clock::now() - at)
+                                        .count());
+        const double ms = TouchLines(lines, threads);
+        best = r == 0 ? ms : std::min(best, ms);
+        ends.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
+      }
+      reply["touch_ms"] = best;
+      reply["late_us"] = late_us;
+      reply["round_end_unix_ns"] = ends;
+    }
     hold.unlock();
-    res.set_content(
-        nlohmann::json{
-            {"ok", true}, {"lines", lines.size()}, {"touch_ms", ms}, {"threads", threads}}
-            .dump(),
-        "application/json");
+    res.set_content(reply.dump(), "application/json");
   });
   server.Post("/v1/copy-bound", [&](const httplib::Request& req, httplib::Response& res) {
     auto j = nlohmann::json::parse(req.body, nullptr, false);

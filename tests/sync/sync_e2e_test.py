@@ -327,6 +327,45 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertIn('deltakv_syncs_total{result="live"} 2', metrics)
         self.assertIn("deltakv_engine_ranks 2", metrics)
 
+    def test_touch_bound_times_the_lines_a_sync_changed(self):
+        """The demo engine's touch-bound baseline: the lines that differ from the parent, timed
+        at once or held and then timed by every rank from shared instants."""
+        c = self.cluster(tp=2)
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "live", rec)
+        urls = [f"http://127.0.0.1:{p}/v1/touch-bound" for p in c.rank_ports]
+        code, now = http("POST", urls[0], {"parent": self.t("v1")})
+        self.assertEqual(code, 200, now)
+        self.assertGreater(now["lines"], 0)
+        self.assertGreater(now["touch_ms"], 0)
+        code, body = http("POST", urls[0], {"start_unix_ns": time.time_ns()})
+        self.assertEqual(code, 400, body)  # nothing held
+        self.assertIn("no lines held", body["error"])
+        code, body = http("POST", urls[0], {"parent": self.t("v1"), "start_unix_ns": 1})
+        self.assertEqual(code, 400, body)  # one or the other
+        held = []
+        for u in urls:
+            code, body = http("POST", u, {"parent": self.t("v1"), "hold": True})
+            self.assertEqual(code, 200, body)
+            self.assertTrue(body["held"])
+            held.append(body["lines"])
+        self.assertEqual(held[0], now["lines"])
+        self.assertGreater(sum(held), 0)
+        start, round_ns = time.time_ns() + 200_000_000, 300_000_000
+        for u, lines in zip(urls, held):
+            code, body = http("POST", u, {"start_unix_ns": start, "rounds": 2, "round_ns": round_ns})
+            self.assertEqual(code, 200, body)
+            self.assertEqual(body["lines"], lines)
+            ends = body["round_end_unix_ns"]
+            self.assertEqual(len(ends), 2)
+            for k, end in enumerate(ends):
+                self.assertGreater(end, start + k * round_ns)  # no pass before its instant
+            self.assertGreaterEqual(body["late_us"], 0)
+            self.assertGreater(body["touch_ms"], 0)
+        code, body = http("POST", urls[0], {"start_unix_ns": time.time_ns()})
+        self.assertEqual(code, 400, body)  # the held lines were used up
+        c.assert_serves(self, self.t("v2"))  # touching rewrote the bytes already there
+
     def arenas(self, c):
         """The sidecar's plan arenas: name -> inode."""
         return {f: os.stat(os.path.join("/dev/shm", f)).st_ino
