@@ -61,7 +61,10 @@ namespace deltakv {
 
 WorkerCrew::WorkerCrew(unsigned helpers) {
   helpers_.reserve(helpers);
-  for (unsigned i = 0; i < helpers; ++i) helpers_.emplace_back([this, i] { Helper(i + 1); });
+  for (unsigned i = 0; i < helpers; ++i) {
+    helpers_.emplace_back([this, i] { Helper(i + 1); });
+    (void)pthread_setname_np(helpers_.back().native_handle(), "deltakv-crew");
+  }
 }
 
 WorkerCrew::~WorkerCrew() {
