@@ -84,6 +84,10 @@ void ScatterSlice(const std::vector<std::span<const CopyOp>>& batches, size_t be
 
 class CpuBackend final : public DeviceBackend {
  public:
+  ~CpuBackend() override {
+    // A forked process holds its parent's crew object without its threads: nothing to join.
+    if (crew_ != nullptr && crew_pid_ != getpid()) (void)crew_.release();
+  }
   std::string_view name() const override { return "cpu"; }
   Status Gather(std::span<const CopyOp> ops) override {
     CopyAll<false>(ops, crew());

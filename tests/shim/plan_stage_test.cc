@@ -323,10 +323,23 @@ TEST(PlanStage, CpuBackendCommitsInAProcessForkedAfterItsThreadsStarted) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     alarm(30);  // a commit waiting for the parent's threads would hang: fail instead
-    _exit(commit(2) ? 0 : 1);
+    const bool ok = commit(2);
+    cpu->reset();  // and its own threads are joined
+    _exit(ok ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // A child that only destroys the backend it inherited does not wait for the parent's threads.
+  const pid_t quitter = fork();
+  ASSERT_GE(quitter, 0);
+  if (quitter == 0) {
+    alarm(30);
+    cpu->reset();
+    _exit(0);
+  }
+  ASSERT_EQ(waitpid(quitter, &status, 0), quitter);
   ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_TRUE(commit(3));  // the parent's threads still serve it
