@@ -61,6 +61,7 @@ namespace deltakv {
 
 WorkerCrew::WorkerCrew(unsigned helpers) {
   helpers_.reserve(helpers);
+  helper_cpus_.resize(helpers);  // all empty: unset
   for (unsigned i = 0; i < helpers; ++i) {
     helpers_.emplace_back([this, i] { Helper(i + 1); });
     (void)pthread_setname_np(helpers_.back().native_handle(), "deltakv-crew");
@@ -96,11 +97,12 @@ void WorkerCrew::Run(unsigned n, const std::function<void(unsigned)>& fn) {
       for (unsigned i = 0; i < n; ++i) fn(i);
       return;
     }
-    if (!CPU_EQUAL(&allowed, &helper_cpus_)) {
-      for (std::thread& t : helpers_) {
-        (void)pthread_setaffinity_np(t.native_handle(), sizeof(allowed), &allowed);
-      }
-      helper_cpus_ = allowed;
+    // Only the helpers this job wakes, and only where their set changed (a syscall each).
+    const unsigned used = std::min(n, size()) - 1;
+    for (unsigned i = 0; i < used; ++i) {
+      if (CPU_EQUAL(&allowed, &helper_cpus_[i])) continue;
+      (void)pthread_setaffinity_np(helpers_[i].native_handle(), sizeof(allowed), &allowed);
+      helper_cpus_[i] = allowed;
     }
   }
   {

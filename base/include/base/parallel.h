@@ -67,7 +67,7 @@ class WorkerCrew {
   uint64_t generation_ = 0;
   unsigned running_ = 0;  // helpers of the current job still working
   bool stop_ = false;
-  cpu_set_t helper_cpus_{};  // the helpers' affinity as Run last set it (empty: unset)
+  std::vector<cpu_set_t> helper_cpus_;  // each helper's affinity as Run last set it (empty: unset)
   std::vector<std::thread> helpers_;
 };
 
