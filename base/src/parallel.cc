@@ -55,10 +55,6 @@ Status ParallelForWorkers(size_t n, unsigned threads,
   return first_status;
 }
 
-}  // namespace deltakv
-
-namespace deltakv {
-
 WorkerCrew::WorkerCrew(unsigned helpers) {
   helpers_.reserve(helpers);
   helper_cpus_.resize(helpers);  // all empty: unset
@@ -77,34 +73,36 @@ WorkerCrew::~WorkerCrew() {
   for (std::thread& t : helpers_) t.join();
 }
 
-void WorkerCrew::Run(unsigned n, const std::function<void(unsigned)>& fn) {
-  if (n <= 1 || helpers_.empty()) {
-    for (unsigned i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::lock_guard<std::mutex> run(run_mu_);
-  // The helpers may run on any CPU this thread may use except the one it is on. Left to
-  // itself, the kernel often wakes a helper onto the waker's CPU (a wakeup that skips the
-  // idle-CPU search when the CPUs were recently busy) and leaves it queued there behind the
-  // caller, or the caller behind it, for up to a load-balancing tick while another CPU idles.
+bool WorkerCrew::KeepHelpersOffThisCpu(unsigned helpers) {
+  // Left to itself, the kernel often wakes a helper onto the waker's CPU (a wakeup that skips
+  // the idle-CPU search when the CPUs were recently busy) and leaves it queued there behind
+  // the caller, or the caller behind it, for up to a load-balancing tick while another CPU
+  // idles.
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   const int here = sched_getcpu();
-  if (here >= 0 && here < CPU_SETSIZE && sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
-    CPU_CLR(here, &allowed);
-    if (CPU_COUNT(&allowed) == 0) {
-      // Only this CPU: the helpers could only take turns with the caller.
-      for (unsigned i = 0; i < n; ++i) fn(i);
-      return;
-    }
-    // Only the helpers this job wakes, and only where their set changed (a syscall each).
-    const unsigned used = std::min(n, size()) - 1;
-    for (unsigned i = 0; i < used; ++i) {
-      if (CPU_EQUAL(&allowed, &helper_cpus_[i])) continue;
-      (void)pthread_setaffinity_np(helpers_[i].native_handle(), sizeof(allowed), &allowed);
-      helper_cpus_[i] = allowed;
-    }
+  if (here < 0 || here >= CPU_SETSIZE || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+    return true;  // unknown: the helpers keep the affinity they have
   }
+  CPU_CLR(here, &allowed);
+  if (CPU_COUNT(&allowed) == 0) return false;
+  // Only where a helper's set changed (a syscall each).
+  for (unsigned i = 0; i < helpers; ++i) {
+    if (CPU_EQUAL(&allowed, &helper_cpus_[i])) continue;
+    (void)pthread_setaffinity_np(helpers_[i].native_handle(), sizeof(allowed), &allowed);
+    helper_cpus_[i] = allowed;
+  }
+  return true;
+}
+
+void WorkerCrew::Run(unsigned n, const std::function<void(unsigned)>& fn) {
+  // One call, no helper, or only this CPU (the helpers could only take turns with the caller).
+  auto alone = [&] {
+    for (unsigned i = 0; i < n; ++i) fn(i);
+  };
+  if (n <= 1 || helpers_.empty()) return alone();
+  std::lock_guard<std::mutex> run(run_mu_);
+  if (!KeepHelpersOffThisCpu(std::min(n, size()) - 1)) return alone();
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;

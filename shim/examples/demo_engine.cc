@@ -316,9 +316,6 @@ StatusOr<Weights> LoadLike(const std::string& dir, uint32_t rank, uint32_t tp,
   return w;
 }
 
-// Copies every tensor of `src` over the same-sized tensor of `dst` on `threads` threads, each
-// taking an equal share of the bytes (tensor sizes are far from even, so splitting by tensor
-// would leave the embedding's thread running alone).
 // The baselines' copy threads: a crew started with the rank, as the cpu backend keeps one, so
 // that the baselines run on their CPUs as the scatter they are compared with does.
 WorkerCrew& BaselineCrew() {
@@ -326,6 +323,9 @@ WorkerCrew& BaselineCrew() {
   return crew;
 }
 
+// Copies every tensor of `src` over the same-sized tensor of `dst` on `threads` threads, each
+// taking an equal share of the bytes (tensor sizes are far from even, so splitting by tensor
+// would leave the embedding's thread running alone).
 void CopyWeights(const Weights& src, Weights* dst, unsigned threads) {
   uint64_t total = 0;
   for (const auto& b : src.bytes) total += b.size();
@@ -671,6 +671,8 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_worl
       return fail(400, FailedPrecondition("touch-bound times host memory lines (the cpu backend); "
                                           "on cuda use /v1/copy-bound"));
     }
+    const uint64_t round_ns = j.value("round_ns", uint64_t{0});
+    const uint32_t rounds = j.value("rounds", 2u);
     std::vector<uint8_t*> lines;
     if (has_parent) {
       auto parent = LoadLike(j["parent"].get<std::string>(), grank, gworld, w);
@@ -691,6 +693,10 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_worl
         return fail(400, FailedPrecondition("no lines held: send {\"parent\": DIR, \"hold\": "
                                             "true} first"));
       }
+      // Checked before the request uses up the held lines.
+      if (rounds < 1 || rounds > 16 || (rounds > 1 && round_ns == 0)) {
+        return fail(400, InvalidArgument("rounds is 1 to 16; more than one needs round_ns > 0"));
+      }
       lines = std::move(*held_lines);
       held_lines.reset();
     }
@@ -705,11 +711,6 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_worl
       // Every rank times its passes from the same instants, as their commits' scatters run:
       // pass r starts at start_unix_ns + r * round_ns.
       const uint64_t start = j["start_unix_ns"].get<uint64_t>();
-      const uint64_t round_ns = j.value("round_ns", uint64_t{0});
-      const uint32_t rounds = j.value("rounds", 2u);
-      if (rounds < 1 || rounds > 16 || (rounds > 1 && round_ns == 0)) {
-        return fail(400, InvalidArgument("rounds is 1 to 16; more than one needs round_ns > 0"));
-      }
       double best = 0, late_us = 0;
       nlohmann::json ends = nlohmann::json::array();
       for (uint32_t r = 0; r < rounds; ++r) {

@@ -56,6 +56,9 @@ class WorkerCrew {
 
  private:
   void Helper(unsigned index);
+  // Sets the affinity of helpers 0..helpers-1 to the CPUs the caller may use but the one it is
+  // on; false when that leaves none. REQUIRES: run_mu_ held.
+  bool KeepHelpersOffThisCpu(unsigned helpers);
 
   std::mutex run_mu_;  // one Run at a time
   std::mutex mu_;
