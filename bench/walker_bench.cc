@@ -241,7 +241,6 @@ Measurement Repeat(int reps, F once) {
     if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
   }
   m.ok = true;
-  if (getenv("WB_DEBUG")) fprintf(stderr, "best_cpu_ms=%.3f\n", m.best_cpu_s * 1e3);
   return m;
 }
 
@@ -283,7 +282,6 @@ Measurement RunWalker(const std::vector<uint8_t>& frame, int reps, bool verify) 
     m->nonzeros = sink.nonzeros;
     m->sum = sink.sum;
     m->sequences = walker.stats().sequences;
-    if (getenv("WB_DEBUG")) fprintf(stderr, "seq=%lu\n", (unsigned long)m->sequences);
     m->checksums_verified = walker.stats().checksums_verified;
     return true;
   });

@@ -166,6 +166,39 @@ TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
   }
 }
 
+// Reset keeps the ring of the last frame (same, smaller or larger window), few or many of its
+// bits still set: the next frame sees none of them (EmptyRange exact from its first block).
+TEST(WalkerNonzeroIndex, ResetLeavesNoBitOfTheLastFrame) {
+  walker::NonzeroIndex index;
+  std::mt19937_64 rng(11);
+  const uint64_t windows[] = {64 << 10, 1 << 20, 8 << 20, 256 << 10};
+  for (int frame = 0; frame < 24; ++frame) {
+    index.Reset(windows[frame % 4]);
+    const uint64_t block = 128 << 10;
+    const uint64_t length = block * (1 + rng() % 24);
+    const int every = frame % 3 == 0 ? 3 : (frame % 3 == 1 ? 500 : 40000);  // left set: many..few
+    std::vector<uint64_t> positions;
+    for (uint64_t pos = 0; pos < length; pos += block) {
+      index.BeginBlock(pos, block);
+      for (uint64_t p = pos + rng() % every; p < pos + block; p += 1 + rng() % every) {
+        index.Append(p, static_cast<uint8_t>(1 + rng() % 255));
+        positions.push_back(p);
+      }
+      if (pos + block > windows[frame % 4])
+        index.Prune(pos + block - windows[frame % 4], pos + block);
+    }
+    const uint64_t end = length;
+    for (int q = 0; q < 200; ++q) {
+      const uint64_t lo = end > windows[frame % 4] ? end - windows[frame % 4] : 0;
+      const uint64_t a = lo + rng() % (end - lo);
+      const uint64_t b = std::min(end, a + 1 + rng() % 4000);
+      const bool empty = std::lower_bound(positions.begin(), positions.end(), a) ==
+                         std::lower_bound(positions.begin(), positions.end(), b);
+      ASSERT_EQ(index.EmptyRange(a, b, end), empty) << "frame " << frame;
+    }
+  }
+}
+
 TEST(WalkerBitReader, FastReaderAgreesWithTheByteReader) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 2000; ++trial) {

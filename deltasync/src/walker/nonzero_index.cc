@@ -6,6 +6,16 @@
 namespace deltakv::deltasync::walker {
 
 void NonzeroIndex::Reset(uint64_t window) {
+  // The ring keeps its size from the last frame (growing it again would zero it again, word by
+  // word, for every frame of a many-frame delta); only the bits that frame left set are
+  // cleared: entry by entry when they are few, the whole ring otherwise.
+  const uint64_t live = end() - retired_;
+  if (live * 8 <= chunk_bits_.size()) {
+    RetireBelow(end());
+  } else {
+    std::fill(chunk_bits_.begin(), chunk_bits_.end(), 0);
+    std::fill(summary_.begin(), summary_.end(), 0);
+  }
   entries_.clear();
   base_ = 0;
   first_.clear();
@@ -15,9 +25,11 @@ void NonzeroIndex::Reset(uint64_t window) {
   const uint64_t span = std::min<uint64_t>(window, kMaxPosition) + (256u << 10);
   max_words_ = 1;
   while (max_words_ * 64 < span) max_words_ <<= 1;
-  // Start small and grow with the output (before the ring first wraps), so a frame that
-  // declares a huge window but is short costs little.
-  const uint64_t words = std::min<uint64_t>(max_words_, 1024);
+  // Start small (or at the last frame's size, up to this window's) and grow with the output
+  // (before the ring first wraps), so a frame that declares a huge window but is short costs
+  // little.
+  const uint64_t words =
+      std::min<uint64_t>(max_words_, std::max<uint64_t>(chunk_bits_.size(), 1024));
   // Capacity for the whole ring up front (address space only: pages are touched as the ring
   // grows), so growing never copies; capped at 16 MiB (windows up to 128 MiB), beyond which
   // a frame that declares a huge window but is short would reserve for nothing.
@@ -25,9 +37,9 @@ void NonzeroIndex::Reset(uint64_t window) {
   chunk_bits_.reserve(reserve_words);
   summary_.reserve(reserve_words / 64);
   first_.reserve(reserve_words / 64 + 64);  // one page per 4 KiB (64 words) of window
-  chunk_bits_.assign(words, 0);
+  chunk_bits_.resize(words, 0);             // all zero: cleared above, or new
   word_mask_ = words - 1;
-  summary_.assign(words / 64, 0);
+  summary_.resize(words / 64, 0);
   summary_mask_ = words / 64 - 1;
 }
 
