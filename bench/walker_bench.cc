@@ -9,7 +9,9 @@
 //   zero_hash          XXH64 over the frame's length of zeros (the walker's zero-stripe path):
 //                      the floor of what checking a checksum costs without reading any data.
 // Each side runs in its own forked child so its peak RSS (wait4 / ru_maxrss) is measured
-// separately. Times are the best of --reps runs as thread CPU time (*_cpu_*; steadier on a
+// separately. Times are the best of --reps runs (more for a short run: each side repeats until
+// it has run for --min-total-ms, at most 200 times, so a frame decoded in a millisecond is not
+// judged on three runs, the first with cold memory) as thread CPU time (*_cpu_*; steadier on a
 // shared machine) and wall clock.
 //
 // Workloads (--shape): adam (default): the XOR of two bf16 tensors across one Adam-like step on
@@ -25,7 +27,7 @@
 // production check and XXH64 are reported; XXH64 must hash every zero stripe, see zero_hash).
 //
 // Usage: walker_bench [--size-mib N] [--slow-level-mib N] [--densities 0.0005,0.005,0.025]
-//                     [--levels 1,3,19] [--reps R] [--no-checksum]
+//                     [--levels 1,3,19] [--reps R] [--min-total-ms 100] [--no-checksum]
 //                     [--shape adam|bf16|scattered] [--walker-only]
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -59,6 +61,7 @@ struct Flags {
   std::vector<double> densities = {0.0005, 0.005, 0.025};
   std::vector<int> levels = {1, 3, 19};
   int reps = 3;
+  double min_total_ms = 100;
   bool checksum = true;
   std::string shape = "adam";
   bool walker_only = false;  // for profiling: skip the baselines
@@ -79,6 +82,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.levels = bench::ParseList<int>(next());
     } else if (a == "--reps") {
       f.reps = std::atoi(next());
+    } else if (a == "--min-total-ms") {
+      f.min_total_ms = std::strtod(next(), nullptr);
     } else if (a == "--checksum") {
       f.checksum = true;
     } else if (a == "--no-checksum") {
@@ -96,9 +101,11 @@ Flags ParseFlags(int argc, char** argv) {
     std::fprintf(stderr, "unknown --shape %s (adam, bf16, scattered)\n", f.shape.c_str());
     std::exit(2);
   }
-  if (f.size_mib == 0 || f.slow_level_mib == 0 || f.reps < 1 || f.densities.empty() ||
-      f.levels.empty()) {
-    std::fprintf(stderr, "sizes, --reps and the lists must be positive and non-empty\n");
+  if (f.size_mib == 0 || f.slow_level_mib == 0 || f.reps < 1 || !(f.min_total_ms >= 0) ||
+      f.densities.empty() || f.levels.empty()) {
+    std::fprintf(stderr,
+                 "sizes and --reps must be positive, --min-total-ms not negative, the lists "
+                 "non-empty\n");
     std::exit(2);
   }
   return f;
@@ -225,18 +232,28 @@ class CountingSink : public NonzeroSink {
   uint64_t sum = 0;
 };
 
-// Runs `once` `reps` times and returns its best wall and thread-CPU times (timing only the
+// How often a side runs: at least `min` times, and until its runs add up to `min_total_s`
+// (at most kMaxReps times).
+struct Reps {
+  int min = 3;
+  double min_total_s = 0.1;
+};
+constexpr int kMaxReps = 200;
+
+// Runs `once` as `reps` says and returns its best wall and thread-CPU times (timing only the
 // call), with the figures `once` recorded; `once` returns false, having reported why, when it
 // failed, and the result is then not ok.
 template <typename F>
-Measurement Repeat(int reps, F once) {
+Measurement Repeat(Reps reps, F once) {
   Measurement m;
-  for (int r = 0; r < reps; ++r) {
+  double total_s = 0;
+  for (int r = 0; r < reps.min || (total_s < reps.min_total_s && r < kMaxReps); ++r) {
     const double cpu0 = ThreadCpuSeconds();
     bench::Stopwatch sw;
     if (!once(&m)) return Measurement{};
     const double s = sw.Seconds();
     const double cpu = ThreadCpuSeconds() - cpu0;
+    total_s += s;
     if (r == 0 || s < m.best_s) m.best_s = s;
     if (r == 0 || cpu < m.best_cpu_s) m.best_cpu_s = cpu;
   }
@@ -247,7 +264,7 @@ Measurement Repeat(int reps, F once) {
 // The production path: the walker decoder (reused across frames, as the sidecar's decode
 // threads reuse theirs) through DecodeDeltaFrame with the manifest's xor_digest.
 Measurement RunProduction(const std::vector<uint8_t>& frame, size_t size, const XorDigest& digest,
-                          int reps) {
+                          Reps reps) {
   std::unique_ptr<XorDecoder> decoder = MakeSparseWalkerDecoder();
   return Repeat(reps, [&](Measurement* m) {
     CountingSink sink;
@@ -264,7 +281,7 @@ Measurement RunProduction(const std::vector<uint8_t>& frame, size_t size, const 
 
 // The walker alone, with or without the frame's XXH64 check; one walker for all repetitions
 // (Restart keeps its memory), as in RunProduction.
-Measurement RunWalker(const std::vector<uint8_t>& frame, int reps, bool verify) {
+Measurement RunWalker(const std::vector<uint8_t>& frame, Reps reps, bool verify) {
   WalkerOptions options;
   options.limits.max_window_log = 31;
   options.limits.verify_checksum = verify;
@@ -289,7 +306,7 @@ Measurement RunWalker(const std::vector<uint8_t>& frame, int reps, bool verify) 
 
 // libzstd into one buffer, written once before the first timed run (pre-faulted) and reused;
 // with `scan`, followed by a scan that counts and sums the nonzero bytes.
-Measurement RunDense(const std::vector<uint8_t>& frame, size_t size, int reps, bool scan) {
+Measurement RunDense(const std::vector<uint8_t>& frame, size_t size, Reps reps, bool scan) {
   std::vector<uint8_t> buffer(size, 1);
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
   Measurement m = Repeat(reps, [&](Measurement* out) {
@@ -326,7 +343,7 @@ Measurement RunDense(const std::vector<uint8_t>& frame, size_t size, int reps, b
 }
 
 // XXH64 of `size` zero bytes through the walker's zero-stripe path.
-Measurement RunZeroHash(size_t size, int reps) {
+Measurement RunZeroHash(size_t size, Reps reps) {
   return Repeat(reps, [&](Measurement* m) {
     walker::Xxh64 hash;
     hash.UpdateZeros(size);
@@ -439,6 +456,7 @@ constexpr double kTargetChecksumOverhead = 1.10;
 
 int Main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
+  const Reps reps{flags.reps, flags.min_total_ms / 1e3};
   bench::PrintEnvironment("walker_bench");
   int failures = 0;
   for (double density : flags.densities) {
@@ -450,15 +468,14 @@ int Main(int argc, char** argv) {
       XorDigest digest;
       const std::vector<uint8_t> frame =
           MakeFrame(flags, size, density, level, &expected_nonzeros, &digest);
-      const Measurement walker =
-          InChild([&] { return RunProduction(frame, size, digest, flags.reps); });
-      const Measurement xxh64 = InChild([&] { return RunWalker(frame, flags.reps, true); });
-      const Measurement unchecked = InChild([&] { return RunWalker(frame, flags.reps, false); });
+      const Measurement walker = InChild([&] { return RunProduction(frame, size, digest, reps); });
+      const Measurement xxh64 = InChild([&] { return RunWalker(frame, reps, true); });
+      const Measurement unchecked = InChild([&] { return RunWalker(frame, reps, false); });
       Measurement dense, scan, zero_hash;
       if (!flags.walker_only) {
-        dense = InChild([&] { return RunDense(frame, size, flags.reps, false); });
-        scan = InChild([&] { return RunDense(frame, size, flags.reps, true); });
-        zero_hash = InChild([&] { return RunZeroHash(size, flags.reps); });
+        dense = InChild([&] { return RunDense(frame, size, reps, false); });
+        scan = InChild([&] { return RunDense(frame, size, reps, true); });
+        zero_hash = InChild([&] { return RunZeroHash(size, reps); });
       }
       const bool measured = walker.ok && xxh64.ok && unchecked.ok &&
                             (flags.walker_only || (dense.ok && scan.ok && zero_hash.ok));
@@ -476,33 +493,34 @@ int Main(int argc, char** argv) {
         return sequences ? m.best_cpu_s * 1e9 / static_cast<double>(sequences) : 0.0;
       };
       const double ns_per_sequence = per_sequence(walker);
-      nlohmann::json j = {
-          {"bench", "walker_bench"},
-          {"kind", "result"},
-          {"shape", flags.shape},
-          {"density", density},
-          {"level", level},
-          {"checksum", flags.checksum},
-          {"logical_mib", mib},
-          {"compressed_bytes", frame.size()},
-          {"sequences", sequences},
-          {"nonzeros", expected_nonzeros},
-          {"agree", agree},
-          {"walker_ms", walker.best_s * 1e3},
-          {"walker_cpu_ms", walker.best_cpu_s * 1e3},
-          {"walker_cpu_gbps", gb / walker.best_cpu_s},
-          {"walker_ns_per_sequence", ns_per_sequence},
-          {"walker_xxh64_cpu_ms", xxh64.best_cpu_s * 1e3},
-          {"walker_xxh64_ns_per_sequence", per_sequence(xxh64)},
-          {"walker_unchecked_cpu_ms", unchecked.best_cpu_s * 1e3},
-          {"walker_unchecked_ns_per_sequence", per_sequence(unchecked)},
-          {"checksum_overhead", walker.best_cpu_s / unchecked.best_cpu_s},
-          {"xxh64_overhead", xxh64.best_cpu_s / unchecked.best_cpu_s},
-          {"target_ns_per_sequence", kTargetNsPerSequence},
-          {"target_checksum_overhead", kTargetChecksumOverhead},
-          {"walker_peak_rss_mib", walker.peak_rss_kib / 1024.0},
-          {"parent_rss_at_fork_mib", CurrentRssKib() / 1024.0},
-          {"build", bench::BuildType()}};
+      nlohmann::json j = {{"bench", "walker_bench"},
+                          {"kind", "result"},
+                          {"shape", flags.shape},
+                          {"density", density},
+                          {"level", level},
+                          {"checksum", flags.checksum},
+                          {"min_reps", flags.reps},
+                          {"min_total_ms", flags.min_total_ms},
+                          {"logical_mib", mib},
+                          {"compressed_bytes", frame.size()},
+                          {"sequences", sequences},
+                          {"nonzeros", expected_nonzeros},
+                          {"agree", agree},
+                          {"walker_ms", walker.best_s * 1e3},
+                          {"walker_cpu_ms", walker.best_cpu_s * 1e3},
+                          {"walker_cpu_gbps", gb / walker.best_cpu_s},
+                          {"walker_ns_per_sequence", ns_per_sequence},
+                          {"walker_xxh64_cpu_ms", xxh64.best_cpu_s * 1e3},
+                          {"walker_xxh64_ns_per_sequence", per_sequence(xxh64)},
+                          {"walker_unchecked_cpu_ms", unchecked.best_cpu_s * 1e3},
+                          {"walker_unchecked_ns_per_sequence", per_sequence(unchecked)},
+                          {"checksum_overhead", walker.best_cpu_s / unchecked.best_cpu_s},
+                          {"xxh64_overhead", xxh64.best_cpu_s / unchecked.best_cpu_s},
+                          {"target_ns_per_sequence", kTargetNsPerSequence},
+                          {"target_checksum_overhead", kTargetChecksumOverhead},
+                          {"walker_peak_rss_mib", walker.peak_rss_kib / 1024.0},
+                          {"parent_rss_at_fork_mib", CurrentRssKib() / 1024.0},
+                          {"build", bench::BuildType()}};
       if (!flags.walker_only) {
         const double target = TargetSpeedup(density);
         const double speedup = dense.best_cpu_s / walker.best_cpu_s;
