@@ -38,6 +38,14 @@ class FrameOutput {
     for (size_t i = 0; i < size; ++i) index_.AppendIfNonzero(pos_ + i, data[i]);
     pos_ += size;
   }
+  // The same for `n` of 0 or 1 bytes, without a branch on n. REQUIRES: data[0] is readable
+  // (Literals::bytes[size] is).
+  [[gnu::always_inline]] void AppendAtMostOne(const uint8_t* data, uint64_t n) {
+    // A zero byte appends nothing; at n == 0 only the page of the current position is
+    // covered, which a later append at or after it would cover anyway.
+    index_.AppendIfNonzero(pos_, static_cast<uint8_t>(data[0] & (0u - static_cast<unsigned>(n))));
+    pos_ += n;
+  }
   // Appends `count` copies of `value`.
   void AppendRepeated(uint8_t value, uint64_t count);
   // Appends a match. REQUIRES: 1 <= offset <= position(), offset <= window.

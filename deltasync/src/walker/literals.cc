@@ -105,7 +105,7 @@ Status DecodeLiterals(std::span<const uint8_t> block, size_t block_max, Literals
   } else if (!state->has_huffman) {
     return DataLoss("treeless literals without an earlier Huffman table in the frame");
   }
-  if (state->buffer.size() < size) state->buffer.resize(size);
+  if (state->buffer.size() < size + 1) state->buffer.resize(size + 1);  // one byte of room
   RETURN_IF_ERROR(DecodeHuffmanLiterals(state->huffman, section, four_streams,
                                         std::span<uint8_t>(state->buffer.data(), size)));
   *out = Literals{state->buffer.data(), 0, size};

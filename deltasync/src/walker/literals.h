@@ -14,7 +14,9 @@ namespace deltakv::deltasync::walker {
 
 // The literals of one block: `size` bytes, either at `bytes` or `size` copies of `rle_value`.
 struct Literals {
-  const uint8_t* bytes = nullptr;  // null for RLE literals
+  // Null for RLE literals. bytes[size] is readable too when a sequences section follows (raw
+  // literals are followed by it in the block; decoded ones have a byte of room after them).
+  const uint8_t* bytes = nullptr;
   uint8_t rle_value = 0;
   size_t size = 0;
 };

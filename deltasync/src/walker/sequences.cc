@@ -127,7 +127,11 @@ Status ReadTable(int which, unsigned mode, std::span<const uint8_t> in, size_t* 
 [[gnu::always_inline]] inline void EmitLiterals(const Literals& literals, uint64_t n,
                                                 uint64_t* lit_pos, FrameOutput* out) {
   if (literals.bytes != nullptr) {
-    if (n <= 16) [[likely]] {
+    // Sparse frames alternate between literal lengths 0 and 1 at random: those take no branch
+    // on the length (a loop over 0 or 1 bytes mispredicts its exit about every other sequence).
+    if (n <= 1) [[likely]] {
+      out->AppendAtMostOne(literals.bytes + *lit_pos, n);
+    } else if (n <= 16) {
       out->AppendFew(literals.bytes + *lit_pos, n);
     } else {
       out->AppendBytes(literals.bytes + *lit_pos, n);
