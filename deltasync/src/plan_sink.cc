@@ -25,15 +25,18 @@ Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
     pending_start_ = canonical;
   }
   const uint64_t len = at + bytes.size();
-  // 8 bytes of room past the run: short runs and gaps are written in whole words.
-  if (len + 8 > pending_.size()) pending_.resize(std::max<uint64_t>(len + 8, 2 * pending_.size()));
+  // Room past the run: short runs and gaps are written in whole words.
+  if (len + kPlanMergeGap + 8 > pending_.size()) {
+    pending_.resize(std::max<uint64_t>(len + kPlanMergeGap + 8, 2 * pending_.size()));
+  }
   uint8_t* const p = pending_.data();
   const size_t n = bytes.size();
   if (n <= 8 && at - pending_len_ <= kPlanMergeGap) {
     // The common case: a run of a few bytes after a gap of at most kPlanMergeGap zeros. The
-    // gap is zeroed a word at a time (words may reach into the run, written next), the run is
-    // written as one word (its last bytes past the run are not part of the pending run).
-    for (uint64_t k = pending_len_; k < at; k += 8) std::memset(p + k, 0, 8);
+    // gap is zeroed as kPlanMergeGap bytes whatever its length (reaching into the run, written
+    // next), the run is written as one word (its last bytes past the run are not part of the
+    // pending run).
+    std::memset(p + pending_len_, 0, kPlanMergeGap);
     const uint64_t word = n == 0 ? 0 : LoadShortLE(bytes.data(), n);
     std::memcpy(p + at, &word, 8);
   } else {
@@ -73,14 +76,15 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
       }
       pending_start_ = canonical;
     }
-    if (at + 8 > room) [[unlikely]] {
-      pending_.resize(std::max<uint64_t>({at + 8, 2 * room, 64}));
+    if (at + kPlanMergeGap + 8 > room) [[unlikely]] {
+      pending_.resize(std::max<uint64_t>({at + kPlanMergeGap + 8, 2 * room, 64}));
       p = pending_.data();
       room = pending_.size();
     }
-    // The gap a merge bridges (at most kPlanMergeGap zero XOR bytes), a word at a time: words
-    // past `at` are overwritten by the byte and later ones.
-    for (uint64_t k = pending_len_; k < at; k += 8) std::memset(p + k, 0, 8);
+    // The gap a merge bridges (at most kPlanMergeGap zero XOR bytes), as kPlanMergeGap bytes
+    // from the run's end whatever the gap (no branch on its length); bytes past `at` are
+    // overwritten by the byte and later ones.
+    std::memset(p + pending_len_, 0, kPlanMergeGap);
     p[at] = value;
     pending_len_ = at + 1;
   }
