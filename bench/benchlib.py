@@ -19,12 +19,13 @@ class Bench:
             text = e.read().decode(errors="replace")[:500]
             sys.exit(f"{self.name}: {method} {url}: HTTP {e.code}: {text}")
 
-    def figure(self, obj, key, what):
-        """obj[key] as a positive number, or exits naming what is missing."""
+    def figure(self, obj, key, what, zero_ok=False):
+        """obj[key] as a positive number (or zero, with zero_ok), or exits naming what is
+        missing."""
         v = obj.get(key) if isinstance(obj, dict) else None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             sys.exit(f"{self.name}: {what} has no {key!r}: {json.dumps(obj)[:500]}")
-        if v <= 0:
+        if v < 0 or (v == 0 and not zero_ok):
             sys.exit(f"{self.name}: {what} reports {key}={v}, which cannot be a measurement")
         return v
 

@@ -235,8 +235,8 @@ class CountingSink : public NonzeroSink {
 // How often a side runs: at least `min` times, and until its runs add up to `min_total_s`
 // (at most kMaxReps times).
 struct Reps {
-  int min = 3;
-  double min_total_s = 0.1;
+  int min;
+  double min_total_s;
 };
 constexpr int kMaxReps = 200;
 

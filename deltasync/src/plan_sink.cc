@@ -25,10 +25,7 @@ Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
     pending_start_ = canonical;
   }
   const uint64_t len = at + bytes.size();
-  // Room past the run: short runs and gaps are written in whole words.
-  if (len + kPlanMergeGap + 8 > pending_.size()) {
-    pending_.resize(std::max<uint64_t>(len + kPlanMergeGap + 8, 2 * pending_.size()));
-  }
+  if (len + kPendingSlack > pending_.size()) GrowPending(len);
   uint8_t* const p = pending_.data();
   const size_t n = bytes.size();
   if (n <= 8 && at - pending_len_ <= kPlanMergeGap) {
@@ -76,8 +73,8 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
       }
       pending_start_ = canonical;
     }
-    if (at + kPlanMergeGap + 8 > room) [[unlikely]] {
-      pending_.resize(std::max<uint64_t>({at + kPlanMergeGap + 8, 2 * room, 64}));
+    if (at + kPendingSlack > room) [[unlikely]] {
+      GrowPending(at);
       p = pending_.data();
       room = pending_.size();
     }

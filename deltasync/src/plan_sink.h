@@ -5,6 +5,7 @@
 // Thread-safety: one sink per frame, used by one thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -55,6 +56,12 @@ class PlanSink final : public NonzeroSink {
   bool FlushShort(Status* error);
   // Flush through TensorLayout::ForEachPiece, for any held-back run.
   Status FlushPieces();
+  // Grows pending_ to hold a run reaching `end` plus kPendingSlack: short runs and the gaps a
+  // merge bridges are written in whole words and kPlanMergeGap-byte blocks past a run's end.
+  static constexpr uint64_t kPendingSlack = kPlanMergeGap + 8;
+  void GrowPending(uint64_t end) {
+    pending_.resize(std::max<uint64_t>({end + kPendingSlack, 2 * pending_.size(), 64}));
+  }
 
   const TensorLayout& layout_;
   TensorLayout::Cursor cursor_;  // consecutive merged runs mostly share a segment

@@ -86,7 +86,7 @@ class CpuBackend final : public DeviceBackend {
  public:
   ~CpuBackend() override {
     // A forked process holds its parent's crew object without its threads: nothing to join.
-    if (crew_ != nullptr && crew_pid_ != getpid()) (void)crew_.release();
+    if (CrewInherited()) (void)crew_.release();
   }
   std::string_view name() const override { return "cpu"; }
   Status Gather(std::span<const CopyOp> ops) override {
@@ -142,13 +142,15 @@ class CpuBackend final : public DeviceBackend {
   // process forked after that has none of the parent's helpers: it starts its own (the
   // parent's crew object is left alone, its threads are not this process's to join).
   WorkerCrew& crew() {
-    if (crew_ == nullptr || crew_pid_ != getpid()) {
+    if (crew_ == nullptr || CrewInherited()) {
       if (crew_ != nullptr) (void)crew_.release();
       crew_ = std::make_unique<WorkerCrew>(DefaultThreads() - 1);
       crew_pid_ = getpid();
     }
     return *crew_;
   }
+  // A crew object this process got by fork: its threads live in the parent.
+  bool CrewInherited() const { return crew_ != nullptr && crew_pid_ != getpid(); }
   std::unique_ptr<WorkerCrew> crew_;
   pid_t crew_pid_ = 0;
 };
