@@ -12,7 +12,9 @@
 // separately. Times are the best of --reps runs (more for a short run: each side repeats until
 // it has run for --min-total-ms, at most 200 times, so a frame decoded in a millisecond is not
 // judged on three runs, the first with cold memory) as thread CPU time (*_cpu_*; steadier on a
-// shared machine) and wall clock.
+// shared machine) and wall clock. The walker hands its nonzero bytes to a sink that counts and
+// sums them: as they come (--sink bytes, default: the sidecar's planner takes them so), or
+// grouped into runs (--sink runs: what `deltakv frame scan` and other run consumers get).
 //
 // Workloads (--shape): adam (default): the XOR of two bf16 tensors across one Adam-like step on
 // fp32 master weights (weights ~ N(0, 0.02), a clipped unit-normal update scaled so that the
@@ -28,7 +30,7 @@
 //
 // Usage: walker_bench [--size-mib N] [--slow-level-mib N] [--densities 0.0005,0.005,0.025]
 //                     [--levels 1,3,19] [--reps R] [--min-total-ms 100] [--no-checksum]
-//                     [--shape adam|bf16|scattered] [--walker-only]
+//                     [--shape adam|bf16|scattered] [--sink bytes|runs] [--walker-only]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -65,6 +67,7 @@ struct Flags {
   bool checksum = true;
   std::string shape = "adam";
   bool walker_only = false;  // for profiling: skip the baselines
+  bool bytes_sink = true;    // --sink bytes (the sidecar's) or runs
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -92,6 +95,13 @@ Flags ParseFlags(int argc, char** argv) {
       f.walker_only = true;
     } else if (a == "--shape") {
       f.shape = next();
+    } else if (a == "--sink") {
+      const std::string sink = next();
+      if (sink != "bytes" && sink != "runs") {
+        std::fprintf(stderr, "unknown --sink %s (bytes, runs)\n", sink.c_str());
+        std::exit(2);
+      }
+      f.bytes_sink = sink == "bytes";
     } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -219,8 +229,21 @@ struct Measurement {
   bool ok = false;
 };
 
+// Counts and sums what the walker delivers. With `bytes` it takes the nonzero bytes as the
+// walker finds them (OnBytes), as the sidecar's planner does; otherwise it takes them grouped
+// into runs (OnRun, bytes at most 31 zeros apart merged), as `deltakv frame scan` does.
 class CountingSink : public NonzeroSink {
  public:
+  explicit CountingSink(bool bytes) : bytes_(bytes) {}
+  bool TakesBytes() const override { return bytes_; }
+  Status OnBytes(const uint64_t* entries, size_t count, uint64_t) override {
+    for (size_t i = 0; i < count; ++i) {
+      const uint8_t b = static_cast<uint8_t>(entries[i]);
+      nonzeros += b != 0;
+      sum += b;
+    }
+    return Status::Ok();
+  }
   Status OnRun(uint64_t, std::span<const uint8_t> bytes) override {
     for (uint8_t b : bytes) {
       nonzeros += b != 0;
@@ -230,6 +253,9 @@ class CountingSink : public NonzeroSink {
   }
   uint64_t nonzeros = 0;
   uint64_t sum = 0;
+
+ private:
+  bool bytes_;
 };
 
 // How often a side runs: at least `min` times, and until its runs add up to `min_total_s`
@@ -264,10 +290,10 @@ Measurement Repeat(Reps reps, F once) {
 // The production path: the walker decoder (reused across frames, as the sidecar's decode
 // threads reuse theirs) through DecodeDeltaFrame with the manifest's xor_digest.
 Measurement RunProduction(const std::vector<uint8_t>& frame, size_t size, const XorDigest& digest,
-                          Reps reps) {
+                          Reps reps, bool bytes_sink) {
   std::unique_ptr<XorDecoder> decoder = MakeSparseWalkerDecoder();
   return Repeat(reps, [&](Measurement* m) {
-    CountingSink sink;
+    CountingSink sink(bytes_sink);
     auto result = DecodeDeltaFrame(*decoder, frame, size, 31, sink, "frame", digest);
     if (!result.ok()) {
       std::fprintf(stderr, "walker failed: %s\n", result.status().ToString().c_str());
@@ -281,14 +307,14 @@ Measurement RunProduction(const std::vector<uint8_t>& frame, size_t size, const 
 
 // The walker alone, with or without the frame's XXH64 check; one walker for all repetitions
 // (Restart keeps its memory), as in RunProduction.
-Measurement RunWalker(const std::vector<uint8_t>& frame, Reps reps, bool verify) {
+Measurement RunWalker(const std::vector<uint8_t>& frame, Reps reps, bool verify, bool bytes_sink) {
   WalkerOptions options;
   options.limits.max_window_log = 31;
   options.limits.verify_checksum = verify;
-  CountingSink first;
+  CountingSink first(bytes_sink);
   SparseZstdWalker walker(first, options);
   return Repeat(reps, [&](Measurement* m) {
-    CountingSink sink;
+    CountingSink sink(bytes_sink);
     walker.Restart(sink, options);
     Status st = walker.Feed(frame);
     if (st.ok()) st = walker.Finish();
@@ -468,9 +494,12 @@ int Main(int argc, char** argv) {
       XorDigest digest;
       const std::vector<uint8_t> frame =
           MakeFrame(flags, size, density, level, &expected_nonzeros, &digest);
-      const Measurement walker = InChild([&] { return RunProduction(frame, size, digest, reps); });
-      const Measurement xxh64 = InChild([&] { return RunWalker(frame, reps, true); });
-      const Measurement unchecked = InChild([&] { return RunWalker(frame, reps, false); });
+      const Measurement walker =
+          InChild([&] { return RunProduction(frame, size, digest, reps, flags.bytes_sink); });
+      const Measurement xxh64 =
+          InChild([&] { return RunWalker(frame, reps, true, flags.bytes_sink); });
+      const Measurement unchecked =
+          InChild([&] { return RunWalker(frame, reps, false, flags.bytes_sink); });
       Measurement dense, scan, zero_hash;
       if (!flags.walker_only) {
         dense = InChild([&] { return RunDense(frame, size, reps, false); });
@@ -499,6 +528,7 @@ int Main(int argc, char** argv) {
                           {"density", density},
                           {"level", level},
                           {"checksum", flags.checksum},
+                          {"sink", flags.bytes_sink ? "bytes" : "runs"},
                           {"min_reps", flags.reps},
                           {"min_total_ms", flags.min_total_ms},
                           {"logical_mib", mib},
