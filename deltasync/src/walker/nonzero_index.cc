@@ -47,7 +47,10 @@ void NonzeroIndex::Clear(uint64_t position) {
   const uint64_t word = position >> 6;
   uint64_t& bits = chunk_bits_[word & word_mask_];
   bits &= ~(uint64_t{1} << (position & 63));
-  if (bits == 0) summary_[(word >> 6) & summary_mask_] &= ~(uint64_t{1} << (word & 63));
+  // The summary bit goes with the word's last bit, without a branch on it (sparse frames
+  // empty a word on most clears, dense ones on few, in no predictable order).
+  const uint64_t emptied = bits == 0 ? 1 : 0;
+  summary_[(word >> 6) & summary_mask_] &= ~(emptied << (word & 63));
 }
 
 void NonzeroIndex::RetireBelow(uint64_t index) {
