@@ -60,7 +60,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sys/mman.h>
 #include <limits>
 #include <map>
 #include <memory>
@@ -730,7 +729,6 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
                                           old.data() + p.canonical_offset, p.length);
                             }),
         "building rank weights");
-  if (getenv("PSB_COLLAPSE")) for (auto& wv : weights) { uintptr_t a=((uintptr_t)wv.data()+(2<<20)-1)&~uintptr_t((2<<20)-1); uintptr_t e=((uintptr_t)wv.data()+wv.size())&~uintptr_t((2<<20)-1); if (e>a) fprintf(stderr,"collapse %d\n", madvise((void*)a,e-a,25)); }
   std::vector<uint8_t> fresh(size);
   for (uint64_t i = 0; i < size; ++i) fresh[i] = old[i] ^ d.dense[i];
   const uint32_t parent_adler = deltasync::Adler32(old);
