@@ -237,24 +237,21 @@ class CountingSink : public NonzeroSink {
   explicit CountingSink(bool bytes) : bytes_(bytes) {}
   bool TakesBytes() const override { return bytes_; }
   Status OnBytes(const uint64_t* entries, size_t count, uint64_t) override {
-    for (size_t i = 0; i < count; ++i) {
-      const uint8_t b = static_cast<uint8_t>(entries[i]);
-      nonzeros += b != 0;
-      sum += b;
-    }
+    for (size_t i = 0; i < count; ++i) Count(static_cast<uint8_t>(entries[i]));
     return Status::Ok();
   }
   Status OnRun(uint64_t, std::span<const uint8_t> bytes) override {
-    for (uint8_t b : bytes) {
-      nonzeros += b != 0;
-      sum += b;
-    }
+    for (uint8_t b : bytes) Count(b);
     return Status::Ok();
   }
   uint64_t nonzeros = 0;
   uint64_t sum = 0;
 
  private:
+  void Count(uint8_t b) {
+    nonzeros += b != 0;
+    sum += b;
+  }
   bool bytes_;
 };
 
