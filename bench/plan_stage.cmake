@@ -6,3 +6,8 @@ target_link_libraries(plan_stage_bench PRIVATE deltakv_shim deltakv_deltasync de
                                                nlohmann_json::nlohmann_json)
 # PlanSink, the planner's routing, is internal to deltasync.
 target_include_directories(plan_stage_bench PRIVATE ${CMAKE_SOURCE_DIR}/deltasync/src)
+# A small run in the test suite: it fails when a stage's output disagrees with the planner's
+# reference, the staged bytes or sums are wrong, or a figure is missing.
+if(DELTAKV_BUILD_TESTS)
+  add_test(NAME plan_stage_bench_smoke COMMAND plan_stage_bench --size-mib 2 --reps 1 --part-mib 1)
+endif()
