@@ -29,11 +29,9 @@ Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
   uint8_t* const p = pending_.data();
   const size_t n = bytes.size();
   if (n <= 8 && at - pending_len_ <= kPlanMergeGap) {
-    // The common case: a run of a few bytes after a gap of at most kPlanMergeGap zeros. The
-    // gap is zeroed as kPlanMergeGap bytes whatever its length (reaching into the run, written
-    // next), the run is written as one word (its last bytes past the run are not part of the
-    // pending run).
-    std::memset(p + pending_len_, 0, kPlanMergeGap);
+    // The common case: a run of a few bytes after a gap of at most kPlanMergeGap zeros,
+    // written as one word (its last bytes past the run are not part of the pending run).
+    ZeroMergeGap();
     const uint64_t word = n == 0 ? 0 : LoadShortLE(bytes.data(), n);
     std::memcpy(p + at, &word, 8);
   } else {
@@ -78,10 +76,7 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
       p = pending_.data();
       room = pending_.size();
     }
-    // The gap a merge bridges (at most kPlanMergeGap zero XOR bytes), as kPlanMergeGap bytes
-    // from the run's end whatever the gap (no branch on its length); bytes past `at` are
-    // overwritten by the byte and later ones.
-    std::memset(p + pending_len_, 0, kPlanMergeGap);
+    ZeroMergeGap();
     p[at] = value;
     pending_len_ = at + 1;
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -62,6 +63,10 @@ class PlanSink final : public NonzeroSink {
   void GrowPending(uint64_t end) {
     pending_.resize(std::max<uint64_t>({end + kPendingSlack, 2 * pending_.size(), 64}));
   }
+  // Zeroes the gap a merge bridges (at most kPlanMergeGap zero XOR bytes after the held-back
+  // run) as kPlanMergeGap bytes whatever its length, with no branch on it: the bytes past the
+  // gap are overwritten by the run that joins. REQUIRES: room for them (kPendingSlack).
+  void ZeroMergeGap() { std::memset(pending_.data() + pending_len_, 0, kPlanMergeGap); }
 
   const TensorLayout& layout_;
   TensorLayout::Cursor cursor_;  // consecutive merged runs mostly share a segment

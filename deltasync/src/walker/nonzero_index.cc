@@ -45,12 +45,8 @@ void NonzeroIndex::Reset(uint64_t window) {
 
 void NonzeroIndex::Clear(uint64_t position) {
   const uint64_t word = position >> 6;
-  uint64_t& bits = chunk_bits_[word & word_mask_];
-  bits &= ~(uint64_t{1} << (position & 63));
-  // The summary bit goes with the word's last bit, without a branch on it (sparse frames
-  // empty a word on most clears, dense ones on few, in no predictable order).
-  const uint64_t emptied = bits == 0 ? 1 : 0;
-  summary_[(word >> 6) & summary_mask_] &= ~(emptied << (word & 63));
+  chunk_bits_[word & word_mask_] &= ~(uint64_t{1} << (position & 63));
+  DropSummaryIfEmpty(word);
 }
 
 void NonzeroIndex::RetireBelow(uint64_t index) {
@@ -96,9 +92,8 @@ void NonzeroIndex::ClearSlots(uint64_t begin, uint64_t end) {
   uint64_t w = begin >> 6;
   const uint64_t last = (end - 1) >> 6;
   if ((begin & 63) != 0) {
-    uint64_t& bits = chunk_bits_[w & word_mask_];
-    bits &= ~(~uint64_t{0} << (begin & 63));
-    if (bits == 0) summary_[(w >> 6) & summary_mask_] &= ~(uint64_t{1} << (w & 63));
+    chunk_bits_[w & word_mask_] &= ~(~uint64_t{0} << (begin & 63));
+    DropSummaryIfEmpty(w);
     ++w;
   }
   while (w <= last) {

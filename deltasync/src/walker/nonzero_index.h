@@ -191,6 +191,12 @@ class NonzeroIndex {
   }
   // Clears the ring bit of `position` (and its summary bit when the word empties).
   void Clear(uint64_t position);
+  // Clears the summary bit of ring word `word` if the word holds no bit any more, without a
+  // branch on it (sparse frames empty a word on most clears, dense ones on few, at random).
+  void DropSummaryIfEmpty(uint64_t word) {
+    const uint64_t emptied = chunk_bits_[word & word_mask_] == 0 ? 1 : 0;
+    summary_[(word >> 6) & summary_mask_] &= ~(emptied << (word & 63));
+  }
   // Clears the ring bits of entries with an absolute index below `index`.
   void RetireBelow(uint64_t index);
   // Clears the ring slots of positions [begin, end) (their words and summary bits), keeping
