@@ -48,6 +48,7 @@
 //
 // Usage: plan_stage_bench [--size-mib 64] [--densities 0.005,0.025] [--reps 3]
 //                         [--part-mib 4] [--layouts replicated,row,column,fused_qkv,moe]
+//                         [--plan-version 2]  (1: the plan format without compact records)
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,6 +103,7 @@ struct Flags {
   int reps = 3;
   // The sidecar's part size at the default --plan-buffer-bytes: min(4 MiB, budget / (2 * world)).
   size_t part_mib = 4;
+  uint32_t plan_version = deltasync::kPlanVersionCompact;  // the sidecar's
   std::vector<std::string> layouts = {"replicated", "row", "column", "fused_qkv", "moe"};
 };
 
@@ -135,6 +137,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.part_mib = std::strtoull(next(), nullptr, 10);
     } else if (a == "--layouts") {
       f.layouts = bench::ParseList<std::string>(next());
+    } else if (a == "--plan-version") {
+      f.plan_version = static_cast<uint32_t>(std::strtoul(next(), nullptr, 10));
     } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -142,6 +146,11 @@ Flags ParseFlags(int argc, char** argv) {
   }
   if (f.size_mib == 0 || f.reps < 1 || f.part_mib == 0 || f.densities.empty()) {
     std::fprintf(stderr, "--size-mib, --reps and --part-mib must be >= 1\n");
+    std::exit(2);
+  }
+  if (f.plan_version != deltasync::kPlanVersion &&
+      f.plan_version != deltasync::kPlanVersionCompact) {
+    std::fprintf(stderr, "--plan-version must be 1 or 2\n");
     std::exit(2);
   }
   return f;
@@ -412,8 +421,8 @@ struct RankParts {
 // when the next record does not fit; a run larger than a whole part is split).
 class PartOutput final : public PlanOutput {
  public:
-  PartOutput(uint32_t world, uint64_t part_capacity, PlanTensor table)
-      : ranks_(world), capacity_(part_capacity), table_{table} {}
+  PartOutput(uint32_t world, uint64_t part_capacity, PlanTensor table, uint32_t version)
+      : ranks_(world), capacity_(part_capacity), table_{table}, version_(version) {}
 
   Status Add(uint32_t r, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> bytes, bool owner) override {
@@ -428,7 +437,7 @@ class PartOutput final : public PlanOutput {
           RETURN_IF_ERROR(Close(rp));
           continue;
         }
-        n = (rp.writer->remaining() - sizeof(deltasync::PlanRecord)) & ~uint64_t{7};
+        n = (rp.writer->remaining() - WritePlanWriter::kMaxRecordOverhead) & ~uint64_t{7};
       }
       RETURN_IF_ERROR(rp.writer->Add(tensor, local_offset, canonical_offset, bytes.first(n), owner));
       ++records_;
@@ -479,7 +488,7 @@ class PartOutput final : public PlanOutput {
     }
     std::vector<uint64_t>& b = rp.buffers[rp.used.size()];
     rp.writer.emplace(std::span<uint8_t>(reinterpret_cast<uint8_t*>(b.data()), capacity_),
-                      std::vector<PlanTensor>{table_});
+                      std::vector<PlanTensor>{table_}, version_);
   }
 
   Status Close(RankParts& rp) {
@@ -492,6 +501,7 @@ class PartOutput final : public PlanOutput {
   std::vector<RankParts> ranks_;
   uint64_t capacity_;
   PlanTensor table_;
+  uint32_t version_;
   uint64_t records_ = 0;
 };
 
@@ -753,9 +763,9 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
 
   // Stage 2: plan records.
   const PlanTensor table{0, 0, size, parent_adler, new_adler};
-  PartOutput parts(world, std::max<uint64_t>(flags.part_mib << 20,
-                                             WritePlanWriter::FixedBytes(1) + (64 << 10)),
-                   table);
+  PartOutput parts(
+      world, std::max<uint64_t>(flags.part_mib << 20, WritePlanWriter::FixedBytes(1) + (64 << 10)),
+      table, flags.plan_version);
   Best records;
   for (int rep = 0; rep <= flags.reps; ++rep) {
     parts.Reset();
@@ -890,35 +900,35 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
   stages["plan_transport"]["first_sync_ns_per_changed_byte"] = first_sync.cpu * 1e9 / changed;
   stages["plan_transport"]["part_fill"] =
       static_cast<double>(plan_bytes) / static_cast<double>(part_count * parts.capacity());
-  nlohmann::json j = {
-      {"bench", "plan_stage_bench"},
-      {"kind", "result"},
-      {"layout", w.name},
-      {"layout_kind", deltasync::LayoutKindName(layout.spec().kind)},
-      {"layout_spec", nlohmann::json::parse(layout.ToJson())},
-      {"world", world},
-      {"density", density},
-      {"canonical_bytes", size},
-      {"changed_bytes", d.changed},
-      {"measured_density", changed / static_cast<double>(size)},
-      {"walker_runs", d.runs.size()},
-      {"rank_changed_bytes", rank_changed},
-      {"plan_bytes", plan_bytes},
-      {"part_bytes", parts.capacity()},
-      {"reps", flags.reps},
-      {"stages", stages},
-      {"total_ns_per_changed_byte", total_ns},
-      {"total_wall_ns_per_changed_byte", total_wall * 1e9 / changed},
-      {"baseline_ns_per_changed_byte", baseline_ns},
-      {"baseline_wall_ns_per_changed_byte", baseline.wall * 1e9 / changed},
-      {"total_vs_baseline", total_cpu / baseline.cpu},
-      {"total_vs_baseline_wall", total_wall / baseline.wall},
-      {"target_ns_per_changed_byte", kTargetNsPerChangedByte},
-      {"within_target", total_ns <= kTargetNsPerChangedByte},
-      {"planner_match", planner_match},
-      {"checked_bytes", checked},
-      {"adler_ok", true},
-      {"build", bench::BuildType()}};
+  nlohmann::json j = {{"bench", "plan_stage_bench"},
+                      {"kind", "result"},
+                      {"layout", w.name},
+                      {"layout_kind", deltasync::LayoutKindName(layout.spec().kind)},
+                      {"layout_spec", nlohmann::json::parse(layout.ToJson())},
+                      {"world", world},
+                      {"density", density},
+                      {"canonical_bytes", size},
+                      {"changed_bytes", d.changed},
+                      {"measured_density", changed / static_cast<double>(size)},
+                      {"walker_runs", d.runs.size()},
+                      {"rank_changed_bytes", rank_changed},
+                      {"plan_bytes", plan_bytes},
+                      {"part_bytes", parts.capacity()},
+                      {"plan_version", flags.plan_version},
+                      {"reps", flags.reps},
+                      {"stages", stages},
+                      {"total_ns_per_changed_byte", total_ns},
+                      {"total_wall_ns_per_changed_byte", total_wall * 1e9 / changed},
+                      {"baseline_ns_per_changed_byte", baseline_ns},
+                      {"baseline_wall_ns_per_changed_byte", baseline.wall * 1e9 / changed},
+                      {"total_vs_baseline", total_cpu / baseline.cpu},
+                      {"total_vs_baseline_wall", total_wall / baseline.wall},
+                      {"target_ns_per_changed_byte", kTargetNsPerChangedByte},
+                      {"within_target", total_ns <= kTargetNsPerChangedByte},
+                      {"planner_match", planner_match},
+                      {"checked_bytes", checked},
+                      {"adler_ok", true},
+                      {"build", bench::BuildType()}};
   bench::PrintResult(j);
 }
 

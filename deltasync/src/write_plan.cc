@@ -5,13 +5,17 @@
 namespace deltakv::deltasync {
 
 namespace {
-constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 constexpr uint32_t kMaxRecordLength = 1u << 31;
 }  // namespace
 
-WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors)
-    : buf_(buffer), tensors_(std::move(tensors)) {
+WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors,
+                                 uint32_t version)
+    : buf_(buffer), tensors_(std::move(tensors)), version_(version) {
   pos_ = sizeof(PlanHeader) + tensors_.size() * sizeof(PlanTensor);
+  if (version_ != kPlanVersion && version_ != kPlanVersionCompact) {
+    status_ = InvalidArgument("plan version " + std::to_string(version_) + " is not 1 or 2");
+    return;
+  }
   if (pos_ > buf_.size()) {
     status_ = ResourceExhausted("plan buffer of " + std::to_string(buf_.size()) +
                                 " bytes cannot hold the tensor table");
@@ -29,17 +33,41 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
     return InvalidArgument("plan record names tensor " + std::to_string(tensor));
   while (!bytes.empty()) {
     uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(bytes.size(), kMaxRecordLength));
-    uint64_t need = sizeof(PlanRecord) + Align8(n);
-    if (need > buf_.size() - pos_) {
+    // Version 2: a tensor record when the tensor or shift changes, then a short or long one.
+    const uint64_t shift = canonical_offset - local_offset;
+    const bool compact = version_ == kPlanVersionCompact;
+    const bool switch_tensor = compact && (tensor != tensor_ || shift != shift_);
+    const bool short_record =
+        compact && n <= kPlanShortMaxLength && local_offset < kPlanShortOffsetLimit;
+    const uint64_t head = !compact ? sizeof(PlanRecord) : short_record ? 8 : 16;
+    const uint64_t need = (switch_tensor ? 16 : 0) + head + Align8(n);
+    if (pos_ > buf_.size() || need > buf_.size() - pos_) {
       status_ =
           ResourceExhausted("plan buffer of " + std::to_string(buf_.size()) + " bytes is full");
       return status_;
     }
-    PlanRecord r{tensor, n, local_offset, canonical_offset, owner ? kPlanRecordOwner : 0u, 0};
     uint8_t* out = buf_.data() + pos_;
-    std::memcpy(out, &r, sizeof(r));
-    std::memcpy(out + sizeof(r), bytes.data(), n);
-    std::memset(out + sizeof(r) + n, 0, Align8(n) - n);
+    if (!compact) {
+      PlanRecord r{tensor, n, local_offset, canonical_offset, owner ? kPlanRecordOwner : 0u, 0};
+      std::memcpy(out, &r, sizeof(r));
+    } else {
+      if (switch_tensor) {
+        StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
+        StoreLE64(out + 8, shift);
+        out += 16;
+        tensor_ = tensor;
+        shift_ = shift;
+      }
+      const uint64_t owner_bit = owner ? 4u : 0u;
+      if (short_record) {
+        StoreLE64(out, kPlanKindShort | owner_bit | uint64_t{n - 1} << 3 | local_offset << 9);
+      } else {
+        StoreLE64(out, kPlanKindLong | owner_bit | uint64_t{n} << 32);
+        StoreLE64(out + 8, local_offset);
+      }
+    }
+    std::memcpy(out + head, bytes.data(), n);
+    std::memset(out + head + n, 0, Align8(n) - n);
     pos_ += need;
     ++records_;
     bytes = bytes.subspan(n);
@@ -51,7 +79,7 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
 
 StatusOr<uint64_t> WritePlanWriter::Finish() {
   RETURN_IF_ERROR(status_);
-  PlanHeader h{kPlanMagic, kPlanVersion, static_cast<uint32_t>(tensors_.size()), records_, pos_, 0};
+  PlanHeader h{kPlanMagic, version_, static_cast<uint32_t>(tensors_.size()), records_, pos_, 0};
   std::memcpy(buf_.data(), &h, sizeof(h));
   return pos_;
 }
@@ -66,9 +94,9 @@ StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
   std::memcpy(&r.header_, buffer.data(), sizeof(PlanHeader));
   const PlanHeader& h = r.header_;
   if (h.magic != kPlanMagic) return InvalidArgument("plan: bad magic");
-  if (h.version != kPlanVersion) {
-    return InvalidArgument("plan: version " + std::to_string(h.version) + ", this build reads " +
-                           std::to_string(kPlanVersion));
+  if (h.version != kPlanVersion && h.version != kPlanVersionCompact) {
+    return InvalidArgument("plan: version " + std::to_string(h.version) +
+                           ", this build reads 1 and 2");
   }
   if (h.bytes_used > buffer.size()) {
     return InvalidArgument("plan: claims " + std::to_string(h.bytes_used) + " bytes, buffer has " +
@@ -106,6 +134,15 @@ Status WritePlanReader::BadRecord(uint64_t index, RecordError what) {
       break;
     case RecordError::kData:
       why = "data runs past the plan";
+      break;
+    case RecordError::kKind:
+      why = "unknown record kind or reserved bits set";
+      break;
+    case RecordError::kNoTensor:
+      why = "change record before any tensor record";
+      break;
+    case RecordError::kLength:
+      why = "long record of length 0";
       break;
   }
   return InvalidArgument("plan record " + std::to_string(index) + ": " + why);

@@ -15,10 +15,14 @@ struct Buffer {
   std::vector<uint64_t> words;
 };
 
-TEST(WritePlan, RoundTrip) {
+class WritePlanVersions : public ::testing::TestWithParam<uint32_t> {};
+INSTANTIATE_TEST_SUITE_P(Both, WritePlanVersions,
+                         ::testing::Values(kPlanVersion, kPlanVersionCompact));
+
+TEST_P(WritePlanVersions, RoundTrip) {
   Buffer buf(1 << 16);
   std::vector<PlanTensor> tensors = {{3, 0, 1000, 11, 22}, {7, kPlanTensorFullVerify, 64, 1, 2}};
-  WritePlanWriter w(buf.span(), tensors);
+  WritePlanWriter w(buf.span(), tensors, GetParam());
   std::mt19937 rng(1);
   struct Want {
     uint32_t t;
@@ -28,10 +32,10 @@ TEST(WritePlan, RoundTrip) {
   };
   std::vector<Want> want;
   for (int i = 0; i < 50; ++i) {
-    uint32_t t = i % 2;
+    uint32_t t = i % 5 < 3 ? 0 : 1;  // runs of records of one tensor, then switches
     uint64_t cap = tensors[t].canonical_length;
     uint64_t canon = rng() % cap;
-    uint64_t len = 1 + rng() % std::min<uint64_t>(cap - canon, 37);
+    uint64_t len = 1 + rng() % std::min<uint64_t>(cap - canon, i % 7 == 0 ? 200 : 37);
     std::vector<uint8_t> bytes(len);
     for (auto& b : bytes) b = static_cast<uint8_t>(rng());
     want.push_back({t, canon + 5, canon, bytes, i % 3 == 0});
@@ -41,6 +45,10 @@ TEST(WritePlan, RoundTrip) {
   ASSERT_TRUE(used.ok());
   auto r = WritePlanReader::Open(buf.span().first(*used));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  uint32_t version;
+  std::memcpy(&version, buf.span().data() + 8, 4);
+  EXPECT_EQ(version, GetParam());
+  EXPECT_EQ(r->record_count(), want.size());
   ASSERT_EQ(r->tensors().size(), 2u);
   EXPECT_EQ(r->tensors()[1].rank_tensor, 7u);
   uint64_t data_bytes = 0;
@@ -60,12 +68,14 @@ TEST(WritePlan, RoundTrip) {
   EXPECT_EQ(k, want.size());
 }
 
-TEST(WritePlan, TryAddShortWritesWhatAddWrites) {
+TEST_P(WritePlanVersions, TryAddShortWritesWhatAddWrites) {
   // Every length 1..kShortBytes (and the cases it refuses), written by TryAddShort into one
-  // buffer and by Add into another: byte-identical plans (zero padding included).
-  std::vector<PlanTensor> tensors = {{0, 0, 1 << 20, 0, 0}};
+  // buffer and by Add into another: byte-identical plans (zero padding included), with the
+  // shift between canonical and local offsets changing now and then (version 2's tensor
+  // records).
+  std::vector<PlanTensor> tensors = {{0, 0, 1 << 20, 0, 0}, {1, 0, 1 << 20, 0, 0}};
   Buffer a(1 << 17), b(1 << 17);
-  WritePlanWriter fast(a.span(), tensors), slow(b.span(), tensors);
+  WritePlanWriter fast(a.span(), tensors, GetParam()), slow(b.span(), tensors, GetParam());
   std::mt19937 rng(4);
   uint64_t at = 0;
   for (int i = 0; i < 600; ++i) {
@@ -73,14 +83,16 @@ TEST(WritePlan, TryAddShortWritesWhatAddWrites) {
     std::vector<uint8_t> bytes(n);
     for (auto& x : bytes) x = static_cast<uint8_t>(rng());
     const bool owner = rng() % 2 == 0;
-    ASSERT_TRUE(fast.TryAddShort(0, at + 3, at, bytes, owner)) << i;
-    ASSERT_TRUE(slow.Add(0, at + 3, at, bytes, owner).ok());
+    const uint32_t t = i % 50 < 40 ? 0 : 1;
+    const uint64_t local = at + 3 + (i / 25) * 7;
+    ASSERT_TRUE(fast.TryAddShort(t, local, at, bytes, owner)) << i;
+    ASSERT_TRUE(slow.Add(t, local, at, bytes, owner).ok());
     at += n + rng() % 50;
   }
   std::vector<uint8_t> nine(WritePlanWriter::kShortBytes + 1, 1);
   EXPECT_FALSE(fast.TryAddShort(0, 0, 0, nine, true));  // longer than kShortBytes
   EXPECT_FALSE(fast.TryAddShort(0, 0, 0, {}, true));    // empty
-  EXPECT_FALSE(fast.TryAddShort(1, 0, 0, std::span(nine).first(2), true));  // no such tensor
+  EXPECT_FALSE(fast.TryAddShort(2, 0, 0, std::span(nine).first(2), true));  // no such tensor
   EXPECT_EQ(fast.record_count(), slow.record_count());
   auto fu = fast.Finish();
   auto su = slow.Finish();
@@ -115,9 +127,9 @@ TEST(WritePlan, TryAddShortRefusesWhenFull) {
   EXPECT_FALSE(w.TryAddShort(0, 30, 30, std::span(two).first(1), true));  // after an error
 }
 
-TEST(WritePlan, FullBufferIsResourceExhausted) {
+TEST_P(WritePlanVersions, FullBufferIsResourceExhausted) {
   Buffer buf(256);
-  WritePlanWriter w(buf.span(), {{0, 0, 1 << 20, 0, 0}});
+  WritePlanWriter w(buf.span(), {{0, 0, 1 << 20, 0, 0}}, GetParam());
   std::vector<uint8_t> bytes(100, 1);
   EXPECT_TRUE(w.Add(0, 0, 0, bytes, true).ok());
   Status s = w.Add(0, 100, 100, bytes, true);
@@ -165,6 +177,232 @@ TEST(WritePlan, RejectsMalformedBuffers) {
   }
   EXPECT_FALSE(WritePlanReader::Open(buf.span().first(10)).ok());
   EXPECT_FALSE(WritePlanReader::Open(buf.span().first(used - 8)).ok());
+}
+
+TEST(WritePlan, CompactRecordSizes) {
+  // Version 2: a 1-8 byte change takes 16 bytes, 9-16 bytes 24; a tensor record (16 bytes)
+  // only where the tensor or the shift between canonical and local offsets changes; runs of
+  // more than 64 bytes, and offsets of 2^55 or more, take a long record (16 bytes + data).
+  std::vector<PlanTensor> tensors = {{0, 0, uint64_t{1} << 60, 0, 0}, {1, 0, 1 << 20, 0, 0}};
+  Buffer buf(1 << 12);
+  WritePlanWriter w(buf.span(), tensors, kPlanVersionCompact);
+  const uint64_t fixed = WritePlanWriter::FixedBytes(2);
+  auto used = [&] { return buf.span().size() - w.remaining() - fixed; };
+  const std::vector<uint8_t> bytes(100, 7);
+  ASSERT_TRUE(w.TryAddShort(0, 10, 1010, std::span(bytes).first(1), true));
+  EXPECT_EQ(used(), 16u + 16u);  // tensor record + short record
+  ASSERT_TRUE(w.TryAddShort(0, 20, 1020, std::span(bytes).first(8), false));
+  EXPECT_EQ(used(), 48u);  // same shift: no tensor record
+  ASSERT_TRUE(w.TryAddShort(0, 40, 1040, std::span(bytes).first(9), true));
+  EXPECT_EQ(used(), 72u);
+  ASSERT_TRUE(w.TryAddShort(0, 60, 2000, std::span(bytes).first(2), true));
+  EXPECT_EQ(used(), 104u);  // new shift
+  ASSERT_TRUE(w.TryAddShort(1, 60, 2000, std::span(bytes).first(2), true));
+  EXPECT_EQ(used(), 136u);  // new tensor, same shift
+  ASSERT_TRUE(w.Add(1, 100, 2040, std::span(bytes).first(64), true).ok());
+  EXPECT_EQ(used(), 208u);  // a short record of 64 bytes
+  ASSERT_TRUE(w.Add(1, 200, 2140, std::span(bytes).first(65), true).ok());
+  EXPECT_EQ(used(), 208u + 16 + 72);  // long
+  const uint64_t far = uint64_t{1} << 55;
+  EXPECT_FALSE(w.TryAddShort(0, far, far + 1000, std::span(bytes).first(3), true));
+  ASSERT_TRUE(w.Add(0, far, far + 1000, std::span(bytes).first(3), false).ok());
+  EXPECT_EQ(used(), 296u + 16 + 24);  // tensor record + long record
+  EXPECT_EQ(w.record_count(), 8u);
+  auto total = w.Finish();
+  ASSERT_TRUE(total.ok());
+  auto r = WritePlanReader::Open(buf.span().first(*total));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<PlanRecord> got;
+  ASSERT_TRUE(r->ForEach([&](const PlanRecord& rec, std::span<uint8_t>) {
+                 got.push_back(rec);
+                 return Status::Ok();
+               }).ok());
+  ASSERT_EQ(got.size(), 8u);
+  EXPECT_EQ(got[3].canonical_offset, 2000u);
+  EXPECT_EQ(got[4].tensor, 1u);
+  EXPECT_EQ(got[6].length, 65u);
+  EXPECT_EQ(got[6].canonical_offset, 2140u);
+  EXPECT_EQ(got[7].local_offset, far);
+  EXPECT_EQ(got[7].canonical_offset, far + 1000);
+  EXPECT_EQ(got[7].flags, 0u);
+  EXPECT_EQ(got[0].flags, kPlanRecordOwner);
+  EXPECT_EQ(r->data_bytes(), 1u + 8 + 9 + 2 + 2 + 64 + 65 + 3);
+}
+
+TEST(WritePlan, CompactLayoutAsDocumented) {
+  // A version 2 plan assembled word by word from the layout in write_plan.h, without the
+  // writer: tensor 0 with shift 1000, a 3-byte owner change at 10 and a 1-byte change at 40,
+  // tensor 1 with shift 0 and a 9-byte change at 0, tensor 0 again and a 70-byte long change
+  // at 100.
+  std::vector<uint64_t> w = {0x314e414c50564b44ull, 2 | uint64_t{2} << 32, 4, 0, 0};
+  auto tensor = [&](uint32_t rank_tensor, uint32_t flags, uint64_t length) {
+    w.push_back(rank_tensor | uint64_t{flags} << 32);
+    w.push_back(length);
+    w.push_back(0);
+  };
+  tensor(0, 0, 4096);
+  tensor(1, kPlanTensorFullVerify, 64);
+  w.insert(w.end(), {1, 1000});
+  w.insert(w.end(), {4 | 2 << 3 | 10 << 9, 0x030201});
+  w.insert(w.end(), {0 | 40 << 9, 0x07});
+  w.insert(w.end(), {1 | uint64_t{1} << 32, 0});
+  w.insert(w.end(), {4 | 8 << 3, 0x0909090909090909ull, 0x09});
+  w.insert(w.end(), {1, 1000});
+  w.insert(w.end(), {2 | 4 | uint64_t{70} << 32, 100});
+  for (int i = 0; i < 9; ++i) w.push_back(0x0505050505050505ull >> (i == 8 ? 16 : 0));
+  w[3] = w.size() * 8;  // bytes_used
+  std::span<uint8_t> buf(reinterpret_cast<uint8_t*>(w.data()), w.size() * 8);
+  auto r = WritePlanReader::Open(buf);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  struct Got {
+    uint32_t tensor, length, flags;
+    uint64_t local, canonical;
+    uint8_t last;
+  };
+  std::vector<Got> got;
+  ASSERT_TRUE(r->ForEach([&](const PlanRecord& rec, std::span<uint8_t> b) {
+                 got.push_back({rec.tensor, rec.length, rec.flags, rec.local_offset,
+                                rec.canonical_offset, b.back()});
+                 return Status::Ok();
+               }).ok());
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(r->data_bytes(), 3u + 1 + 9 + 70);
+  const Got want[] = {{0, 3, kPlanRecordOwner, 10, 1010, 3},
+                      {0, 1, 0, 40, 1040, 7},
+                      {1, 9, kPlanRecordOwner, 0, 0, 9},
+                      {0, 70, kPlanRecordOwner, 100, 1100, 5}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(got[i].tensor, want[i].tensor) << i;
+    EXPECT_EQ(got[i].length, want[i].length) << i;
+    EXPECT_EQ(got[i].flags, want[i].flags) << i;
+    EXPECT_EQ(got[i].local, want[i].local) << i;
+    EXPECT_EQ(got[i].canonical, want[i].canonical) << i;
+    EXPECT_EQ(got[i].last, want[i].last) << i;
+  }
+  // The writer writes the same bytes for the same changes.
+  std::vector<uint64_t> again(w.size(), 0);
+  WritePlanWriter writer({reinterpret_cast<uint8_t*>(again.data()), again.size() * 8},
+                         {{0, 0, 4096, 0, 0}, {1, kPlanTensorFullVerify, 64, 0, 0}},
+                         kPlanVersionCompact);
+  ASSERT_TRUE(writer.Add(0, 10, 1010, std::vector<uint8_t>{1, 2, 3}, true).ok());
+  ASSERT_TRUE(writer.Add(0, 40, 1040, std::vector<uint8_t>{7}, false).ok());
+  ASSERT_TRUE(writer.Add(1, 0, 0, std::vector<uint8_t>(9, 9), true).ok());
+  ASSERT_TRUE(writer.Add(0, 100, 1100, std::vector<uint8_t>(70, 5), true).ok());
+  ASSERT_EQ(*writer.Finish(), w.size() * 8);
+  EXPECT_EQ(again, w);
+}
+
+TEST(WritePlan, CompactShiftWrapsModulo64Bits) {
+  // A canonical offset below the local one: the shift is negative as a signed number.
+  std::vector<PlanTensor> tensors = {{0, 0, 100, 0, 0}};
+  Buffer buf(1024);
+  WritePlanWriter w(buf.span(), tensors, kPlanVersionCompact);
+  const std::vector<uint8_t> two = {5, 6};
+  ASSERT_TRUE(w.Add(0, 5000, 40, two, true).ok());
+  auto total = w.Finish();
+  ASSERT_TRUE(total.ok());
+  auto r = WritePlanReader::Open(buf.span().first(*total));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->ForEach([&](const PlanRecord& rec, std::span<uint8_t> b) {
+                 EXPECT_EQ(rec.local_offset, 5000u);
+                 EXPECT_EQ(rec.canonical_offset, 40u);
+                 EXPECT_EQ(b[1], 6);
+                 return Status::Ok();
+               }).ok());
+}
+
+TEST(WritePlan, CompactTryAddShortRefusesWhenFull) {
+  // Room for exactly: tensor record + a 2-byte record + a 2-byte record (48 bytes).
+  std::vector<PlanTensor> tensors = {{0, 0, 100, 0, 0}};
+  const size_t room = WritePlanWriter::FixedBytes(1) + 48;
+  Buffer buf(room);
+  WritePlanWriter w(buf.span().first(room), tensors, kPlanVersionCompact);
+  const std::vector<uint8_t> two = {1, 2};
+  EXPECT_TRUE(w.TryAddShort(0, 0, 0, two, true));
+  EXPECT_TRUE(w.TryAddShort(0, 10, 10, two, true));
+  EXPECT_EQ(w.remaining(), 0u);
+  EXPECT_FALSE(w.TryAddShort(0, 20, 20, two, true));
+  EXPECT_EQ(w.Add(0, 20, 20, two, true).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(w.record_count(), 2u);
+  // No room for a tensor record and its first change: nothing is written.
+  Buffer small(WritePlanWriter::FixedBytes(1) + 24);
+  WritePlanWriter s(small.span(), tensors, kPlanVersionCompact);
+  EXPECT_FALSE(s.TryAddShort(0, 0, 0, two, true));
+  EXPECT_EQ(s.remaining(), 24u);
+  EXPECT_EQ(s.Add(0, 0, 0, two, true).code(), StatusCode::kResourceExhausted);
+}
+
+TEST(WritePlan, UnknownWriterVersionIsAnError) {
+  Buffer buf(1024);
+  WritePlanWriter w(buf.span(), {{0, 0, 100, 0, 0}}, 3);
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+  const std::vector<uint8_t> two = {1, 2};
+  EXPECT_FALSE(w.TryAddShort(0, 0, 0, two, true));
+  EXPECT_EQ(w.Add(0, 0, 0, two, true).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(w.Finish().ok());
+}
+
+TEST(WritePlan, RejectsMalformedCompactBuffers) {
+  // A version 2 plan: tensor record at `rec`, a short record at rec + 16 (3 bytes), a long
+  // record at rec + 32 (70 bytes).
+  Buffer buf(4096);
+  WritePlanWriter w(buf.span(), {{0, 0, 200, 0, 0}}, kPlanVersionCompact);
+  ASSERT_TRUE(w.Add(0, 10, 20, std::vector<uint8_t>(3, 9), true).ok());
+  ASSERT_TRUE(w.Add(0, 100, 110, std::vector<uint8_t>(70, 9), true).ok());
+  const uint64_t used = *w.Finish();
+  ASSERT_TRUE(WritePlanReader::Open(buf.span().first(used)).ok());
+  const size_t rec = sizeof(PlanHeader) + sizeof(PlanTensor);
+  auto get64 = [&](size_t at) {
+    uint64_t v;
+    std::memcpy(&v, buf.span().data() + at, 8);
+    return v;
+  };
+  const uint64_t tensor_word = get64(rec), short_word = get64(rec + 16),
+                 long_word = get64(rec + 32);
+  ASSERT_EQ(tensor_word & 3, kPlanKindTensor);
+  ASSERT_EQ(short_word & 3, kPlanKindShort);
+  ASSERT_EQ(long_word & 3, kPlanKindLong);
+  auto mutate = [&](auto edit, uint64_t size) {
+    Buffer copy(4096);
+    std::memcpy(copy.span().data(), buf.span().data(), 4096);
+    edit(copy.span());
+    return WritePlanReader::Open(copy.span().first(size)).status();
+  };
+  auto put64 = [](std::span<uint8_t> b, size_t at, uint64_t v) {
+    std::memcpy(b.data() + at, &v, 8);
+  };
+  struct Case {
+    const char* label;
+    std::function<void(std::span<uint8_t>)> edit;
+    uint64_t size;
+    const char* msg;
+  } cases[] = {
+      {"kind 3", [&](auto b) { put64(b, rec + 16, short_word | 3); }, used, "record kind"},
+      {"tensor reserved bits", [&](auto b) { put64(b, rec, tensor_word | 8); }, used,
+       "reserved bits"},
+      {"long reserved bits", [&](auto b) { put64(b, rec + 32, long_word | 16); }, used,
+       "reserved bits"},
+      {"tensor index", [&](auto b) { put64(b, rec, tensor_word | uint64_t{1} << 32); }, used,
+       "tensor index out of range"},
+      {"no tensor record", [&](auto b) { put64(b, rec, kPlanKindLong | uint64_t{8} << 32); }, used,
+       "before any tensor record"},
+      {"long length 0", [&](auto b) { put64(b, rec + 32, long_word & 0xffffffffull); }, used,
+       "length 0"},
+      {"shift", [&](auto b) { put64(b, rec + 8, 150); }, used, "beyond the tensor"},
+      {"short offset", [&](auto b) { put64(b, rec + 16, short_word + (uint64_t{200} << 9)); }, used,
+       "beyond the tensor"},
+      {"long length", [&](auto b) { put64(b, rec + 32, long_word + (uint64_t{100} << 32)); }, used,
+       "beyond the tensor"},
+      {"truncated tensor record", [&](auto b) { put64(b, 24, rec + 8); }, rec + 8, "truncated"},
+      {"truncated long record", [&](auto b) { put64(b, 24, rec + 40); }, rec + 40, "truncated"},
+      {"data past the plan", [&](auto b) { put64(b, 24, used - 8); }, used - 8, "past the plan"},
+      {"record count", [&](auto b) { put64(b, 16, 3); }, used, "found 2"},
+  };
+  for (const Case& c : cases) {
+    Status s = mutate(c.edit, c.size);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.label;
+    EXPECT_NE(s.message().find(c.msg), std::string::npos) << c.label << ": " << s.message();
+  }
 }
 
 }  // namespace

@@ -2,11 +2,11 @@
 // backend, as the cpu backend stages): plans built from the input with records of 1 to 80 bytes
 // (the word-at-a-time path and the byte path), owners and replicas, a full-verify tensor,
 // canonical offsets around multiples of 65521, local ranges up to and past the end of their
-// tensor, and now and then padding bytes that are not zero. Either the part is refused with
-// InvalidArgument (then a record lies outside its tensor, and no sum changed) or its new bytes,
-// ops and sums equal a byte-by-byte reference. The weights are allocated at their exact sizes,
-// so a read past a tensor's end is caught by the sanitizers (the fuzz build instruments the
-// libraries too).
+// tensor, and now and then padding bytes that are not zero; plans of both versions. Either the
+// part is refused with InvalidArgument (then a record lies outside its tensor, and no sum
+// changed) or its new bytes, ops and sums equal a byte-by-byte reference. The weights are allocated
+// at their exact sizes, so a read past a tensor's end is caught by the sanitizers (the fuzz build
+// instruments the libraries too).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -58,7 +58,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     recs.push_back(std::move(r));
   }
   std::vector<uint64_t> words(1 << 13);
-  WritePlanWriter writer({reinterpret_cast<uint8_t*>(words.data()), words.size() * 8}, table);
+  // Both plan versions (the input's length picks one, so a seed keeps its records).
+  WritePlanWriter writer({reinterpret_cast<uint8_t*>(words.data()), words.size() * 8}, table,
+                         size % 2 == 0 ? kPlanVersionCompact : kPlanVersion);
   for (const Rec& r : recs) {
     if (!writer.Add(r.tensor, r.local, r.canonical, r.bytes, r.owner).ok()) std::abort();
   }

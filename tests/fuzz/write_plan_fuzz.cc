@@ -1,23 +1,33 @@
-// Fuzzes the write plan reader: arbitrary bytes are rejected or walked without reading
-// outside the buffer, and every record it yields lies inside its tensor and the buffer.
+// Fuzzes the write plan reader and writer.
+// 1. The input as a plan (either version, by its header): rejected with InvalidArgument or
+//    walked without reading outside the buffer, every record it yields inside its tensor and
+//    the buffer.
+// 2. The input as a list of changes (tensor, offsets, length, owner; some of them long, some
+//    with local offsets of 2^55 or more, shifts that change often or never), written with
+//    WritePlanWriter in both versions, through TryAddShort where it applies and Add otherwise,
+//    into a buffer that may fill up: the reader gives back exactly the changes the writer took,
+//    in order (the list is the reference), and the two versions agree.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "deltasync/write_plan.h"
+#include "fuzz_input.h"
 
 using namespace deltakv;
 using namespace deltakv::deltasync;
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace {
+
+void ReadAsPlan(const uint8_t* data, size_t size) {
   std::vector<uint64_t> words(size / 8 + 1);
   std::memcpy(words.data(), data, size);
   std::span<uint8_t> buf(reinterpret_cast<uint8_t*>(words.data()), size);
   auto r = WritePlanReader::Open(buf);
   if (!r.ok()) {
     if (r.status().code() != StatusCode::kInvalidArgument) std::abort();
-    return 0;
+    return;
   }
   Status s = r->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
     const PlanTensor& t = r->tensors()[rec.tensor];
@@ -29,5 +39,97 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return Status::Ok();
   });
   if (!s.ok()) std::abort();  // Open validated every record
+}
+
+struct Change {
+  uint32_t tensor;
+  uint64_t local, canonical;
+  std::vector<uint8_t> bytes;
+  bool owner;
+};
+
+// Writes `changes` in `version` into a buffer of `capacity` bytes (stopping at the first that
+// does not fit) and checks the reader gives back exactly those written. Returns how many.
+size_t RoundTrip(const std::vector<Change>& changes, const std::vector<PlanTensor>& tensors,
+                 uint32_t version, size_t capacity) {
+  std::vector<uint64_t> words(capacity / 8);
+  std::span<uint8_t> buf(reinterpret_cast<uint8_t*>(words.data()), words.size() * 8);
+  WritePlanWriter w(buf, tensors, version);
+  size_t taken = 0;
+  for (const Change& c : changes) {
+    if (w.TryAddShort(c.tensor, c.local, c.canonical, c.bytes, c.owner)) {
+      ++taken;
+      continue;
+    }
+    Status s = w.Add(c.tensor, c.local, c.canonical, c.bytes, c.owner);
+    if (s.code() == StatusCode::kResourceExhausted) break;
+    if (!s.ok()) std::abort();
+    ++taken;
+  }
+  if (!w.status().ok()) {
+    // A full buffer: the records before the failing change stay readable; drop the partial
+    // one by writing the plan again without it.
+    std::vector<Change> prefix(changes.begin(), changes.begin() + taken);
+    return RoundTrip(prefix, tensors, version, capacity);
+  }
+  auto used = w.Finish();
+  if (!used.ok()) std::abort();
+  auto r = WritePlanReader::Open(buf.first(*used));
+  if (!r.ok()) std::abort();
+  size_t k = 0;
+  uint64_t data_bytes = 0;
+  // A change longer than 2^31 bytes would be split; the input never makes one.
+  Status s = r->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
+    if (k >= taken) std::abort();
+    const Change& c = changes[k++];
+    if (rec.tensor != c.tensor || rec.local_offset != c.local ||
+        rec.canonical_offset != c.canonical || rec.length != c.bytes.size() ||
+        (rec.flags == kPlanRecordOwner) != c.owner || (rec.flags & ~kPlanRecordOwner) != 0 ||
+        rec.reserved != 0 || std::memcmp(bytes.data(), c.bytes.data(), bytes.size()) != 0) {
+      std::abort();
+    }
+    data_bytes += bytes.size();
+    return Status::Ok();
+  });
+  if (!s.ok() || k != taken || r->record_count() != taken || r->data_bytes() != data_bytes) {
+    std::abort();
+  }
+  return taken;
+}
+
+void WriteAndRead(const uint8_t* data, size_t size) {
+  FuzzInput<4> in{data, size};
+  const std::vector<PlanTensor> tensors = {{0, 0, uint64_t{1} << 62, 0, 0},
+                                           {1, 0, 1 + in.Next(5000), 0, 0},
+                                           {2, kPlanTensorFullVerify, 64, 0, 0}};
+  std::vector<Change> changes;
+  uint64_t local = 0, shift = in.Next(3000);
+  while (!in.done() && changes.size() < 300) {
+    Change c;
+    c.tensor = static_cast<uint32_t>(in.Next(3));
+    const uint64_t len = 1 + (in.Next(6) == 0 ? in.Next(300) : in.Next(12));
+    if (in.Next(4) == 0) shift = in.Next(3) == 0 ? ~uint64_t{0} - in.Next(100) : in.Next(3000);
+    local += in.Next(100);
+    if (in.Next(16) == 0) local = (uint64_t{1} << 55) - in.Next(8);  // around the short limit
+    c.local = local;
+    c.canonical = local + shift;
+    const uint64_t cap = tensors[c.tensor].canonical_length;
+    if (c.canonical > cap || len > cap - c.canonical) continue;  // the writer does not check
+    c.owner = in.Next(2) == 0;
+    for (uint64_t i = 0; i < len; ++i) c.bytes.push_back(static_cast<uint8_t>(in.Next(256)));
+    changes.push_back(std::move(c));
+    local += len;
+  }
+  const size_t capacity = WritePlanWriter::FixedBytes(tensors.size()) + 8 * (1 + in.Next(4000));
+  const size_t v1 = RoundTrip(changes, tensors, kPlanVersion, capacity);
+  const size_t v2 = RoundTrip(changes, tensors, kPlanVersionCompact, capacity);
+  if (v2 < v1) std::abort();  // compact records never take more room
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  ReadAsPlan(data, size);
+  WriteAndRead(data, size);
   return 0;
 }

@@ -2,14 +2,34 @@
 // sync, laid out in a flat buffer (a shared-memory plan arena).
 //
 // Layout (all integers little-endian, every record 8-byte aligned):
-//   PlanHeader   {magic "DKVPLAN1", u32 version, u32 tensor_count, u64 record_count,
-//                 u64 bytes_used (whole plan), u64 reserved}
+//   PlanHeader   {magic "DKVPLAN1", u32 version (1 or 2), u32 tensor_count, u64 record_count
+//                 (change records), u64 bytes_used (whole plan), u64 reserved}
 //   PlanTensor[tensor_count]  {u32 rank_tensor (index in the rank's registered tensors),
 //                              u32 flags, u64 canonical_length, u32 parent_adler32,
 //                              u32 adler32}
-//   records: PlanRecord {u32 tensor (index into PlanTensor[]), u32 length, u64 local_offset,
-//            u64 canonical_offset, u32 flags (bit 0: owner), u32 reserved}
-//            followed by `length` XOR bytes, padded with zeros to a multiple of 8.
+//   then the records, which differ by version.
+//
+// Version 1: every record is a change record
+//   PlanRecord {u32 tensor (index into PlanTensor[]), u32 length, u64 local_offset,
+//               u64 canonical_offset, u32 flags (bit 0: owner), u32 reserved}
+//   followed by `length` XOR bytes, padded with zeros to a multiple of 8 (32 bytes of header
+//   per record).
+//
+// Version 2 (compact; the sidecar writes it): each record starts with a u64 word `h` whose low
+// two bits give its kind:
+//   0  short change: bit 2 owner, bits 3-8 length - 1 (1 to 64 bytes), bits 9-63 local_offset
+//      (below 2^55); then the XOR bytes padded to a multiple of 8 (a 1-8 byte change takes 16
+//      bytes);
+//   1  tensor: bits 2-31 zero, bits 32-63 the tensor (index into PlanTensor[]); then a u64
+//      `shift`. It names the tensor of the change records after it, whose canonical_offset is
+//      local_offset + shift (modulo 2^64); a change record before the first tensor record is
+//      invalid;
+//   2  long change: bit 2 owner, bits 3-31 zero, bits 32-63 length (at least 1); then a u64
+//      local_offset, then the XOR bytes padded to a multiple of 8;
+//   3  invalid.
+// Both versions are read into the same PlanRecord (reserved 0, flags = the owner bit), so a
+// rank's code does not depend on the version.
+//
 // A rank stages a plan by replacing each record's XOR bytes with the new bytes in place.
 //
 // The reader checks every count, offset and length against the buffer before use and rejects
@@ -31,7 +51,16 @@
 namespace deltakv::deltasync {
 
 inline constexpr uint64_t kPlanMagic = 0x314e414c50564b44ull;  // "DKVPLAN1"
+// Versions: 1, the writer's default, and 2, the compact records the sidecar writes. The reader
+// takes both.
 inline constexpr uint32_t kPlanVersion = 1;
+inline constexpr uint32_t kPlanVersionCompact = 2;
+// Version 2's record kinds (the low two bits of a record's first word) and limits.
+inline constexpr uint64_t kPlanKindShort = 0;
+inline constexpr uint64_t kPlanKindTensor = 1;
+inline constexpr uint64_t kPlanKindLong = 2;
+inline constexpr uint64_t kPlanShortMaxLength = 64;
+inline constexpr uint64_t kPlanShortOffsetLimit = uint64_t{1} << 55;  // local_offset below it
 inline constexpr uint32_t kPlanRecordOwner = 1;
 inline constexpr uint32_t kPlanTensorFullVerify = 1;  // small tensor: verify a full checksum
 
@@ -81,59 +110,90 @@ inline constexpr uint64_t PlanArenaRootBytes(uint64_t version_len) {
   return sizeof(PlanArenaRoot) + ((version_len + 7) & ~uint64_t{7});
 }
 
-// Appends records into a caller-provided buffer (a mapped arena). ResourceExhausted when the
-// buffer is full.
+// Appends records into a caller-provided buffer (a mapped arena), in plan version `version`
+// (kPlanVersion or kPlanVersionCompact). ResourceExhausted when the buffer is full.
 class WritePlanWriter {
  public:
-  // REQUIRES: buffer is 8-byte aligned and outlives the writer.
-  WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors);
+  // REQUIRES: buffer is 8-byte aligned and outlives the writer. An unknown version is an
+  // InvalidArgument status().
+  WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors,
+                  uint32_t version = kPlanVersion);
   Status status() const { return status_; }
+  uint32_t version() const { return version_; }
   // Appends one run; runs longer than 2^31 bytes are split.
   Status Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner);
   // Add for a run of 1 to kShortBytes bytes that fits in the buffer (most runs of a sparse
   // delta), with no Status and no call. Returns false, having written nothing, when it does not
-  // apply (a longer or empty run, no room, a bad tensor, an earlier error): call Add then.
+  // apply (a longer or empty run, no room, a bad tensor, an earlier error, a version 2 offset of
+  // 2^55 or more): call Add then.
   static constexpr size_t kShortBytes = 32;
   bool TryAddShort(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                    std::span<const uint8_t> bytes, bool owner) {
     const size_t n = bytes.size();
-    if (n - 1 >= kShortBytes || tensor >= tensors_.size() || pos_ > buf_.size() ||
-        buf_.size() - pos_ < RecordBytes(n) || !status_.ok()) {
+    if (n - 1 >= kShortBytes || tensor >= tensors_.size() || pos_ > buf_.size() || !status_.ok()) {
       return false;
     }
-    // The PlanRecord as four little-endian words stored straight into the buffer (a record
-    // built on the stack and copied would be read back before its field stores retire), then
-    // the bytes a word at a time, the last word with its zero padding.
+    // Header words are stored straight into the buffer (a record built on the stack and
+    // copied would be read back before its field stores retire), then the bytes a word at a
+    // time, the last word with its zero padding.
     uint8_t* out = buf_.data() + pos_;
-    StoreLE64(out, uint64_t{tensor} | uint64_t{n} << 32);  // tensor, length
-    StoreLE64(out + 8, local_offset);
-    StoreLE64(out + 16, canonical_offset);
-    StoreLE64(out + 24, owner ? kPlanRecordOwner : 0u);  // flags, reserved
-    uint8_t* const data = out + sizeof(PlanRecord);
+    uint64_t need;
+    if (version_ == kPlanVersionCompact) {
+      const uint64_t shift = canonical_offset - local_offset;
+      const bool switch_tensor = tensor != tensor_ || shift != shift_;
+      need = 8 + Align8(n) + (switch_tensor ? 16 : 0);
+      if (buf_.size() - pos_ < need || local_offset >= kPlanShortOffsetLimit) return false;
+      if (switch_tensor) {
+        StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
+        StoreLE64(out + 8, shift);
+        out += 16;
+        tensor_ = tensor;
+        shift_ = shift;
+      }
+      StoreLE64(out, kPlanKindShort | (owner ? 4u : 0u) | uint64_t{n - 1} << 3 | local_offset << 9);
+      out += 8;
+    } else {
+      need = RecordBytes(n);
+      if (buf_.size() - pos_ < need) return false;
+      StoreLE64(out, uint64_t{tensor} | uint64_t{n} << 32);  // tensor, length
+      StoreLE64(out + 8, local_offset);
+      StoreLE64(out + 16, canonical_offset);
+      StoreLE64(out + 24, owner ? kPlanRecordOwner : 0u);  // flags, reserved
+      out += sizeof(PlanRecord);
+    }
     size_t k = 0;
-    for (; k + 8 < n; k += 8) StoreLE64(data + k, LoadLE64(bytes.data() + k));
-    StoreLE64(data + k, LoadShortLE(bytes.data() + k, n - k));
-    pos_ += RecordBytes(n);
+    for (; k + 8 < n; k += 8) StoreLE64(out + k, LoadLE64(bytes.data() + k));
+    StoreLE64(out + k, LoadShortLE(bytes.data() + k, n - k));
+    pos_ += need;
     ++records_;
     return true;
   }
   // Writes the header; returns the bytes used.
   StatusOr<uint64_t> Finish();
   uint64_t record_count() const { return records_; }
-  // Buffer bytes still free; a run of n bytes needs RecordBytes(n) of them.
+  // Buffer bytes still free; a run of n bytes needs at most RecordBytes(n) of them (exactly
+  // that in version 1; in version 2 a short record takes 8 + the padded length, a long one 16 +
+  // the padded length, and either 16 more when it starts a new tensor record).
   uint64_t remaining() const { return pos_ > buf_.size() ? 0 : buf_.size() - pos_; }
-  static constexpr uint64_t RecordBytes(uint64_t n) { return sizeof(PlanRecord) + ((n + 7) & ~7ull); }
+  static constexpr uint64_t RecordBytes(uint64_t n) { return kMaxRecordOverhead + Align8(n); }
+  // The most bytes a record takes besides its padded data, in either version.
+  static constexpr uint64_t kMaxRecordOverhead = sizeof(PlanRecord);
   // Bytes the header and a table of `tensors` entries take before the first record.
   static constexpr uint64_t FixedBytes(uint64_t tensors) {
     return sizeof(PlanHeader) + tensors * sizeof(PlanTensor);
   }
 
  private:
+  static constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
   std::span<uint8_t> buf_;
   std::vector<PlanTensor> tensors_;
+  uint32_t version_;
   uint64_t pos_ = 0;
   uint64_t records_ = 0;
+  // Version 2: the tensor and shift of the last tensor record (none yet: an impossible tensor).
+  uint32_t tensor_ = UINT32_MAX;
+  uint64_t shift_ = 0;
   Status status_;
 };
 
@@ -146,7 +206,8 @@ class WritePlanReader {
   uint64_t record_count() const { return header_.record_count; }
   // Sum of the records' lengths (the plan's XOR bytes, padding excluded), counted by Open.
   uint64_t data_bytes() const { return data_bytes_; }
-  // Calls fn(const PlanRecord&, std::span<uint8_t>) -> Status for each record in order with a
+  // Calls fn(const PlanRecord&, std::span<uint8_t>) -> Status for each change record (version
+  // 2's tensor records are not passed) in order with a
   // mutable view of its bytes (XOR bytes before staging, new bytes after); a non-OK Status
   // stops the walk and is returned. Every record is checked again as it is reached. Inline, so
   // a walk over millions of records costs no call per record.
@@ -154,7 +215,19 @@ class WritePlanReader {
   Status ForEach(F&& fn) const;
 
  private:
-  enum class RecordError : uint8_t { kTruncated, kTensor, kCanonicalRange, kData };
+  enum class RecordError : uint8_t {
+    kTruncated,
+    kTensor,
+    kCanonicalRange,
+    kData,
+    kKind,      // version 2: kind 3, or reserved bits set
+    kNoTensor,  // version 2: a change record before any tensor record
+    kLength,    // version 2: a long record of length 0
+  };
+  template <typename F>
+  Status ForEachV1(F& fn) const;
+  template <typename F>
+  Status ForEachV2(F& fn) const;
   // InvalidArgument naming record `index` (built only when a record is bad).
   static Status BadRecord(uint64_t index, RecordError what);
 
@@ -167,6 +240,11 @@ class WritePlanReader {
 
 template <typename F>
 Status WritePlanReader::ForEach(F&& fn) const {
+  return header_.version == kPlanVersionCompact ? ForEachV2(fn) : ForEachV1(fn);
+}
+
+template <typename F>
+Status WritePlanReader::ForEachV1(F& fn) const {
   uint64_t pos = records_begin_;
   const uint64_t end = header_.bytes_used;
   uint8_t* const base = buf_.data();
@@ -194,6 +272,63 @@ Status WritePlanReader::ForEach(F&& fn) const {
                   std::span<uint8_t>(base + pos + sizeof(PlanRecord), rec.length));
     if (!s.ok()) return s;
     pos += need;
+  }
+  return Status::Ok();
+}
+
+template <typename F>
+Status WritePlanReader::ForEachV2(F& fn) const {
+  uint64_t pos = records_begin_;
+  const uint64_t end = header_.bytes_used;
+  uint8_t* const base = buf_.data();
+  // The current tensor record's tensor, shift and canonical length (none yet).
+  uint32_t tensor = UINT32_MAX;
+  uint64_t shift = 0, canonical_length = 0;
+  for (uint64_t index = 0; pos < end;) {
+    if (end - pos < 8) return BadRecord(index, RecordError::kTruncated);
+    const uint64_t h = LoadLE64(base + pos);
+    PlanRecord rec;
+    uint64_t head;
+    if ((h & 3) == kPlanKindShort) [[likely]] {
+      rec.length = static_cast<uint32_t>((h >> 3) & 63) + 1;
+      rec.local_offset = h >> 9;
+      head = 8;
+    } else {
+      if (end - pos < 16) return BadRecord(index, RecordError::kTruncated);
+      const uint64_t second = LoadLE64(base + pos + 8);
+      if ((h & 3) == kPlanKindTensor) {
+        if ((h & 0xfffffffcull) != 0) return BadRecord(index, RecordError::kKind);
+        tensor = static_cast<uint32_t>(h >> 32);
+        if (tensor >= tensors_.size()) return BadRecord(index, RecordError::kTensor);
+        shift = second;
+        canonical_length = tensors_[tensor].canonical_length;
+        pos += 16;
+        continue;
+      }
+      if ((h & 3) != kPlanKindLong || (h & 0xfffffff8ull) != 0) {
+        return BadRecord(index, RecordError::kKind);
+      }
+      rec.length = static_cast<uint32_t>(h >> 32);
+      if (rec.length == 0) return BadRecord(index, RecordError::kLength);
+      rec.local_offset = second;
+      head = 16;
+    }
+    if (tensor == UINT32_MAX) return BadRecord(index, RecordError::kNoTensor);
+    rec.tensor = tensor;
+    rec.canonical_offset = rec.local_offset + shift;
+    rec.flags = static_cast<uint32_t>(h >> 2) & kPlanRecordOwner;
+    rec.reserved = 0;
+    if (rec.canonical_offset > canonical_length ||
+        rec.length > canonical_length - rec.canonical_offset) {
+      return BadRecord(index, RecordError::kCanonicalRange);
+    }
+    const uint64_t need = head + ((uint64_t{rec.length} + 7) & ~uint64_t{7});
+    if (need > end - pos) return BadRecord(index, RecordError::kData);
+    Status s =
+        fn(static_cast<const PlanRecord&>(rec), std::span<uint8_t>(base + pos + head, rec.length));
+    if (!s.ok()) return s;
+    pos += need;
+    ++index;
   }
   return Status::Ok();
 }

@@ -70,7 +70,8 @@ Status PlanStreamer::OpenPart(uint32_t r) {
   if (plan_at != root + root_bytes) return Internal("plan arena blocks are not contiguous");
   rs.plan_offset = plan_at;
   rs.arena = arena;
-  rs.writer.emplace(arena->Bytes(plan_at, part_capacity_), rs.table);
+  rs.writer.emplace(arena->Bytes(plan_at, part_capacity_), rs.table,
+                    deltasync::kPlanVersionCompact);
   RETURN_IF_ERROR(rs.writer->status());
   return Status::Ok();
 }
@@ -142,7 +143,7 @@ Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
         continue;
       }
       // A run larger than a whole part: split it.
-      n = (rs.writer->remaining() - sizeof(deltasync::PlanRecord)) & ~uint64_t{7};
+      n = (rs.writer->remaining() - WritePlanWriter::kMaxRecordOverhead) & ~uint64_t{7};
     }
     RETURN_IF_ERROR(rs.writer->Add(tensor, local_offset, canonical_offset, bytes.first(n), owner));
     ++records_;
