@@ -79,21 +79,27 @@ inline void StageRecord(uint32_t n, uint64_t canonical_offset, bool owner, bool 
   if (owner && full_verify) sums.staged.full.AddBytes(canonical_offset, {x, n});
 }
 
-// Sums of the eight bytes of `w`: plain (sum of b_i) and weighted (sum of i * b_i), from two
-// multiplies over 16-bit lanes (no lane can carry: every lane stays below 2^16).
+// Sums of the byte differences d_i = new_i - old_i of two words: plain (sum of d_i) and
+// weighted (sum of i * d_i), from three multiplies over 16-bit lanes. Each lane holds a
+// difference biased by 256 (1 to 511: no lane borrows from or carries into the next), and the
+// biases' constant share is taken off at the end.
 struct ByteSums {
   int64_t plain;
   int64_t weighted;
 };
-inline ByteSums SumBytes(uint64_t w) {
+inline ByteSums SumDifferences(uint64_t new_word, uint64_t old_word) {
   constexpr uint64_t kLanes = 0x00FF00FF00FF00FFull;
-  const uint64_t even = w & kLanes, odd = (w >> 8) & kLanes;  // b_2k and b_2k+1 in lane k
-  const uint64_t pairs = even + odd;                           // b_2k + b_2k+1 <= 510
-  constexpr uint64_t kAll = 0x0001000100010001ull;             // top lane: sum of the lanes
-  constexpr uint64_t kIndex = 0x0000000100020003ull;           // top lane: sum of k * lane k
-  // sum i * b_i = 2 * sum k * (b_2k + b_2k+1) + sum b_2k+1.
-  return {static_cast<int64_t>((pairs * kAll) >> 48),
-          static_cast<int64_t>(2 * ((pairs * kIndex) >> 48) + ((odd * kAll) >> 48))};
+  constexpr uint64_t kBias = 0x0100010001000100ull;                         // 256 in every lane
+  const uint64_t even = (new_word & kLanes) + kBias - (old_word & kLanes);  // d_2k + 256
+  const uint64_t odd = ((new_word >> 8) & kLanes) + kBias - ((old_word >> 8) & kLanes);
+  const uint64_t pairs = even + odd;                  // d_2k + d_2k+1 + 512 <= 1022
+  constexpr uint64_t kAll = 0x0001000100010001ull;    // top lane: sum of the lanes
+  constexpr uint64_t kIndex = 0x0000000100020003ull;  // top lane: sum of k * lane k
+  // sum d_i = sum of pairs - 4 * 512; sum i * d_i = 2 * sum k * (d_2k + d_2k+1) + sum d_2k+1,
+  // whose biases are 2 * 512 * (0 + 1 + 2 + 3) and 4 * 256.
+  return {static_cast<int64_t>((pairs * kAll) >> 48) - 2048,
+          2 * (static_cast<int64_t>((pairs * kIndex) >> 48) - 3072) +
+              (static_cast<int64_t>((odd * kAll) >> 48) - 1024)};
 }
 
 // StageRecord for a record of 1 to kInlineSumBytes bytes, a word at a time (with the sums of
@@ -113,10 +119,9 @@ template <bool kSums>
     StoreLE64(packed + k, new_bytes);  // bytes past n are rewritten by the next record
     if constexpr (kSums) {
       // Bytes past n are the same in v and o, so their terms cancel.
-      const ByteSums a = SumBytes(v), b = SumBytes(o);
-      const int64_t w1 = a.plain - b.plain;
-      d1 += w1;
-      d2 += static_cast<int64_t>(position + k) * w1 + (a.weighted - b.weighted);
+      const ByteSums w = SumDifferences(v, o);
+      d1 += w.plain;
+      d2 += static_cast<int64_t>(position + k) * w.plain + w.weighted;
     }
   }
   if constexpr (kSums) sums.AddInline(d1, d2, n);
