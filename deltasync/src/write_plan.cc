@@ -51,13 +51,7 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
       PlanRecord r{tensor, n, local_offset, canonical_offset, owner ? kPlanRecordOwner : 0u, 0};
       std::memcpy(out, &r, sizeof(r));
     } else {
-      if (switch_tensor) {
-        StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
-        StoreLE64(out + 8, shift);
-        out += 16;
-        tensor_ = tensor;
-        shift_ = shift;
-      }
+      if (switch_tensor) out = PutTensorRecord(out, tensor, shift);
       const uint64_t owner_bit = owner ? 4u : 0u;
       if (short_record) {
         StoreLE64(out, kPlanKindShort | owner_bit | uint64_t{n - 1} << 3 | local_offset << 9);

@@ -144,13 +144,7 @@ class WritePlanWriter {
       const bool switch_tensor = tensor != tensor_ || shift != shift_;
       need = 8 + Align8(n) + (switch_tensor ? 16 : 0);
       if (buf_.size() - pos_ < need || local_offset >= kPlanShortOffsetLimit) return false;
-      if (switch_tensor) {
-        StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
-        StoreLE64(out + 8, shift);
-        out += 16;
-        tensor_ = tensor;
-        shift_ = shift;
-      }
+      if (switch_tensor) out = PutTensorRecord(out, tensor, shift);
       StoreLE64(out, kPlanKindShort | (owner ? 4u : 0u) | uint64_t{n - 1} << 3 | local_offset << 9);
       out += 8;
     } else {
@@ -186,6 +180,14 @@ class WritePlanWriter {
 
  private:
   static constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+  // Version 2: writes a tensor record at `out`, makes it the current one, returns the end.
+  uint8_t* PutTensorRecord(uint8_t* out, uint32_t tensor, uint64_t shift) {
+    StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
+    StoreLE64(out + 8, shift);
+    tensor_ = tensor;
+    shift_ = shift;
+    return out + 16;
+  }
   std::span<uint8_t> buf_;
   std::vector<PlanTensor> tensors_;
   uint32_t version_;
