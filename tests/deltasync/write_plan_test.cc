@@ -15,6 +15,18 @@ struct Buffer {
   std::vector<uint64_t> words;
 };
 
+void Put32(std::span<uint8_t> b, size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); }
+void Put64(std::span<uint8_t> b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); }
+
+// Opens the first `size` bytes of a copy of `plan` (4096 bytes) after `edit` changed the copy.
+template <typename Edit>
+Status OpenEdited(Buffer& plan, Edit edit, uint64_t size) {
+  Buffer copy(4096);
+  std::memcpy(copy.span().data(), plan.span().data(), 4096);
+  edit(copy.span());
+  return WritePlanReader::Open(copy.span().first(size)).status();
+}
+
 class WritePlanVersions : public ::testing::TestWithParam<uint32_t> {};
 INSTANTIATE_TEST_SUITE_P(Both, WritePlanVersions,
                          ::testing::Values(kPlanVersion, kPlanVersionCompact));
@@ -143,35 +155,23 @@ TEST(WritePlan, RejectsMalformedBuffers) {
   std::vector<uint8_t> bytes(10, 9);
   ASSERT_TRUE(w.Add(0, 0, 90, bytes, true).ok());
   uint64_t used = *w.Finish();
-  auto mutate = [&](auto edit) {
-    Buffer copy(4096);
-    std::memcpy(copy.span().data(), buf.span().data(), 4096);
-    edit(copy.span());
-    return WritePlanReader::Open(copy.span().first(used)).status();
-  };
-  auto put32 = [](std::span<uint8_t> b, size_t at, uint32_t v) {
-    std::memcpy(b.data() + at, &v, 4);
-  };
-  auto put64 = [](std::span<uint8_t> b, size_t at, uint64_t v) {
-    std::memcpy(b.data() + at, &v, 8);
-  };
   const size_t rec = sizeof(PlanHeader) + sizeof(PlanTensor);
   struct Case {
     const char* label;
     std::function<void(std::span<uint8_t>)> edit;
     const char* msg;
   } cases[] = {
-      {"magic", [&](auto b) { put64(b, 0, 1); }, "bad magic"},
-      {"version", [&](auto b) { put32(b, 8, 9); }, "version 9"},
-      {"tensor count", [&](auto b) { put32(b, 12, 1000); }, "tensor table too long"},
-      {"record count", [&](auto b) { put64(b, 16, 2); }, "found 1"},
-      {"bytes used", [&](auto b) { put64(b, 24, 1 << 20); }, "claims"},
-      {"record tensor", [&](auto b) { put32(b, rec, 1); }, "tensor index out of range"},
-      {"canonical range", [&](auto b) { put64(b, rec + 16, 95); }, "beyond the tensor"},
-      {"length", [&](auto b) { put32(b, rec + 4, 4000); }, "beyond the tensor"},
+      {"magic", [&](auto b) { Put64(b, 0, 1); }, "bad magic"},
+      {"version", [&](auto b) { Put32(b, 8, 9); }, "version 9"},
+      {"tensor count", [&](auto b) { Put32(b, 12, 1000); }, "tensor table too long"},
+      {"record count", [&](auto b) { Put64(b, 16, 2); }, "found 1"},
+      {"bytes used", [&](auto b) { Put64(b, 24, 1 << 20); }, "claims"},
+      {"record tensor", [&](auto b) { Put32(b, rec, 1); }, "tensor index out of range"},
+      {"canonical range", [&](auto b) { Put64(b, rec + 16, 95); }, "beyond the tensor"},
+      {"length", [&](auto b) { Put32(b, rec + 4, 4000); }, "beyond the tensor"},
   };
   for (const Case& c : cases) {
-    Status s = mutate(c.edit);
+    Status s = OpenEdited(buf, c.edit, used);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.label;
     EXPECT_NE(s.message().find(c.msg), std::string::npos) << c.label << ": " << s.message();
   }
@@ -362,44 +362,35 @@ TEST(WritePlan, RejectsMalformedCompactBuffers) {
   ASSERT_EQ(tensor_word & 3, kPlanKindTensor);
   ASSERT_EQ(short_word & 3, kPlanKindShort);
   ASSERT_EQ(long_word & 3, kPlanKindLong);
-  auto mutate = [&](auto edit, uint64_t size) {
-    Buffer copy(4096);
-    std::memcpy(copy.span().data(), buf.span().data(), 4096);
-    edit(copy.span());
-    return WritePlanReader::Open(copy.span().first(size)).status();
-  };
-  auto put64 = [](std::span<uint8_t> b, size_t at, uint64_t v) {
-    std::memcpy(b.data() + at, &v, 8);
-  };
   struct Case {
     const char* label;
     std::function<void(std::span<uint8_t>)> edit;
     uint64_t size;
     const char* msg;
   } cases[] = {
-      {"kind 3", [&](auto b) { put64(b, rec + 16, short_word | 3); }, used, "record kind"},
-      {"tensor reserved bits", [&](auto b) { put64(b, rec, tensor_word | 8); }, used,
+      {"kind 3", [&](auto b) { Put64(b, rec + 16, short_word | 3); }, used, "record kind"},
+      {"tensor reserved bits", [&](auto b) { Put64(b, rec, tensor_word | 8); }, used,
        "reserved bits"},
-      {"long reserved bits", [&](auto b) { put64(b, rec + 32, long_word | 16); }, used,
+      {"long reserved bits", [&](auto b) { Put64(b, rec + 32, long_word | 16); }, used,
        "reserved bits"},
-      {"tensor index", [&](auto b) { put64(b, rec, tensor_word | uint64_t{1} << 32); }, used,
+      {"tensor index", [&](auto b) { Put64(b, rec, tensor_word | uint64_t{1} << 32); }, used,
        "tensor index out of range"},
-      {"no tensor record", [&](auto b) { put64(b, rec, kPlanKindLong | uint64_t{8} << 32); }, used,
+      {"no tensor record", [&](auto b) { Put64(b, rec, kPlanKindLong | uint64_t{8} << 32); }, used,
        "before any tensor record"},
-      {"long length 0", [&](auto b) { put64(b, rec + 32, long_word & 0xffffffffull); }, used,
+      {"long length 0", [&](auto b) { Put64(b, rec + 32, long_word & 0xffffffffull); }, used,
        "length 0"},
-      {"shift", [&](auto b) { put64(b, rec + 8, 150); }, used, "beyond the tensor"},
-      {"short offset", [&](auto b) { put64(b, rec + 16, short_word + (uint64_t{200} << 9)); }, used,
+      {"shift", [&](auto b) { Put64(b, rec + 8, 150); }, used, "beyond the tensor"},
+      {"short offset", [&](auto b) { Put64(b, rec + 16, short_word + (uint64_t{200} << 9)); }, used,
        "beyond the tensor"},
-      {"long length", [&](auto b) { put64(b, rec + 32, long_word + (uint64_t{100} << 32)); }, used,
+      {"long length", [&](auto b) { Put64(b, rec + 32, long_word + (uint64_t{100} << 32)); }, used,
        "beyond the tensor"},
-      {"truncated tensor record", [&](auto b) { put64(b, 24, rec + 8); }, rec + 8, "truncated"},
-      {"truncated long record", [&](auto b) { put64(b, 24, rec + 40); }, rec + 40, "truncated"},
-      {"data past the plan", [&](auto b) { put64(b, 24, used - 8); }, used - 8, "past the plan"},
-      {"record count", [&](auto b) { put64(b, 16, 3); }, used, "found 2"},
+      {"truncated tensor record", [&](auto b) { Put64(b, 24, rec + 8); }, rec + 8, "truncated"},
+      {"truncated long record", [&](auto b) { Put64(b, 24, rec + 40); }, rec + 40, "truncated"},
+      {"data past the plan", [&](auto b) { Put64(b, 24, used - 8); }, used - 8, "past the plan"},
+      {"record count", [&](auto b) { Put64(b, 16, 3); }, used, "found 2"},
   };
   for (const Case& c : cases) {
-    Status s = mutate(c.edit, c.size);
+    Status s = OpenEdited(buf, c.edit, c.size);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.label;
     EXPECT_NE(s.message().find(c.msg), std::string::npos) << c.label << ": " << s.message();
   }

@@ -119,7 +119,6 @@ class WritePlanWriter {
   WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors,
                   uint32_t version = kPlanVersion);
   Status status() const { return status_; }
-  uint32_t version() const { return version_; }
   // Appends one run; runs longer than 2^31 bytes are split.
   Status Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner);
@@ -292,7 +291,7 @@ Status WritePlanReader::ForEachV2(F& fn) const {
     PlanRecord rec;
     uint64_t head;
     if ((h & 3) == kPlanKindShort) [[likely]] {
-      rec.length = static_cast<uint32_t>((h >> 3) & 63) + 1;
+      rec.length = static_cast<uint32_t>((h >> 3) & (kPlanShortMaxLength - 1)) + 1;
       rec.local_offset = h >> 9;
       head = 8;
     } else {
