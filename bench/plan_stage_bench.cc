@@ -27,7 +27,7 @@
 //                   parts fill up (unamortized_ns_per_changed_byte: in full). The pools are
 //                   warmed by the untimed first repetition, which is reported on its own
 //                   (first_sync_ns_per_changed_byte: creating, prefaulting and mapping them).
-//   rank_stage      the rank's WritePlanReader::Open and DeviceBackend::StagePart on the cpu
+//   rank_stage      the rank's WritePlanReader::OpenLazy and DeviceBackend::StagePart on the cpu
 //                   backend (old bytes read in place, XOR, partial Adler-32 sums, packed new
 //                   bytes) against real weight buffers of each rank's local size.
 // Baseline: the least memory work for the same changes: every walker run's XOR bytes XORed
@@ -653,7 +653,7 @@ StageResult StageRank(const RankParts& rp, std::vector<std::vector<uint64_t>>& w
   Timer timer;
   for (size_t p = 0; p < rp.used.size(); ++p) {
     std::span<uint8_t> plan(reinterpret_cast<uint8_t*>(work[p].data()), rp.used[p]);
-    WritePlanReader reader = Take(WritePlanReader::Open(plan), "open plan");
+    WritePlanReader reader = Take(WritePlanReader::OpenLazy(plan), "open plan");
     res.records += reader.record_count();
     prepared.push_back(Take(backend.StagePart(reader, locals, &res.sums), "stage part"));
   }

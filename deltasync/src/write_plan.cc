@@ -78,7 +78,7 @@ StatusOr<uint64_t> WritePlanWriter::Finish() {
   return pos_;
 }
 
-StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
+StatusOr<WritePlanReader> WritePlanReader::OpenHeader(std::span<uint8_t> buffer) {
   WritePlanReader r;
   r.buf_ = buffer;
   if (buffer.size() < sizeof(PlanHeader)) return InvalidArgument("plan: shorter than its header");
@@ -96,23 +96,46 @@ StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
     return InvalidArgument("plan: claims " + std::to_string(h.bytes_used) + " bytes, buffer has " +
                            std::to_string(buffer.size()));
   }
+  if (h.bytes_used < sizeof(PlanHeader)) {
+    return InvalidArgument("plan: claims " + std::to_string(h.bytes_used) +
+                           " bytes, shorter than its header");
+  }
   uint64_t table = uint64_t{h.tensor_count} * sizeof(PlanTensor);
   if (table > h.bytes_used - sizeof(PlanHeader))
     return InvalidArgument("plan: tensor table too long");
   r.tensors_ = std::span<const PlanTensor>(
       reinterpret_cast<const PlanTensor*>(buffer.data() + sizeof(PlanHeader)), h.tensor_count);
   r.records_begin_ = sizeof(PlanHeader) + table;
-  uint64_t seen = 0;
+  return r;
+}
+
+StatusOr<WritePlanReader> WritePlanReader::Open(std::span<uint8_t> buffer) {
+  ASSIGN_OR_RETURN(WritePlanReader r, OpenHeader(buffer));
+  uint64_t data_bytes = 0;
   RETURN_IF_ERROR(r.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) {
-    ++seen;
-    r.data_bytes_ += rec.length;
+    data_bytes += rec.length;
     return Status::Ok();
   }));
-  if (seen != h.record_count) {
-    return InvalidArgument("plan: header says " + std::to_string(h.record_count) +
-                           " records, found " + std::to_string(seen));
-  }
+  r.data_bytes_ = data_bytes;
+  r.counted_ = true;
   return r;
+}
+
+StatusOr<WritePlanReader> WritePlanReader::Counted() const {
+  if (counted_) return *this;
+  return Open(buf_);
+}
+
+StatusOr<WritePlanReader> WritePlanReader::OpenLazy(std::span<uint8_t> buffer) {
+  ASSIGN_OR_RETURN(WritePlanReader r, OpenHeader(buffer));
+  r.data_bytes_ = r.header_.bytes_used - r.records_begin_;
+  return r;
+}
+
+Status WritePlanReader::CheckCount(uint64_t seen) const {
+  if (seen == header_.record_count) return Status::Ok();
+  return InvalidArgument("plan: header says " + std::to_string(header_.record_count) +
+                         " records, found " + std::to_string(seen));
 }
 
 Status WritePlanReader::BadRecord(uint64_t index, RecordError what) {

@@ -346,8 +346,10 @@ class CudaBackend final : public DeviceBackend {
   // and the sums' download go onto the stream back to back, and the call waits once. The new
   // bytes stay on the device as the prepared scatter's data.
   StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
-      const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+      const deltasync::WritePlanReader& part, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums) override {
+    // The pinned buffers are sized from exact counts: a lazily opened part is counted first.
+    ASSIGN_OR_RETURN(const deltasync::WritePlanReader plan, part.Counted());
     const std::span<const deltasync::PlanTensor> plan_tensors = plan.tensors();
     if (sums->size() != plan_tensors.size()) return Internal("one sum per plan tensor");
     auto p = std::make_unique<CudaPreparedScatter>();

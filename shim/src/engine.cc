@@ -292,7 +292,8 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   }
   IncomingPlan& in = *incoming_;
   std::span<uint8_t> span(reinterpret_cast<uint8_t*>(part_copy_.data()), plan.size());
-  ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::Open(span));
+  // The staging walk checks every record (OpenLazy): one walk over the part instead of two.
+  ASSIGN_OR_RETURN(deltasync::WritePlanReader reader, deltasync::WritePlanReader::OpenLazy(span));
   if (root.part_index == 0) {
     in.tensors.assign(reader.tensors().begin(), reader.tensors().end());
     in.staged.assign(in.tensors.size(), StagedTensor{});

@@ -1,5 +1,6 @@
 #include "shim/plan_stage.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -102,13 +103,14 @@ inline ByteSums SumDifferences(uint64_t new_word, uint64_t old_word) {
               (static_cast<int64_t>((odd * kAll) >> 48) - 1024)};
 }
 
-// StageRecord for a record of 1 to kInlineSumBytes bytes, a word at a time (with the sums of
-// an owner record: `kSums`): `x` (padded to a multiple of 8 bytes in the plan, the padding left
-// zero), `old` and `packed` have room for the length rounded up to 8 bytes.
-// REQUIRES: 1 <= n <= kInlineSumBytes, position + n <= M.
+// StageRecord for a record of 1 to kInlineSumBytes bytes, a word at a time, returning the
+// inline terms of an owner record (`kSums`; zero otherwise) for PartSums::AddInline: `x`
+// (padded to a multiple of 8 bytes in the plan, the padding left zero), `old` and `packed` have
+// room for the length rounded up to 8 bytes. REQUIRES: 1 <= n <= kInlineSumBytes,
+// position + n <= M.
 template <bool kSums>
-[[gnu::always_inline]] inline void StageWords(uint32_t n, uint64_t position, const uint8_t* old,
-                                              uint8_t* x, uint8_t* packed, PartSums& sums) {
+[[gnu::always_inline]] inline ByteSums StageWords(uint32_t n, uint64_t position, const uint8_t* old,
+                                                  uint8_t* x, uint8_t* packed) {
   int64_t d1 = 0, d2 = 0;
   for (uint32_t k = 0; k < n; k += 8) {
     const uint64_t mask = n - k >= 8 ? ~uint64_t{0} : ~uint64_t{0} >> (64 - 8 * (n - k));
@@ -124,8 +126,7 @@ template <bool kSums>
       d2 += static_cast<int64_t>(position + k) * w.plain + w.weighted;
     }
   }
-  if constexpr (kSums) sums.AddInline(d1, d2, n);
-  sums.staged.bytes_changed += n;
+  return {d1, d2};
 }
 
 }  // namespace
@@ -165,21 +166,39 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
   const std::span<const PlanTensor> plan_tensors = plan.tensors();
   // Each plan tensor's destination, resolved once.
   const std::vector<PartTarget> targets = PartTargets(plan_tensors, tensors);
-  // The packed bytes of record k start at the sum of the lengths before it; the walks below
-  // stop at data_bytes() should the plan not be the one Open counted.
+  // The packed bytes of record k start at the sum of the lengths before it. data_bytes() is
+  // exact after Open and an upper bound after OpenLazy (whose walk below checks the records);
+  // the walks stop at it should the plan not be the one Open counted.
   const uint64_t data_bytes = plan.data_bytes();
-  auto fits = [&](uint64_t at, const PlanRecord& rec) { return rec.length <= data_bytes - at; };
   ScatterBatch batch;
-  // Room for 7 bytes past the last record's packed bytes (StageWords), trimmed at the end.
-  batch.data.resize(data_bytes + 8);
-  batch.ops.reserve(plan.record_count());
+  // The packed bytes, with room for 7 bytes past the last record's (StageWords). The capacity
+  // is reserved up front, so pointers into the data stay valid, and the size (zero filled) grows
+  // with the records, so an upper bound costs no fill; trimmed to the bytes staged at the end.
+  constexpr uint64_t kGrowBytes = uint64_t{1} << 18;
+  batch.data.reserve(data_bytes + 8);
+  batch.data.resize(std::min(data_bytes + 8, kGrowBytes));
+  uint64_t data_size = batch.data.size();  // kept in a local: byte stores alias the vector's
+  // True if record `rec`'s packed bytes at `at` fit, the data grown to cover them.
+  auto fits = [&](uint64_t at, const PlanRecord& rec) {
+    if (rec.length > data_bytes - at) return false;
+    const uint64_t end = at + rec.length + 8;
+    if (end > data_size) [[unlikely]] {
+      batch.data.resize(std::min(data_bytes + 8, std::max(end, data_size + kGrowBytes)));
+      data_size = batch.data.size();
+    }
+    return true;
+  };
+  // Every record has at least one byte; after OpenLazy the count is the header's claim.
+  batch.ops.reserve(std::min(plan.record_count(), data_bytes));
   std::vector<PartSums> part(plan_tensors.size());
   uint8_t* const data = batch.data.data();
   uint64_t at = 0;
   if (gather == nullptr) {
     // Host-addressable weights: one walk checks, reads the old bytes in place and stages. The
-    // weight lines a sparse part reads are scattered over the tensors and almost never cached,
-    // so each record's line is prefetched kAhead records before it is staged.
+    // weight lines a sparse part reads are scattered over the tensors and seldom in the first
+    // level cache: each record's line is prefetched as the walk reaches it and the record is
+    // staged once kBatch records are queued, so the walk's checks overlap the loads and the
+    // staging loop runs on cached lines.
     struct Staging {
       const uint8_t* old;
       uint8_t* x;
@@ -187,34 +206,58 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       uint64_t canonical_offset;
       uint32_t length;
       uint32_t tensor;
+      uint32_t position;  // canonical_offset mod M
       bool owner;
       bool words;  // a record StageWords takes
     };
-    constexpr size_t kAhead = 16;
-    Staging ring[kAhead];
+    constexpr size_t kBatch = 32;
+    Staging pending[kBatch];
     size_t queued = 0;
-    auto stage = [&](const Staging& e) {
-      PartSums& into = part[e.tensor];
-      if (e.words) {
-        if (!e.owner) {
-          StageWords<false>(e.length, 0, e.old, e.x, e.packed, into);
-          return;
+    // The ops, filled through a local pointer and count (grown should the header's count be
+    // short), trimmed at the end.
+    batch.ops.resize(batch.ops.capacity());
+    CopyOp* ops = batch.ops.data();
+    size_t op_count = 0, op_room = batch.ops.size();
+    // Stages the queued records. The inline sums and byte counts of a run of records of one
+    // tensor add up in registers and go into its PartSums once per run.
+    auto stage_queued = [&](size_t count) __attribute__((always_inline)) {
+      uint32_t tensor = pending[0].tensor;
+      int64_t d1 = 0, d2 = 0;
+      uint64_t owned = 0, bytes = 0;
+      auto flush = [&] {
+        PartSums& into = part[tensor];
+        into.AddInline(d1, d2, owned);
+        into.staged.bytes_changed += bytes;
+        d1 = d2 = 0;
+        owned = bytes = 0;
+      };
+      for (size_t i = 0; i < count; ++i) {
+        const Staging& e = pending[i];
+        if (e.tensor != tensor) {
+          flush();
+          tensor = e.tensor;
         }
-        StageWords<true>(e.length, e.canonical_offset % kAdlerModulus, e.old, e.x, e.packed, into);
-        return;
+        if (!e.words) {
+          StageRecord(e.length, e.canonical_offset, e.owner, targets[e.tensor].full_verify, e.old,
+                      e.x, e.packed, part[e.tensor]);
+        } else if (e.owner) {
+          const ByteSums w = StageWords<true>(e.length, e.position, e.old, e.x, e.packed);
+          d1 += w.plain;
+          d2 += w.weighted;
+          owned += e.length;
+          bytes += e.length;
+        } else {
+          StageWords<false>(e.length, 0, e.old, e.x, e.packed);
+          bytes += e.length;
+        }
       }
-      StageRecord(e.length, e.canonical_offset, e.owner, targets[e.tensor].full_verify, e.old,
-                  e.x, e.packed, into);
+      flush();
     };
-    uint8_t* const packed_data = data;
-    batch.ops.resize(plan.record_count());
-    CopyOp* const ops = batch.ops.data();
-    const size_t max_ops = batch.ops.size();
-    size_t op_count = 0;
-    RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> x) -> Status {
+    // Checks a record, prefetches its old bytes and queues it (inlined into the walk).
+    auto take = [&](const PlanRecord& rec, std::span<uint8_t> x) __attribute__((always_inline)) {
       const PartTarget& target = targets[rec.tensor];
       if (!target.Holds(rec)) return CheckPlanRecord(rec, plan_tensors, tensors);
-      if (!fits(at, rec) || op_count == max_ops) return Internal("plan changed after it was opened");
+      if (!fits(at, rec)) return Internal("plan changed after it was opened");
       uint8_t* const device = target.base + rec.local_offset;
       __builtin_prefetch(device);
       const bool owner = rec.flags & deltasync::kPlanRecordOwner;
@@ -223,16 +266,31 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       const bool words = rec.length - 1 < kInlineSumBytes &&
                          target.bytes - rec.local_offset >= ((uint64_t{rec.length} + 7) & ~7ull) &&
                          (!owner || (!target.full_verify && position + rec.length <= kAdlerModulus));
-      Staging& slot = ring[queued % kAhead];
-      if (queued >= kAhead) stage(slot);
-      slot = {device, x.data(), packed_data + at, rec.canonical_offset, rec.length, rec.tensor,
-              owner, words};
-      ++queued;
-      ops[op_count++] = {device, packed_data + at, rec.length};
+      Staging& e = pending[queued++];
+      e = {device,
+           x.data(),
+           data + at,
+           rec.canonical_offset,
+           rec.length,
+           rec.tensor,
+           static_cast<uint32_t>(position),
+           owner,
+           words};
+      if (queued == kBatch) {
+        stage_queued(kBatch);
+        queued = 0;
+      }
+      if (op_count == op_room) [[unlikely]] {
+        batch.ops.resize(2 * op_count + 16);
+        ops = batch.ops.data();
+        op_room = batch.ops.size();
+      }
+      ops[op_count++] = {device, data + at, rec.length};
       at += rec.length;
       return Status::Ok();
-    }));
-    for (size_t i = queued > kAhead ? queued - kAhead : 0; i < queued; ++i) stage(ring[i % kAhead]);
+    };
+    RETURN_IF_ERROR(plan.ForEach(take));
+    if (queued > 0) stage_queued(queued);
     batch.ops.resize(op_count);
   } else {
     // One walk checks and lays out the batch, one Gather brings every old byte into it (a
@@ -256,7 +314,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       return Status::Ok();
     }));
   }
-  batch.data.resize(data_bytes);
+  batch.data.resize(at);
   for (size_t t = 0; t < part.size(); ++t) part[t].MergeInto((*sums)[t]);
   return batch;
 }
@@ -288,6 +346,7 @@ StatusOr<ScatterBatch> PackScatter(const deltasync::WritePlanReader& plan,
     out += bytes.size();
     return Status::Ok();
   }));
+  batch.data.resize(static_cast<size_t>(out - batch.data.data()));  // data_bytes() may be a bound
   return batch;
 }
 

@@ -18,13 +18,29 @@ struct Buffer {
 void Put32(std::span<uint8_t> b, size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); }
 void Put64(std::span<uint8_t> b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); }
 
-// Opens the first `size` bytes of a copy of `plan` (4096 bytes) after `edit` changed the copy.
+// OpenLazy, then a walk that takes every record: the status a rank staging the plan ends with.
+Status OpenLazyAndWalk(std::span<uint8_t> plan) {
+  auto lazy = WritePlanReader::OpenLazy(plan);
+  if (!lazy.ok()) return lazy.status();
+  return lazy->ForEach([](const PlanRecord&, std::span<uint8_t>) { return Status::Ok(); });
+}
+
+// Opens the first `size` bytes of a copy of `plan` (4096 bytes) after `edit` changed the copy;
+// OpenLazy and a walk, and OpenLazy and Counted, must end with the same status as Open.
 template <typename Edit>
 Status OpenEdited(Buffer& plan, Edit edit, uint64_t size) {
   Buffer copy(4096);
   std::memcpy(copy.span().data(), plan.span().data(), 4096);
   edit(copy.span());
-  return WritePlanReader::Open(copy.span().first(size)).status();
+  const std::span<uint8_t> edited = copy.span().first(size);
+  const Status eager = WritePlanReader::Open(edited).status();
+  const Status walked = OpenLazyAndWalk(edited);
+  EXPECT_EQ(walked.code(), eager.code()) << eager.ToString();
+  EXPECT_EQ(walked.message(), eager.message());
+  auto lazy = WritePlanReader::OpenLazy(edited);
+  const Status counted = lazy.ok() ? lazy->Counted().status() : lazy.status();
+  EXPECT_EQ(counted.message(), eager.message());
+  return eager;
 }
 
 class WritePlanVersions : public ::testing::TestWithParam<uint32_t> {};
@@ -78,6 +94,63 @@ TEST_P(WritePlanVersions, RoundTrip) {
                  return Status::Ok();
                }).ok());
   EXPECT_EQ(k, want.size());
+
+  // OpenLazy walks the same records; its data_bytes() is a bound until Counted().
+  auto lazy = WritePlanReader::OpenLazy(buf.span().first(*used));
+  ASSERT_TRUE(lazy.ok()) << lazy.status().ToString();
+  EXPECT_EQ(lazy->record_count(), want.size());
+  EXPECT_EQ(lazy->data_bytes(), *used - sizeof(PlanHeader) - 2 * sizeof(PlanTensor));
+  EXPECT_GE(lazy->data_bytes(), data_bytes);
+  k = 0;
+  ASSERT_TRUE(lazy->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
+                    const Want& x = want[k++];
+                    EXPECT_EQ(rec.tensor, x.t);
+                    EXPECT_EQ(rec.local_offset, x.local);
+                    EXPECT_EQ(rec.canonical_offset, x.canon);
+                    EXPECT_TRUE(
+                        std::equal(bytes.begin(), bytes.end(), x.bytes.begin(), x.bytes.end()));
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(k, want.size());
+  auto counted = lazy->Counted();
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_EQ(counted->data_bytes(), data_bytes);
+  EXPECT_EQ(counted->record_count(), want.size());
+  EXPECT_EQ(r->Counted()->data_bytes(), data_bytes);
+}
+
+// After OpenLazy the header's record count is checked by each walk once it has passed every
+// record; a walk its callback stops returns the callback's status.
+TEST_P(WritePlanVersions, LazyWalkChecksTheRecordCount) {
+  Buffer buf(4096);
+  WritePlanWriter w(buf.span(), {{0, 0, 1000, 0, 0}}, GetParam());
+  for (uint64_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(w.Add(0, 10 * i, 10 * i, std::vector<uint8_t>{1, 2}, true).ok());
+  }
+  const uint64_t used = *w.Finish();
+  for (uint64_t claim : {uint64_t{0}, uint64_t{4}, uint64_t{6}, uint64_t{1} << 40}) {
+    Buffer copy(4096);
+    std::memcpy(copy.span().data(), buf.span().data(), 4096);
+    Put64(copy.span(), 16, claim);
+    const std::span<uint8_t> plan = copy.span().first(used);
+    EXPECT_FALSE(WritePlanReader::Open(plan).ok()) << claim;
+    auto lazy = WritePlanReader::OpenLazy(plan);
+    ASSERT_TRUE(lazy.ok()) << lazy.status().ToString();
+    EXPECT_EQ(lazy->record_count(), claim);
+    int seen = 0;
+    const Status s = lazy->ForEach([&](const PlanRecord&, std::span<uint8_t>) {
+      ++seen;
+      return Status::Ok();
+    });
+    EXPECT_EQ(seen, 5);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), "plan: header says " + std::to_string(claim) + " records, found 5");
+    EXPECT_EQ(lazy->Counted().status().message(), s.message());
+    const Status stopped = lazy->ForEach(
+        [](const PlanRecord&, std::span<uint8_t>) { return Status(DataLoss("stop")); });
+    EXPECT_EQ(stopped.message(), "stop");
+  }
 }
 
 TEST_P(WritePlanVersions, TryAddShortWritesWhatAddWrites) {
@@ -166,6 +239,7 @@ TEST(WritePlan, RejectsMalformedBuffers) {
       {"tensor count", [&](auto b) { Put32(b, 12, 1000); }, "tensor table too long"},
       {"record count", [&](auto b) { Put64(b, 16, 2); }, "found 1"},
       {"bytes used", [&](auto b) { Put64(b, 24, 1 << 20); }, "claims"},
+      {"bytes used short", [&](auto b) { Put64(b, 24, 16); }, "shorter than its header"},
       {"record tensor", [&](auto b) { Put32(b, rec, 1); }, "tensor index out of range"},
       {"canonical range", [&](auto b) { Put64(b, rec + 16, 95); }, "beyond the tensor"},
       {"length", [&](auto b) { Put32(b, rec + 4, 4000); }, "beyond the tensor"},

@@ -1,7 +1,7 @@
 // Fuzzes the write plan reader and writer.
 // 1. The input as a plan (either version, by its header): rejected with InvalidArgument or
 //    walked without reading outside the buffer, every record it yields inside its tensor and
-//    the buffer.
+//    the buffer; OpenLazy and one walk end with Open's status and find the same records.
 // 2. The input as a list of changes (tensor, offsets, length, owner; some of them long, some
 //    with local offsets of 2^55 or more, shifts that change often or never), written with
 //    WritePlanWriter in both versions, through TryAddShort where it applies and Add otherwise,
@@ -20,15 +20,36 @@ using namespace deltakv::deltasync;
 
 namespace {
 
+// The status OpenLazy and a walk over every record end with; the walk counts the records it
+// passes and sums their lengths.
+Status LazyWalk(std::span<uint8_t> buf, uint64_t& records, uint64_t& data_bytes) {
+  auto lazy = WritePlanReader::OpenLazy(buf);
+  if (!lazy.ok()) return lazy.status();
+  if (lazy->data_bytes() > buf.size()) std::abort();  // a bound inside the buffer
+  return lazy->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
+    if (bytes.data() < buf.data() || bytes.data() + bytes.size() > buf.data() + buf.size()) {
+      std::abort();
+    }
+    ++records;
+    data_bytes += rec.length;
+    return Status::Ok();
+  });
+}
+
 void ReadAsPlan(const uint8_t* data, size_t size) {
   std::vector<uint64_t> words(size / 8 + 1);
   std::memcpy(words.data(), data, size);
   std::span<uint8_t> buf(reinterpret_cast<uint8_t*>(words.data()), size);
   auto r = WritePlanReader::Open(buf);
+  // OpenLazy and one walk end as Open does, with the same status.
+  uint64_t lazy_records = 0, lazy_bytes = 0;
+  const Status lazy = LazyWalk(buf, lazy_records, lazy_bytes);
+  if (lazy.code() != r.status().code() || lazy.message() != r.status().message()) std::abort();
   if (!r.ok()) {
     if (r.status().code() != StatusCode::kInvalidArgument) std::abort();
     return;
   }
+  if (lazy_records != r->record_count() || lazy_bytes != r->data_bytes()) std::abort();
   Status s = r->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
     const PlanTensor& t = r->tensors()[rec.tensor];
     if (rec.canonical_offset + rec.length > t.canonical_length) std::abort();

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,10 +56,12 @@ struct Part {
   std::span<uint8_t> span() { return {reinterpret_cast<uint8_t*>(words.data()), used}; }
 };
 
-Part Write(const std::vector<PlanTensor>& table, const std::vector<Rec>& recs) {
+Part Write(const std::vector<PlanTensor>& table, const std::vector<Rec>& recs,
+           uint32_t version = deltasync::kPlanVersion) {
   Part p;
   p.words.assign(1 << 16, 0);
-  WritePlanWriter w({reinterpret_cast<uint8_t*>(p.words.data()), p.words.size() * 8}, table);
+  WritePlanWriter w({reinterpret_cast<uint8_t*>(p.words.data()), p.words.size() * 8}, table,
+                    version);
   for (const Rec& r : recs)
     EXPECT_TRUE(w.Add(r.tensor, r.local, r.canonical, r.bytes, r.owner).ok());
   p.used = *w.Finish();
@@ -145,9 +148,10 @@ TEST(PlanStage, InPlaceAndGatheredMatchTheReference) {
     }
     EXPECT_EQ(sums[0].bytes_changed + sums[1].bytes_changed, want_bytes);
 
-    // Through StagePart, as the engine calls it, the commit writes the new bytes.
-    Part again = Write(table, recs);
-    auto reader2 = WritePlanReader::Open(again.span());
+    // Through StagePart, as the engine calls it (a compact plan, opened lazily), the commit
+    // writes the new bytes.
+    Part again = Write(table, recs, deltasync::kPlanVersionCompact);
+    auto reader2 = WritePlanReader::OpenLazy(again.span());
     ASSERT_TRUE(reader2.ok());
     std::vector<StagedTensor> sums2(2);
     const std::vector<uint8_t> w0_before = w0, w1_before = w1;
@@ -210,13 +214,17 @@ TEST(PlanStage, ShortRecordsMatchTheByteReference) {
         if (r.owner) want[0].AddByte(r.canonical + i, o, v);
       }
     }
-    Part part = Write(table, recs);
-    auto reader = WritePlanReader::Open(part.span());
+    // Both plan versions, opened with Open and with OpenLazy (the engine's).
+    Part part =
+        Write(table, recs, round % 2 ? deltasync::kPlanVersionCompact : deltasync::kPlanVersion);
+    auto reader =
+        round % 4 < 2 ? WritePlanReader::Open(part.span()) : WritePlanReader::OpenLazy(part.span());
     ASSERT_TRUE(reader.ok());
     std::vector<StagedTensor> sums(1);
     auto batch = StagePartToBatch(*reader, locals, nullptr, &sums);
     ASSERT_TRUE(batch.ok()) << batch.status().ToString();
     ASSERT_EQ(batch->data, want_new) << "round " << round;
+    ASSERT_EQ(batch->ops.size(), recs.size());
     EXPECT_EQ(sums[0].delta.s1(), want[0].s1()) << "round " << round;
     EXPECT_EQ(sums[0].delta.s2(), want[0].s2()) << "round " << round;
     EXPECT_EQ(sums[0].bytes_changed, want_new.size());
@@ -254,6 +262,57 @@ TEST(PlanStage, RecordOutsideItsTensorFailsAndKeepsTheSums) {
     EXPECT_EQ(sums[0].delta.s1(), 0u);
     EXPECT_EQ(sums[0].bytes_changed, 0u);
     EXPECT_EQ(w, std::vector<uint8_t>(64, 7));
+  }
+}
+
+// A lazily opened plan that Open refuses (a bad record after many good ones, or a header
+// whose record count is wrong) fails staging with Open's error on both paths, after the
+// host path has begun staging: the sums and weights stay as they were.
+TEST(PlanStage, LazilyOpenedBadPlanFailsWithOpensErrorAndKeepsTheSums) {
+  std::vector<uint8_t> w(4096, 7);
+  const std::vector<PlanTensor> table = {{0, 0, 5000, 0, 0}};
+  const std::vector<LocalTensor> locals = {{"w", w.data(), w.size()}};
+  std::vector<Rec> recs;
+  for (uint64_t i = 0; i < 100; ++i) recs.push_back({0, 20 * i, 20 * i, {1, 2, 3}, true});
+  GatherOnlyBackend gather_only;
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  const size_t header = sizeof(deltasync::PlanHeader) + sizeof(PlanTensor);
+  struct Case {
+    const char* label;
+    std::function<void(std::span<uint8_t>)> edit;
+  } cases[] = {
+      // The last record (short: 8-byte word, 8 bytes of data) names a local offset whose
+      // canonical range lies beyond the tensor.
+      {"canonical range",
+       [](std::span<uint8_t> b) {
+         uint64_t h;
+         std::memcpy(&h, b.data() + b.size() - 16, 8);
+         h = (h & 511) | (uint64_t{4999} << 9);
+         std::memcpy(b.data() + b.size() - 16, &h, 8);
+       }},
+      {"count low", [](std::span<uint8_t> b) { b[16] = 99; }},
+      {"count high", [](std::span<uint8_t> b) { b[16] = 101; }},
+  };
+  for (const Case& c : cases) {
+    for (DeviceBackend* backend : {static_cast<DeviceBackend*>(&gather_only), cpu->get()}) {
+      SCOPED_TRACE(std::string(c.label) + " " + std::string(backend->name()));
+      Part part = Write(table, recs, deltasync::kPlanVersionCompact);
+      ASSERT_GT(part.used, header + 100 * 16);
+      c.edit(part.span());
+      const Status eager = WritePlanReader::Open(part.span()).status();
+      ASSERT_EQ(eager.code(), StatusCode::kInvalidArgument);
+      auto reader = WritePlanReader::OpenLazy(part.span());
+      ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+      std::vector<StagedTensor> sums(1);
+      auto prepared = backend->StagePart(*reader, locals, &sums);
+      EXPECT_EQ(prepared.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(prepared.status().message(), eager.message());
+      EXPECT_EQ(sums[0].delta.s1(), 0u);
+      EXPECT_EQ(sums[0].delta.s2(), 0u);
+      EXPECT_EQ(sums[0].bytes_changed, 0u);
+      EXPECT_EQ(w, std::vector<uint8_t>(4096, 7));
+    }
   }
 }
 

@@ -203,15 +203,27 @@ class WritePlanReader {
  public:
   // Validates the header and tensor table, and walks all records once to validate them.
   static StatusOr<WritePlanReader> Open(std::span<uint8_t> buffer);
+  // Validates the header and tensor table only, for a caller that walks the records once (a
+  // rank staging a part): ForEach checks each record as it reaches it and fails with the error
+  // Open would have returned for that plan, the record count included. Until such a walk has
+  // succeeded, record_count() is the header's unconfirmed claim and data_bytes() an upper bound
+  // (the bytes after the tensor table).
+  static StatusOr<WritePlanReader> OpenLazy(std::span<uint8_t> buffer);
+  // This plan with exact counts: a copy after Open, Open's walk of the same buffer (and its
+  // errors) after OpenLazy.
+  StatusOr<WritePlanReader> Counted() const;
   std::span<const PlanTensor> tensors() const { return tensors_; }
   uint64_t record_count() const { return header_.record_count; }
-  // Sum of the records' lengths (the plan's XOR bytes, padding excluded), counted by Open.
+  // Sum of the records' lengths (the plan's XOR bytes, padding excluded), counted by Open; an
+  // upper bound after OpenLazy.
   uint64_t data_bytes() const { return data_bytes_; }
   // Calls fn(const PlanRecord&, std::span<uint8_t>) -> Status for each change record (version
   // 2's tensor records are not passed) in order with a
   // mutable view of its bytes (XOR bytes before staging, new bytes after); a non-OK Status
-  // stops the walk and is returned. Every record is checked again as it is reached. Inline, so
-  // a walk over millions of records costs no call per record.
+  // stops the walk and is returned. Every record is checked again as it is reached, and a walk
+  // that finds another number of change records than the header's fails with InvalidArgument
+  // once it has passed them all. Inline, so a walk over millions of records costs no call per
+  // record.
   template <typename F>
   Status ForEach(F&& fn) const;
 
@@ -231,12 +243,17 @@ class WritePlanReader {
   Status ForEachV2(F& fn) const;
   // InvalidArgument naming record `index` (built only when a record is bad).
   static Status BadRecord(uint64_t index, RecordError what);
+  // OK if a walk found `seen` change records, as the header says; else InvalidArgument.
+  Status CheckCount(uint64_t seen) const;
+  // Open and OpenLazy: the header and tensor table.
+  static StatusOr<WritePlanReader> OpenHeader(std::span<uint8_t> buffer);
 
   std::span<uint8_t> buf_;
   PlanHeader header_{};
   std::span<const PlanTensor> tensors_;
   uint64_t records_begin_ = 0;
   uint64_t data_bytes_ = 0;
+  bool counted_ = false;  // opened with Open: record_count() and data_bytes() are exact
 };
 
 template <typename F>
@@ -249,7 +266,8 @@ Status WritePlanReader::ForEachV1(F& fn) const {
   uint64_t pos = records_begin_;
   const uint64_t end = header_.bytes_used;
   uint8_t* const base = buf_.data();
-  for (uint64_t index = 0; pos < end; ++index) {
+  uint64_t index = 0;
+  for (; pos < end; ++index) {
     if (end - pos < sizeof(PlanRecord)) return BadRecord(index, RecordError::kTruncated);
     // Field by field (the compiler keeps them in registers; one block copy into a stack record
     // read back field by field stalls the loads behind it).
@@ -274,7 +292,7 @@ Status WritePlanReader::ForEachV1(F& fn) const {
     if (!s.ok()) return s;
     pos += need;
   }
-  return Status::Ok();
+  return CheckCount(index);
 }
 
 template <typename F>
@@ -285,7 +303,8 @@ Status WritePlanReader::ForEachV2(F& fn) const {
   // The current tensor record's tensor, shift and canonical length (none yet).
   uint32_t tensor = UINT32_MAX;
   uint64_t shift = 0, canonical_length = 0;
-  for (uint64_t index = 0; pos < end;) {
+  uint64_t index = 0;  // change records so far
+  while (pos < end) {
     if (end - pos < 8) return BadRecord(index, RecordError::kTruncated);
     const uint64_t h = LoadLE64(base + pos);
     PlanRecord rec;
@@ -331,7 +350,7 @@ Status WritePlanReader::ForEachV2(F& fn) const {
     pos += need;
     ++index;
   }
-  return Status::Ok();
+  return CheckCount(index);
 }
 
 }  // namespace deltakv::deltasync

@@ -82,9 +82,11 @@ class DeviceBackend {
   // partial sums to (*sums)[t] (StagedTensor: incremental over owned positions, full sums for
   // kPlanTensorFullVerify tensors, bytes changed), and returns the new bytes prepared for
   // CommitScatter (a device backend keeps them in device memory, so the pause is the scatter
-  // alone). The plan's bytes may be overwritten. REQUIRES: sums->size() ==
-  // plan.tensors().size(). The default is StagePartToBatch through Gather (XOR and sums on the
-  // host) and PrepareScatter. InvalidArgument for a record outside its tensor; device errors.
+  // alone). The plan's bytes may be overwritten. `plan` may be opened with OpenLazy: its records
+  // are then checked as they are staged, and a bad plan fails with Open's error, nothing
+  // prepared. REQUIRES: sums->size() == plan.tensors().size(). The default is StagePartToBatch
+  // through Gather (XOR and sums on the host) and PrepareScatter. InvalidArgument for a record
+  // outside its tensor; device errors.
   virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums);

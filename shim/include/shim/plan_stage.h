@@ -71,8 +71,9 @@ std::vector<PartTarget> PartTargets(std::span<const deltasync::PlanTensor> plan_
 // tensor's partial sums to (*sums)[t] and returns the batch (one CopyOp per record: device
 // range <- its new bytes, packed in record order). The old bytes come from `gather`'s Gather, one
 // call for the whole part, straight into the batch; with `gather` null they are read in place
-// at the device addresses (host memory: the cpu backend), in the same walk that stages. No
-// device byte changes. On error *sums is unchanged. REQUIRES: sums->size() ==
+// at the device addresses (host memory: the cpu backend), in the same walk that stages. `plan`
+// may be opened with OpenLazy (that walk checks its records). No device byte changes. On error
+// *sums is unchanged. REQUIRES: sums->size() ==
 // plan.tensors().size(). InvalidArgument for a record outside its local tensor or a plan tensor
 // index the rank did not register; Gather's errors.
 StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
