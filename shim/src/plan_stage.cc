@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "base/le_bytes.h"
@@ -196,9 +197,10 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
   if (gather == nullptr) {
     // Host-addressable weights: one walk checks, reads the old bytes in place and stages. The
     // weight lines a sparse part reads are scattered over the tensors and seldom in the first
-    // level cache: each record's line is prefetched as the walk reaches it and the record is
-    // staged once kBatch records are queued, so the walk's checks overlap the loads and the
-    // staging loop runs on cached lines.
+    // level cache: each record's line is prefetched as the walk reaches it, and a full batch of
+    // kBatch records is staged once the next batch has been queued too, so every record's load
+    // has the walk over a whole batch to arrive and the staging loop runs on cached lines.
+    // Batches are staged in order (a record's word stores reach into the next one's bytes).
     struct Staging {
       const uint8_t* old;
       uint8_t* x;
@@ -211,7 +213,10 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       bool words;  // a record StageWords takes
     };
     constexpr size_t kBatch = 32;
-    Staging pending[kBatch];
+    Staging queues[2][kBatch];
+    Staging* pending = queues[0];  // filling
+    Staging* ready = queues[1];    // full, prefetched a batch ago, staged when `pending` fills
+    bool have_ready = false;
     size_t queued = 0;
     // The ops, filled through a local pointer and count (grown should the header's count be
     // short), trimmed at the end.
@@ -220,8 +225,8 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     size_t op_count = 0, op_room = batch.ops.size();
     // Stages the queued records. The inline sums and byte counts of a run of records of one
     // tensor add up in registers and go into its PartSums once per run.
-    auto stage_queued = [&](size_t count) __attribute__((always_inline)) {
-      uint32_t tensor = pending[0].tensor;
+    auto stage_queued = [&](const Staging* queue, size_t count) __attribute__((always_inline)) {
+      uint32_t tensor = queue[0].tensor;
       int64_t d1 = 0, d2 = 0;
       uint64_t owned = 0, bytes = 0;
       auto flush = [&] {
@@ -232,7 +237,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
         owned = bytes = 0;
       };
       for (size_t i = 0; i < count; ++i) {
-        const Staging& e = pending[i];
+        const Staging& e = queue[i];
         if (e.tensor != tensor) {
           flush();
           tensor = e.tensor;
@@ -277,7 +282,9 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
            owner,
            words};
       if (queued == kBatch) {
-        stage_queued(kBatch);
+        if (have_ready) stage_queued(ready, kBatch);
+        std::swap(pending, ready);
+        have_ready = true;
         queued = 0;
       }
       if (op_count == op_room) [[unlikely]] {
@@ -290,7 +297,8 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       return Status::Ok();
     };
     RETURN_IF_ERROR(plan.ForEach(take));
-    if (queued > 0) stage_queued(queued);
+    if (have_ready) stage_queued(ready, kBatch);
+    if (queued > 0) stage_queued(pending, queued);
     batch.ops.resize(op_count);
   } else {
     // One walk checks and lays out the batch, one Gather brings every old byte into it (a
