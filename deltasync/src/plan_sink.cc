@@ -28,15 +28,12 @@ Status PlanSink::OnRun(uint64_t pos, std::span<const uint8_t> bytes) {
   if (len + kPendingSlack > pending_.size()) GrowPending(len);
   uint8_t* const p = pending_.data();
   const size_t n = bytes.size();
-  if (n <= 8 && at - pending_len_ <= kPlanMergeGap) {
-    // The common case: a run of a few bytes after a gap of at most kPlanMergeGap zeros,
-    // written as one word (its last bytes past the run are not part of the pending run).
-    ZeroMergeGap();
+  // The gap a merge bridges is zero already (pending_ is zero past the held-back run).
+  if (n <= 8) {
+    // The common case: a run of a few bytes, written as one word (zero past the run).
     const uint64_t word = n == 0 ? 0 : LoadShortLE(bytes.data(), n);
     std::memcpy(p + at, &word, 8);
   } else {
-    // The gap a merge bridges is zero XOR bytes.
-    if (at > pending_len_) std::memset(p + pending_len_, 0, at - pending_len_);
     std::memcpy(p + at, bytes.data(), n);
   }
   pending_len_ = len;
@@ -76,8 +73,7 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
       p = pending_.data();
       room = pending_.size();
     }
-    ZeroMergeGap();
-    p[at] = value;
+    p[at] = value;  // the gap before it is zero already
     pending_len_ = at + 1;
   }
   return Status::Ok();
@@ -101,6 +97,7 @@ bool PlanSink::FlushShort(Status* error) {
       return false;
     }
   }
+  ZeroRouted(bytes.size());
   return true;
 }
 
@@ -116,6 +113,11 @@ Status PlanSink::FlushPieces() {
   const uint64_t start = pending_start_;
   const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
   pending_len_ = 0;
+  struct Rezero {
+    PlanSink* sink;
+    uint64_t n;
+    ~Rezero() { sink->ZeroRouted(n); }
+  } rezero{this, bytes.size()};
   return layout_.ForEachPiece(cursor_, start, bytes.size(), [&](const LayoutPiece& p) -> Status {
     const std::span<const uint8_t> piece = bytes.subspan(p.canonical_offset - start, p.length);
     // Short pieces go through AddShort, which returns in a register (no Status).

@@ -63,10 +63,15 @@ class PlanSink final : public NonzeroSink {
   void GrowPending(uint64_t end) {
     pending_.resize(std::max<uint64_t>({end + kPendingSlack, 2 * pending_.size(), 64}));
   }
-  // Zeroes the gap a merge bridges (at most kPlanMergeGap zero XOR bytes after the held-back
-  // run) as kPlanMergeGap bytes whatever its length, with no branch on it: the bytes past the
-  // gap are overwritten by the run that joins. REQUIRES: room for them (kPendingSlack).
-  void ZeroMergeGap() { std::memset(pending_.data() + pending_len_, 0, kPlanMergeGap); }
+  // Zeroes the first `n` bytes of pending_ once the run they held is routed, so every byte of
+  // pending_ past the held-back run is zero (the gaps a merge bridges are zero XOR bytes).
+  void ZeroRouted(uint64_t n) {
+    if (n <= 16) [[likely]] {
+      std::memset(pending_.data(), 0, 16);
+    } else {
+      std::memset(pending_.data(), 0, n);
+    }
+  }
 
   const TensorLayout& layout_;
   TensorLayout::Cursor cursor_;  // consecutive merged runs mostly share a segment
@@ -75,7 +80,8 @@ class PlanSink final : public NonzeroSink {
   PlanOutput& out_;
   std::vector<uint8_t>* dense_;
   // The held-back run: pending_len_ bytes at the front of pending_, whose size only grows
-  // (kept across runs so holding a run costs a copy, no allocation or zero fill).
+  // (kept across runs so holding a run costs a copy, no allocation or zero fill). Every byte
+  // past the run is zero.
   uint64_t pending_start_ = 0;
   uint64_t pending_len_ = 0;
   std::vector<uint8_t> pending_;
