@@ -16,9 +16,13 @@ using deltasync::PlanTensor;
 
 namespace {
 
-// Records shorter than this (almost all of a sparse delta's: a few bytes each) have their sums
-// added inline; longer ones go through AdlerDelta::AddXorRun's vectorized kernels.
+// StageRecord (the byte path): records shorter than this (almost all of a sparse delta's: a
+// few bytes each) have their sums added inline; longer ones go through AdlerDelta::AddXorRun's
+// vectorized kernels.
 constexpr uint32_t kInlineSumBytes = 64;
+// The host path stages records of up to this many bytes a word at a time (StageWords): the
+// runs the planner merges across gaps of zeros reach a few hundred bytes at denser deltas.
+constexpr uint32_t kWordRecordBytes = 256;
 // Inline terms |(i mod M) * d| are below 2^24; reducing after 2^32 of them keeps the sums
 // far from overflow.
 constexpr uint64_t kReduceAfterTerms = uint64_t{1} << 32;
@@ -104,10 +108,10 @@ inline ByteSums SumDifferences(uint64_t new_word, uint64_t old_word) {
               (static_cast<int64_t>((odd * kAll) >> 48) - 1024)};
 }
 
-// StageRecord for a record of 1 to kInlineSumBytes bytes, a word at a time, returning the
+// StageRecord for a record of 1 to kWordRecordBytes bytes, a word at a time, returning the
 // inline terms of an owner record (`kSums`; zero otherwise) for PartSums::AddInline: `x`
 // (padded to a multiple of 8 bytes in the plan, the padding left zero), `old` and `packed` have
-// room for the length rounded up to 8 bytes. REQUIRES: 1 <= n <= kInlineSumBytes,
+// room for the length rounded up to 8 bytes. REQUIRES: 1 <= n <= kWordRecordBytes,
 // position + n <= M.
 template <bool kSums>
 [[gnu::always_inline]] inline ByteSums StageWords(uint32_t n, uint64_t position, const uint8_t* old,
@@ -268,9 +272,10 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       const bool owner = rec.flags & deltasync::kPlanRecordOwner;
       const uint64_t position = rec.canonical_offset % kAdlerModulus;
       // Words read the old bytes up to the next multiple of 8: they must lie in the tensor.
-      const bool words = rec.length - 1 < kInlineSumBytes &&
-                         target.bytes - rec.local_offset >= ((uint64_t{rec.length} + 7) & ~7ull) &&
-                         (!owner || (!target.full_verify && position + rec.length <= kAdlerModulus));
+      const bool words =
+          rec.length - 1 < kWordRecordBytes &&
+          target.bytes - rec.local_offset >= ((uint64_t{rec.length} + 7) & ~7ull) &&
+          (!owner || (!target.full_verify && position + rec.length <= kAdlerModulus));
       Staging& e = pending[queued++];
       e = {device,
            x.data(),

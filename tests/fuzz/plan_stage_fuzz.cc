@@ -1,13 +1,12 @@
 // Fuzzes a rank's staging of a plan part on host memory (StagePartToBatch without a gather
-// backend, as the cpu backend stages): plans built from the input with records of 1 to 80 bytes
-// (the word-at-a-time path and the byte path), owners and replicas, a full-verify tensor,
-// canonical offsets around multiples of 65521, local ranges up to and past the end of their
-// tensor, and now and then padding bytes that are not zero; plans of both versions, opened with
-// Open or OpenLazy. Either the
-// part is refused with InvalidArgument (then a record lies outside its tensor, and no sum
-// changed) or its new bytes, ops and sums equal a byte-by-byte reference. The weights are allocated
-// at their exact sizes, so a read past a tensor's end is caught by the sanitizers (the fuzz build
-// instruments the libraries too).
+// backend, as the cpu backend stages): plans built from the input with records of 1 to 300
+// bytes (the word-at-a-time path up to 256 bytes and the byte path), owners and replicas, a
+// full-verify tensor, canonical offsets around multiples of 65521, local ranges up to and past
+// the end of their tensor, and now and then padding bytes that are not zero; plans of both
+// versions, opened with Open or OpenLazy. Either the part is refused with InvalidArgument (then
+// a record lies outside its tensor, and no sum changed) or its new bytes, ops and sums equal a
+// byte-by-byte reference. The weights are allocated at their exact sizes, so a read past a
+// tensor's end is caught by the sanitizers (the fuzz build instruments the libraries too).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Rec r;
     r.tensor = in.Next(5) == 0 ? 1 : 0;
     const uint64_t limit = r.tensor == 0 ? local0 : local1;
-    const uint64_t len = 1 + (in.Next(4) == 0 ? in.Next(80) : in.Next(8));
+    const uint64_t len = 1 + (in.Next(4) == 0 ? in.Next(300) : in.Next(8));
     r.local = in.Next(limit + 4);  // now and then past the end
     r.canonical = (r.tensor == 0 ? canonical_base : 0) + in.Next(limit);
     r.owner = in.Next(4) != 0;
@@ -58,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.canonical + len > table[r.tensor].canonical_length) continue;  // the reader refuses
     recs.push_back(std::move(r));
   }
-  std::vector<uint64_t> words(1 << 13);
+  std::vector<uint64_t> words(1 << 14);  // 200 records of up to 300 bytes fit
   // Both plan versions (the input's length picks one, so a seed keeps its records).
   WritePlanWriter writer({reinterpret_cast<uint8_t*>(words.data()), words.size() * 8}, table,
                          size % 2 == 0 ? kPlanVersionCompact : kPlanVersion);

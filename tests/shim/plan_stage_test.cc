@@ -171,8 +171,8 @@ TEST(PlanStage, InPlaceAndGatheredMatchTheReference) {
   EXPECT_EQ(gather_only.gathers, 2);  // one Gather per part
 }
 
-// The cpu backend stages owner records of up to 64 bytes a word at a time with masked word
-// sums: every length 1..8 and longer ones up to 70 (several words, a partial last one, and past
+// The cpu backend stages owner records of up to 256 bytes a word at a time with masked word
+// sums: every length 1..8 and longer ones up to 300 (several words, a partial last one, and past
 // the word path's limit), owners and replicas, records ending at the last byte of the local
 // tensor (no room for a word load), canonical positions on both sides of a multiple of 65521,
 // and many short records in a row (each word store reaches into the next record's packed bytes).
@@ -191,7 +191,7 @@ TEST(PlanStage, ShortRecordsMatchTheByteReference) {
     // Canonical offsets run near a wrap of the position mod 65521 in some rounds.
     uint64_t canonical = round % 2 ? 65521 * (1 + rng() % 8) - 40 : rng() % 1000;
     while (recs.size() < 3000) {
-      const uint32_t len = 1 + static_cast<uint32_t>(rng() % 5 == 0 ? rng() % 70 : rng() % 8);
+      const uint32_t len = 1 + static_cast<uint32_t>(rng() % 5 == 0 ? rng() % 300 : rng() % 8);
       if (local + len > n0) break;
       recs.push_back({0, local, canonical, {}, rng() % 5 != 0});
       for (uint32_t i = 0; i < len; ++i) {
@@ -202,7 +202,7 @@ TEST(PlanStage, ShortRecordsMatchTheByteReference) {
       canonical += gap;
     }
     // One record ending exactly at the tensor's last byte.
-    const uint32_t tail = 1 + static_cast<uint32_t>(rng() % (round % 3 == 0 ? 40 : 7));
+    const uint32_t tail = 1 + static_cast<uint32_t>(rng() % (round % 3 == 0 ? 300 : 7));
     recs.push_back({0, n0 - tail, canonical + 100, std::vector<uint8_t>(tail, 0xa5), true});
 
     std::vector<AdlerDelta> want(1);

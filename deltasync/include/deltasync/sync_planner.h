@@ -120,7 +120,7 @@ class PlanOutput {
   virtual Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
                      uint64_t canonical_offset, std::span<const uint8_t> xor_bytes,
                      bool owner) = 0;
-  // Add for a piece of 1 to WritePlanWriter::kShortBytes (32) bytes (most pieces of a sparse
+  // Add for a piece of 1 to WritePlanWriter::kShortBytes (64) bytes (most pieces of a sparse
   // delta) without building a Status:
   // true when the piece was taken; false, having done nothing, when the output cannot take it
   // this way (then the planner calls Add). The default takes nothing.

@@ -126,7 +126,8 @@ class WritePlanWriter {
   // delta), with no Status and no call. Returns false, having written nothing, when it does not
   // apply (a longer or empty run, no room, a bad tensor, an earlier error, a version 2 offset of
   // 2^55 or more): call Add then.
-  static constexpr size_t kShortBytes = 32;
+  static constexpr size_t kShortBytes = 64;
+  static_assert(kShortBytes <= kPlanShortMaxLength, "a short run fits a version 2 short record");
   bool TryAddShort(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                    std::span<const uint8_t> bytes, bool owner) {
     const size_t n = bytes.size();

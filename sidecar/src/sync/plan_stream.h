@@ -64,7 +64,8 @@ class PlanStreamer final : public deltasync::PlanOutput {
 
   Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner) override;
-  // Add for a 1-8 byte piece that fits the rank's open part; false (nothing done) otherwise.
+  // Add for a piece of 1 to WritePlanWriter::kShortBytes bytes that fits the rank's open part;
+  // false (nothing done) otherwise.
   bool AddShort(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                 std::span<const uint8_t> xor_bytes, bool owner) override;
   // Sends every rank its last part.
