@@ -94,11 +94,11 @@ bool PlanSink::FlushShort(Status* error) {
     Status s = out_.Add(rank_lo + i, tensor_, local, pending_start_, bytes, i == 0);
     if (!s.ok()) [[unlikely]] {
       *error = std::move(s);
-      return false;
+      break;
     }
   }
   ZeroRouted(bytes.size());
-  return true;
+  return error->ok();
 }
 
 Status PlanSink::Flush() {
@@ -113,20 +113,18 @@ Status PlanSink::FlushPieces() {
   const uint64_t start = pending_start_;
   const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
   pending_len_ = 0;
-  struct Rezero {
-    PlanSink* sink;
-    uint64_t n;
-    ~Rezero() { sink->ZeroRouted(n); }
-  } rezero{this, bytes.size()};
-  return layout_.ForEachPiece(cursor_, start, bytes.size(), [&](const LayoutPiece& p) -> Status {
-    const std::span<const uint8_t> piece = bytes.subspan(p.canonical_offset - start, p.length);
-    // Short pieces go through AddShort, which returns in a register (no Status).
-    if (p.length - 1 < WritePlanWriter::kShortBytes &&
-        out_.AddShort(p.rank, tensor_, p.local_offset, p.canonical_offset, piece, p.owner)) {
-      return Status::Ok();
-    }
-    return out_.Add(p.rank, tensor_, p.local_offset, p.canonical_offset, piece, p.owner);
-  });
+  const Status s =
+      layout_.ForEachPiece(cursor_, start, bytes.size(), [&](const LayoutPiece& p) -> Status {
+        const std::span<const uint8_t> piece = bytes.subspan(p.canonical_offset - start, p.length);
+        // Short pieces go through AddShort, which returns in a register (no Status).
+        if (p.length - 1 < WritePlanWriter::kShortBytes &&
+            out_.AddShort(p.rank, tensor_, p.local_offset, p.canonical_offset, piece, p.owner)) {
+          return Status::Ok();
+        }
+        return out_.Add(p.rank, tensor_, p.local_offset, p.canonical_offset, piece, p.owner);
+      });
+  ZeroRouted(bytes.size());
+  return s;
 }
 
 Status PlanSink::Route(const TensorLayout& layout, uint32_t tensor, uint64_t canonical,

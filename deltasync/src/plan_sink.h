@@ -53,7 +53,8 @@ class PlanSink final : public NonzeroSink {
   uint64_t pending_end() const { return pending_start_ + pending_len_; }
   // Flush for a held-back run of at most WritePlanWriter::kShortBytes inside the cursor's
   // segment, through PlanOutput::AddShort (Add for a piece it does not take): false when the
-  // run is not such a run (nothing done; Flush it) or on an output error (in *error).
+  // run is not such a run (nothing done; Flush it) or on an output error (in *error, which
+  // the caller passes OK).
   bool FlushShort(Status* error);
   // Flush through TensorLayout::ForEachPiece, for any held-back run.
   Status FlushPieces();

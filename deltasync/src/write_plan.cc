@@ -1,6 +1,7 @@
 #include "deltasync/write_plan.h"
 
 #include <cstring>
+#include <iterator>
 
 namespace deltakv::deltasync {
 
@@ -52,11 +53,10 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
       std::memcpy(out, &r, sizeof(r));
     } else {
       if (switch_tensor) out = PutTensorRecord(out, tensor, shift);
-      const uint64_t owner_bit = owner ? 4u : 0u;
       if (short_record) {
-        StoreLE64(out, kPlanKindShort | owner_bit | uint64_t{n - 1} << 3 | local_offset << 9);
+        StoreLE64(out, ShortWord(n, local_offset, owner));
       } else {
-        StoreLE64(out, kPlanKindLong | owner_bit | uint64_t{n} << 32);
+        StoreLE64(out, kPlanKindLong | (owner ? kOwnerBit : 0) | uint64_t{n} << 32);
         StoreLE64(out + 8, local_offset);
       }
     }
@@ -139,30 +139,20 @@ Status WritePlanReader::CheckCount(uint64_t seen) const {
 }
 
 Status WritePlanReader::BadRecord(uint64_t index, RecordError what) {
-  const char* why = "";
-  switch (what) {
-    case RecordError::kTruncated:
-      return InvalidArgument("plan: truncated record header");
-    case RecordError::kTensor:
-      why = "tensor index out of range";
-      break;
-    case RecordError::kCanonicalRange:
-      why = "canonical range beyond the tensor";
-      break;
-    case RecordError::kData:
-      why = "data runs past the plan";
-      break;
-    case RecordError::kKind:
-      why = "unknown record kind or reserved bits set";
-      break;
-    case RecordError::kNoTensor:
-      why = "change record before any tensor record";
-      break;
-    case RecordError::kLength:
-      why = "long record of length 0";
-      break;
-  }
-  return InvalidArgument("plan record " + std::to_string(index) + ": " + why);
+  if (what == RecordError::kTruncated) return InvalidArgument("plan: truncated record header");
+  // Indexed by RecordError.
+  static constexpr const char* kWhy[] = {
+      "",  // kTruncated, above
+      "tensor index out of range",
+      "canonical range beyond the tensor",
+      "data runs past the plan",
+      "unknown record kind or reserved bits set",
+      "change record before any tensor record",
+      "long record of length 0",
+  };
+  static_assert(std::size(kWhy) == static_cast<size_t>(RecordError::kLength) + 1);
+  return InvalidArgument("plan record " + std::to_string(index) + ": " +
+                         kWhy[static_cast<size_t>(what)]);
 }
 
 }  // namespace deltakv::deltasync

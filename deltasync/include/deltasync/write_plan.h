@@ -145,7 +145,7 @@ class WritePlanWriter {
       need = 8 + Align8(n) + (switch_tensor ? 16 : 0);
       if (buf_.size() - pos_ < need || local_offset >= kPlanShortOffsetLimit) return false;
       if (switch_tensor) out = PutTensorRecord(out, tensor, shift);
-      StoreLE64(out, kPlanKindShort | (owner ? 4u : 0u) | uint64_t{n - 1} << 3 | local_offset << 9);
+      StoreLE64(out, ShortWord(n, local_offset, owner));
       out += 8;
     } else {
       need = RecordBytes(n);
@@ -180,6 +180,11 @@ class WritePlanWriter {
 
  private:
   static constexpr uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+  // Version 2: a change record's owner bit, and the first word of a short record.
+  static constexpr uint64_t kOwnerBit = 4;
+  static constexpr uint64_t ShortWord(uint64_t n, uint64_t local_offset, bool owner) {
+    return kPlanKindShort | (owner ? kOwnerBit : 0) | (n - 1) << 3 | local_offset << 9;
+  }
   // Version 2: writes a tensor record at `out`, makes it the current one, returns the end.
   uint8_t* PutTensorRecord(uint8_t* out, uint32_t tensor, uint64_t shift) {
     StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
@@ -229,7 +234,7 @@ class WritePlanReader {
   Status ForEach(F&& fn) const;
 
  private:
-  enum class RecordError : uint8_t {
+  enum class RecordError : uint8_t {  // in the order of BadRecord's reasons
     kTruncated,
     kTensor,
     kCanonicalRange,
