@@ -107,31 +107,36 @@ void NonzeroIndex::ClearSlots(uint64_t begin, uint64_t end) {
   }
 }
 
+namespace {
+
+// The first of `len` sorted entries that is >= key, given that the last one is. A fixed number
+// of halvings for a given length, each a conditional add, not a branch: match sources land
+// anywhere among the entries, so a branch here mispredicts about every other step.
+const uint64_t* BranchFreeLowerBound(const uint64_t* first, uint64_t len, uint64_t key) {
+  while (len > 1) {
+    const uint64_t half = len / 2;
+    const uint64_t below = 0 - static_cast<uint64_t>(first[half - 1] < key);
+    first += half & below;
+    len -= half;
+  }
+  return first;
+}
+
+}  // namespace
+
 uint64_t NonzeroIndex::LowerBound(uint64_t position, uint64_t frontier) {
   // Match sources are usually close behind the frontier, so the answer is usually among the
-  // last entries: gallop back from the end first (O(log distance)).
+  // last entries: one probe tells whether it is among the last kNear, searched without a
+  // branch; otherwise the page index finds it.
+  constexpr size_t kNear = 64;
   const size_t n = entries_.size();
   const uint64_t key = position << 8;
-  if (n > 0 && entries_[n - 1] >= key) {
-    size_t hi = n - 1, step = 1;  // entries_[hi] >= key
-    while (step <= 64) {
-      if (hi < step) break;
-      if (entries_[hi - step] < key) {
-        // The answer lies in (hi - step, hi].
-        size_t lo = hi - step + 1, len = hi - lo + 1;
-        const uint64_t* first = entries_.data() + lo;
-        while (len > 1) {
-          const size_t half = len / 2;
-          first = first[half - 1] < key ? first + half : first;
-          len -= half;
-        }
-        return base_ + static_cast<uint64_t>(first - entries_.data());
-      }
-      hi -= step;
-      step *= 2;
-    }
-  } else {
-    return end();  // every entry is below the position
+  const uint64_t* const data = entries_.data();
+  if (n == 0 || data[n - 1] < key) return end();  // every entry is below the position
+  if (n <= kNear || data[n - kNear] < key) {
+    const size_t lo = n <= kNear ? 0 : n - kNear + 1;  // the answer lies in [lo, n - 1]
+    const uint64_t* first = BranchFreeLowerBound(data + lo, n - lo, key);
+    return base_ + static_cast<uint64_t>(first - data);
   }
   return PagedLowerBound(position, frontier);
 }
