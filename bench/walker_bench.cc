@@ -6,6 +6,13 @@
 //   dense_decode       ZSTD_decompressDCtx into a reused, pre-faulted buffer (no scan): the
 //                      fastest dense decode; libzstd verifies the checksum too.
 //   dense_decode_scan  the same plus a scan for the nonzero bytes (what the walker delivers).
+//   zero_write         zeros written over the same length into a reused, pre-faulted buffer,
+//                      one block (128 KiB) at a time as libzstd writes its output: what
+//                      storing the output once costs (dense_decode_write_share of
+//                      dense_decode). dense_decode minus zero_write, per sequence, is
+//                      libzstd's own cost of a sequence, decoding and copying it
+//                      (dense_decode_net_of_writes_ns_per_sequence), the figure next to which
+//                      walker_ns_per_sequence is judged.
 //   zero_hash          XXH64 over the frame's length of zeros (the walker's zero-stripe path):
 //                      the floor of what checking a checksum costs without reading any data.
 // Each side runs in its own forked child so its peak RSS (wait4 / ru_maxrss) is measured
@@ -365,6 +372,20 @@ Measurement RunDense(const std::vector<uint8_t>& frame, size_t size, Reps reps, 
   return m;
 }
 
+// `size` zero bytes written into one buffer (pre-faulted, reused) a block at a time.
+Measurement RunZeroWrite(size_t size, Reps reps) {
+  constexpr size_t kBlock = 128 << 10;
+  std::vector<uint8_t> buffer(size, 1);
+  return Repeat(reps, [&](Measurement* m) {
+    for (size_t at = 0; at < size; at += kBlock) {
+      std::memset(buffer.data() + at, 0, std::min(kBlock, size - at));
+    }
+    // Read back so the stores are kept; the sum of zeros is checked below.
+    m->sum = buffer[size / 2] + buffer[size - 1];
+    return true;
+  });
+}
+
 // XXH64 of `size` zero bytes through the walker's zero-stripe path.
 Measurement RunZeroHash(size_t size, Reps reps) {
   return Repeat(reps, [&](Measurement* m) {
@@ -497,14 +518,17 @@ int Main(int argc, char** argv) {
           InChild([&] { return RunWalker(frame, reps, true, flags.bytes_sink); });
       const Measurement unchecked =
           InChild([&] { return RunWalker(frame, reps, false, flags.bytes_sink); });
-      Measurement dense, scan, zero_hash;
+      Measurement dense, scan, zero_write, zero_hash;
       if (!flags.walker_only) {
         dense = InChild([&] { return RunDense(frame, size, reps, false); });
         scan = InChild([&] { return RunDense(frame, size, reps, true); });
+        zero_write = InChild([&] { return RunZeroWrite(size, reps); });
         zero_hash = InChild([&] { return RunZeroHash(size, reps); });
       }
-      const bool measured = walker.ok && xxh64.ok && unchecked.ok &&
-                            (flags.walker_only || (dense.ok && scan.ok && zero_hash.ok));
+      const bool measured =
+          walker.ok && xxh64.ok && unchecked.ok &&
+          (flags.walker_only || (dense.ok && scan.ok && zero_write.ok && zero_write.sum == 0 &&
+                                 zero_hash.ok));
       const bool agree = walker.ok && xxh64.ok && unchecked.ok &&
                          walker.nonzeros == expected_nonzeros &&
                          xxh64.nonzeros == expected_nonzeros &&
@@ -554,6 +578,12 @@ int Main(int argc, char** argv) {
         j.update({{"dense_decode_cpu_ms", dense.best_cpu_s * 1e3},
                   {"dense_decode_cpu_gbps", gb / dense.best_cpu_s},
                   {"dense_decode_scan_cpu_ms", scan.best_cpu_s * 1e3},
+                  {"zero_write_cpu_ms", zero_write.best_cpu_s * 1e3},
+                  {"dense_decode_write_share", zero_write.best_cpu_s / dense.best_cpu_s},
+                  {"dense_decode_net_of_writes_ns_per_sequence",
+                   sequences ? (dense.best_cpu_s - zero_write.best_cpu_s) * 1e9 /
+                                   static_cast<double>(sequences)
+                             : 0.0},
                   {"zero_hash_cpu_ms", zero_hash.best_cpu_s * 1e3},
                   {"speedup_vs_dense_decode", speedup},
                   {"speedup_vs_dense_decode_wall", dense.best_s / walker.best_s},
