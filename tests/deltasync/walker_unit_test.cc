@@ -91,6 +91,33 @@ TEST(WalkerXxh64, SparseUpdatesEqualTheDenseStream) {
   walker::Xxh64ForcePortableForTesting(false);
 }
 
+// Every position around and among the last entries, for indexes of fewer, exactly and more
+// entries than the searched tail: the answer is the first entry at or after the position.
+TEST(WalkerNonzeroIndex, LowerBoundNearTheFrontier) {
+  for (const size_t count : {0u, 1u, 2u, 63u, 64u, 65u, 66u, 127u, 128u, 200u}) {
+    walker::NonzeroIndex index;
+    index.Reset(1 << 20);
+    index.BeginBlock(0, 1 << 17);
+    std::vector<uint64_t> positions;
+    uint64_t p = 3;
+    for (size_t i = 0; i < count; ++i) {
+      positions.push_back(p);
+      index.Append(p, static_cast<uint8_t>(i | 1));
+      p += 1 + (i * 37) % 11;  // gaps of 1 to 11 bytes
+    }
+    const uint64_t frontier = p + 5;
+    for (uint64_t a = 0; a <= frontier; ++a) {
+      const uint64_t i = index.LowerBound(a, frontier);
+      const size_t want = static_cast<size_t>(
+          std::lower_bound(positions.begin(), positions.end(), a) - positions.begin());
+      ASSERT_EQ(i, want) << "count " << count << " position " << a;
+      if (want < count) {
+        ASSERT_EQ(index.at(i) >> 8, positions[want]);
+      }
+    }
+  }
+}
+
 TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
   walker::NonzeroIndex index;
   const uint64_t window = 1 << 20;
