@@ -525,10 +525,9 @@ int Main(int argc, char** argv) {
         zero_write = InChild([&] { return RunZeroWrite(size, reps); });
         zero_hash = InChild([&] { return RunZeroHash(size, reps); });
       }
-      const bool measured =
-          walker.ok && xxh64.ok && unchecked.ok &&
-          (flags.walker_only || (dense.ok && scan.ok && zero_write.ok && zero_write.sum == 0 &&
-                                 zero_hash.ok));
+      const bool measured = walker.ok && xxh64.ok && unchecked.ok &&
+                            (flags.walker_only || (dense.ok && scan.ok && zero_write.ok &&
+                                                   zero_write.sum == 0 && zero_hash.ok));
       const bool agree = walker.ok && xxh64.ok && unchecked.ok &&
                          walker.nonzeros == expected_nonzeros &&
                          xxh64.nonzeros == expected_nonzeros &&
