@@ -1,7 +1,8 @@
 // NonzeroIndex: the walker's only memory of earlier output. A position-sorted list of the
 // nonzero bytes written in the current frame, packed as (position << 8 | value), plus a page
 // index first_[p] = index of the first entry at a position >= p << kPageShift, so that finding the
-// nonzeros of a match source is one page lookup and a short binary search.
+// nonzeros of a match source is a branch-free search of the last 64 entries when it is that
+// recent, otherwise one page lookup and a short binary search.
 //
 // A ring bitmap with one bit per byte of the window ("is nonzero") answers the most common
 // question, "is this short match source all zero?", exactly from one or two words in cache,
