@@ -297,6 +297,7 @@ def main():
                         # (the cpu backend), the pause ratio cannot go much below it.
                         "touched_line_fraction": rec["touched_lines"] / weight_lines,
                         "plan_parts": rec.get("plan_parts"),
+                        "plan_records": rec.get("plan_records"),
                         "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}
                     results.append(result)
                     print(json.dumps(result), flush=True)
