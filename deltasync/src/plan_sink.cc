@@ -89,6 +89,18 @@ bool PlanSink::FlushShort(Status* error) {
   }
   const std::span<const uint8_t> bytes(pending_.data(), pending_len_);
   pending_len_ = 0;
+  if (ranks == 1 && lend_generation_ != nullptr) {
+    // The common case: straight into the rank's writer, as AddShort would append it.
+    Lent& lent = lent_[rank_lo % kLent];
+    if (lent.rank != rank_lo || lent.generation != *lend_generation_) {
+      lent = Lent{out_.LendWriter(rank_lo), rank_lo, *lend_generation_};
+    }
+    if (lent.writer != nullptr &&
+        lent.writer->TryAddShort(tensor_, local, pending_start_, bytes, /*owner=*/true)) {
+      ZeroRouted(bytes.size());
+      return true;
+    }
+  }
   for (uint32_t i = 0; i < ranks; ++i) {
     if (out_.AddShort(rank_lo + i, tensor_, local, pending_start_, bytes, i == 0)) continue;
     Status s = out_.Add(rank_lo + i, tensor_, local, pending_start_, bytes, i == 0);

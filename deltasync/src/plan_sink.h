@@ -32,7 +32,12 @@ class PlanSink final : public NonzeroSink {
   // only copied there, to be planned in full later with Route.
   PlanSink(const TensorLayout& layout, uint32_t plan_tensor, uint64_t frame_offset, PlanOutput& out,
            std::vector<uint8_t>* dense)
-      : layout_(layout), tensor_(plan_tensor), base_(frame_offset), out_(out), dense_(dense) {}
+      : layout_(layout),
+        tensor_(plan_tensor),
+        base_(frame_offset),
+        out_(out),
+        dense_(dense),
+        lend_generation_(out.LendGeneration()) {}
 
   // Runs come in increasing position order (the decoder's order); a run that starts at most
   // kPlanMergeGap bytes after the held-back run joins it, otherwise the held-back run is
@@ -86,6 +91,16 @@ class PlanSink final : public NonzeroSink {
   uint64_t pending_start_ = 0;
   uint64_t pending_len_ = 0;
   std::vector<uint8_t> pending_;
+  // Writers the output lent (PlanOutput::LendWriter), by rank modulo kLent: a short run held
+  // by one rank is appended to its writer here, without a call to the output.
+  struct Lent {
+    WritePlanWriter* writer = nullptr;
+    uint32_t rank = UINT32_MAX;  // none yet
+    uint64_t generation = 0;     // *lend_generation_ when lent
+  };
+  static constexpr uint32_t kLent = 8;
+  const uint64_t* const lend_generation_;  // nullptr: the output lends none
+  Lent lent_[kLent];
 };
 
 }  // namespace deltakv::deltasync

@@ -64,6 +64,7 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
     std::memset(out + head + n, 0, Align8(n) - n);
     pos_ += need;
     ++records_;
+    CountRecordLines(tensor, local_offset, n);
     bytes = bytes.subspan(n);
     local_offset += n;
     canonical_offset += n;

@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
 #include <vector>
+
+#include "plan_parts_output.h"
 
 namespace deltakv::deltasync {
 namespace {
@@ -301,6 +304,64 @@ TEST(PlanSink, PiecesAreTheLayoutsPiecesOfTheMergedRuns) {
                                               << " piece " << k << " rank " << want[k].rank
                                               << " at " << want[k].canonical;
       }
+    }
+  }
+}
+
+TEST(PlanSink, LentWritersGiveTheSamePlans) {
+  // Two frames' sinks (two tensors) take their bytes in alternating batches into small parts,
+  // so parts fill up and are sent between a writer's lending and its next use: lending the
+  // writers or not, every rank gets byte-identical parts, and the same records and lines.
+  std::vector<TensorLayout> layouts;
+  auto add = [&](StatusOr<TensorLayout> l) {
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    layouts.push_back(std::move(*l));
+  };
+  add(TensorLayout::Replicated({96, 512}, DType::kBF16, 4));
+  add(TensorLayout::ShardDim0({96, 512}, DType::kBF16, 4));
+  add(TensorLayout::ShardDim1({96, 512}, DType::kBF16, 4));
+  auto qkv = QkvPartSpecs(8, 2, 16, {64}, 4);
+  ASSERT_TRUE(qkv.ok());
+  add(TensorLayout::FusedCheckpoint(*qkv, DType::kBF16, 4));
+  std::mt19937_64 rng(23);
+  for (size_t a = 0; a < layouts.size(); ++a) {
+    const size_t b = (a + 1) % layouts.size();
+    for (int round = 0; round < 4; ++round) {
+      std::vector<std::vector<uint64_t>> entries(2);
+      for (int f = 0; f < 2; ++f) {
+        const TensorLayout& layout = layouts[f == 0 ? a : b];
+        std::vector<uint8_t> x(layout.canonical_bytes(), 0);
+        const uint64_t gap = round % 2 == 0 ? 40 : 3 * kPlanMergeGap;
+        for (uint64_t i = rng() % 20; i < x.size(); i += 1 + rng() % gap) {
+          x[i] = static_cast<uint8_t>(1 + rng() % 255);
+        }
+        entries[f] = Entries(x);
+      }
+      const uint64_t seed = rng();
+      auto plan = [&](bool lend) {
+        PlanPartsOutput out(4, 2, 2048 + 1024 * (round % 3), lend);
+        PlanSink first(layouts[a], 0, 0, out, nullptr), second(layouts[b], 1, 0, out, nullptr);
+        PlanSink* sinks[2] = {&first, &second};
+        std::mt19937_64 batches(seed);
+        size_t at[2] = {0, 0};
+        while (at[0] < entries[0].size() || at[1] < entries[1].size()) {
+          for (int f = 0; f < 2; ++f) {
+            const size_t n = std::min<size_t>(entries[f].size() - at[f], 1 + batches() % 300);
+            EXPECT_TRUE(sinks[f]->OnBytes(entries[f].data() + at[f], n, 0).ok());
+            at[f] += n;
+          }
+        }
+        EXPECT_TRUE(first.Flush().ok());
+        EXPECT_TRUE(second.Flush().ok());
+        EXPECT_TRUE(out.Finish().ok());
+        return std::make_tuple(out.Parts(), out.records, out.touched);
+      };
+      const auto [lent_parts, lent_records, lent_lines] = plan(true);
+      const auto [parts, records, lines] = plan(false);
+      ASSERT_EQ(lent_parts, parts) << "layouts " << a << ", " << b << " round " << round;
+      EXPECT_EQ(lent_records, records);
+      EXPECT_EQ(lent_lines, lines);
+      EXPECT_GT(records, 0u);
     }
   }
 }

@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <random>
+#include <set>
+#include <utility>
 
 namespace deltakv::deltasync {
 namespace {
@@ -184,6 +186,55 @@ TEST_P(WritePlanVersions, TryAddShortWritesWhatAddWrites) {
   ASSERT_TRUE(fu.ok() && su.ok());
   ASSERT_EQ(*fu, *su);
   EXPECT_EQ(std::memcmp(a.span().data(), b.span().data(), *fu), 0);
+}
+
+TEST_P(WritePlanVersions, CountLinesCountsEachRecordsLinesOnceAcrossWriters) {
+  // Records through TryAddShort and Add (long runs too) at increasing offsets per tensor, in two
+  // writers that share one count as the parts of one rank's plan do: the count is the number of
+  // distinct 64-byte lines the records cover.
+  std::vector<PlanTensor> tensors = {{0, 0, 1 << 24, 0, 0}, {1, 0, 1 << 24, 0, 0}};
+  std::vector<uint64_t> last_line(tensors.size(), 0);
+  uint64_t touched = 0;
+  std::set<std::pair<uint32_t, uint64_t>> lines;  // the reference
+  std::mt19937 rng(11);
+  uint64_t at[2] = {0, 0};
+  for (int part = 0; part < 2; ++part) {
+    Buffer buf(1 << 18);
+    WritePlanWriter w(buf.span(), tensors, GetParam());
+    w.CountLines(last_line.data(), &touched);
+    for (int i = 0; i < 400; ++i) {
+      const uint32_t t = rng() % 4 == 0 ? 1 : 0;
+      const size_t n = rng() % 8 == 0 ? 65 + rng() % 300 : 1 + rng() % 64;
+      const std::vector<uint8_t> bytes(n, 7);
+      const uint64_t local = at[t];
+      if (n <= WritePlanWriter::kShortBytes && rng() % 2 == 0) {
+        ASSERT_TRUE(w.TryAddShort(t, local, local, bytes, true));
+      } else {
+        ASSERT_TRUE(w.Add(t, local, local, bytes, true).ok());
+      }
+      for (uint64_t b = local; b < local + n; ++b) lines.insert({t, b / 64});
+      at[t] += n + rng() % 100;  // gaps of 0 to 99 bytes: many lines shared
+    }
+  }
+  EXPECT_EQ(touched, lines.size());
+  // A record that goes back is counted in full unless it starts in the line its tensor's
+  // previous record ended in: lines 0-1, then 1 (shared), then 0 again (counted), then 5.
+  Buffer buf(4096);
+  WritePlanWriter w(buf.span(), tensors, GetParam());
+  std::vector<uint64_t> last(tensors.size(), 0);
+  uint64_t count = 0;
+  w.CountLines(last.data(), &count);
+  const std::vector<uint8_t> bytes(70, 1);
+  ASSERT_TRUE(w.TryAddShort(0, 10, 10, std::span(bytes).first(60), true));   // lines 0, 1
+  ASSERT_TRUE(w.TryAddShort(0, 100, 100, std::span(bytes).first(4), true));  // line 1
+  ASSERT_TRUE(w.TryAddShort(0, 0, 0, std::span(bytes).first(1), true));      // line 0
+  ASSERT_TRUE(w.Add(1, 320, 320, bytes, true).ok());                         // lines 5, 6
+  EXPECT_EQ(count, 5u);
+  EXPECT_EQ(last, (std::vector<uint64_t>{1, 7}));
+  // Without CountLines nothing is counted.
+  WritePlanWriter quiet(buf.span(), tensors, GetParam());
+  ASSERT_TRUE(quiet.TryAddShort(0, 1000, 1000, std::span(bytes).first(2), true));
+  EXPECT_EQ(count, 5u);
 }
 
 TEST(WritePlan, TryAddShortRefusesWhenFull) {

@@ -10,3 +10,4 @@ deltakv_add_fuzzer(plan_stage_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/plan_stage_fuzz.c
 # from the input (libzstd compresses their frames). Seeds: corpus/planner_pipeline/.
 deltakv_add_fuzzer(planner_pipeline_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/planner_pipeline_fuzz.cc
                    deltakv_deltasync PkgConfig::ZSTD)
+target_include_directories(planner_pipeline_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/tests)

@@ -4,8 +4,11 @@
 // replicated; small ones planned in full), frames of sparse XOR bytes compressed by libzstd at
 // levels 1-3, some of them corrupted (a flipped byte, garbage instead of a frame, a wrong
 // xor_digest, a truncated object), and fetch windows, queue sizes and thread counts from the
-// input. Both runs must agree: both fail, or both succeed with the same pieces (in any order).
-// A hang is caught by libFuzzer's -timeout.
+// input. Both runs must agree: both fail, or both succeed with the same bytes in their pieces
+// (in any order, runs split in any way).
+// The pipelined run's output streams each rank's records into small plan parts, as the
+// sidecar does, and lends the open part's writer to the planner (PlanOutput::LendWriter):
+// its pieces are read back from the parts. A hang is caught by libFuzzer's -timeout.
 #include <zstd.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "deltasync/sync_planner.h"
 #include "deltasync/xor_digest.h"
 #include "fuzz_input.h"
+#include "plan_parts_output.h"
 
 using namespace deltakv;
 using namespace deltakv::deltasync;
@@ -65,6 +69,18 @@ class PieceOutput final : public PlanOutput {
   }
   std::vector<Piece> pieces;
 };
+
+// Every byte of the pieces, as a piece of one byte: the same bytes however runs were split.
+std::vector<Piece> Bytes(const std::vector<Piece>& pieces) {
+  std::vector<Piece> bytes;
+  for (const auto& [rank, tensor, local, canonical, owner, data] : pieces) {
+    for (size_t i = 0; i < data.size(); ++i) {
+      bytes.emplace_back(rank, tensor, local + i, canonical + i, owner, data.substr(i, 1));
+    }
+  }
+  std::sort(bytes.begin(), bytes.end());
+  return bytes;
+}
 
 }  // namespace
 
@@ -151,15 +167,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   many.fetch_window_bytes = 1 + in.Next(16384);
   many.prefetch = in.Next(4) != 0;
 
+  // Parts with room for one record of 8 bytes up to several frames' runs.
+  const uint64_t part_bytes =
+      (WritePlanWriter::FixedBytes(m.tensors.size()) + 40 + in.Next(8192)) & ~uint64_t{7};
+
   MemoryStore store_one(object_name, object), store_many(object_name, object);
-  PieceOutput out_one, out_many;
+  PieceOutput out_one;
+  PlanPartsOutput out_many(2, static_cast<uint32_t>(m.tensors.size()), part_bytes, /*lend=*/true);
   auto r_one = BuildSyncPlans(m, store_one, ranks, out_one, one);
   auto r_many = BuildSyncPlans(m, store_many, ranks, out_many, many);
   if (r_one.ok() != r_many.ok()) std::abort();
   if (!r_one.ok()) return 0;
-  std::sort(out_one.pieces.begin(), out_one.pieces.end());
-  std::sort(out_many.pieces.begin(), out_many.pieces.end());
-  if (out_one.pieces != out_many.pieces) std::abort();
+  if (!out_many.Finish().ok()) std::abort();
+  if (Bytes(out_one.pieces) != Bytes(out_many.Pieces())) std::abort();
   if (r_one->nonzero_bytes != r_many->nonzero_bytes || r_one->frames != r_many->frames) {
     std::abort();
   }

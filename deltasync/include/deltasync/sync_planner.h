@@ -129,6 +129,15 @@ class PlanOutput {
                         bool /*owner*/) {
     return false;
   }
+  // The writer of rank `rank`'s open plan part, lent so that the planner appends short pieces
+  // to it itself with WritePlanWriter::TryAddShort (exactly as AddShort would, without a call
+  // per piece), or nullptr. A record appended so counts as taken by AddShort: the output
+  // accounts for it from the writer. A lent writer stays valid while *LendGeneration() keeps
+  // the value it had when the writer was lent; the output changes that value whenever it
+  // opens or sends a part. LendGeneration returns nullptr when the output lends no writers
+  // (the default).
+  virtual WritePlanWriter* LendWriter(uint32_t /*rank*/) { return nullptr; }
+  virtual const uint64_t* LendGeneration() { return nullptr; }
 };
 
 // A PlanOutput into one WritePlanWriter per rank (whole plans in caller buffers).
@@ -142,9 +151,15 @@ class WriterPlanOutput final : public PlanOutput {
     return rank < writers_.size() &&
            writers_[rank].TryAddShort(tensor, local_offset, canonical_offset, xor_bytes, owner);
   }
+  // The writers never change: one generation.
+  WritePlanWriter* LendWriter(uint32_t rank) override {
+    return rank < writers_.size() ? &writers_[rank] : nullptr;
+  }
+  const uint64_t* LendGeneration() override { return &generation_; }
 
  private:
   std::vector<WritePlanWriter>& writers_;
+  const uint64_t generation_ = 0;
 };
 
 // Hands the delta's pieces to `out`.

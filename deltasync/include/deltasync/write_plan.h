@@ -127,6 +127,15 @@ class WritePlanWriter {
   // apply (a longer or empty run, no room, a bad tensor, an earlier error, a version 2 offset of
   // 2^55 or more): call Add then.
   static constexpr size_t kShortBytes = 64;
+  // From now on, counts into *touched the 64-byte lines of local bytes that each appended
+  // record covers, a line that its tensor's previous record ended in counted once.
+  // last_line[t] is 1 + the last line counted for tensor t (0: none): one entry per tensor,
+  // kept by the caller across writers (the parts of one rank's plan). Both must outlive the
+  // writer.
+  void CountLines(uint64_t* last_line, uint64_t* touched) {
+    last_line_ = last_line;
+    touched_ = touched;
+  }
   static_assert(kShortBytes <= kPlanShortMaxLength, "a short run fits a version 2 short record");
   bool TryAddShort(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                    std::span<const uint8_t> bytes, bool owner) {
@@ -161,6 +170,7 @@ class WritePlanWriter {
     StoreLE64(out + k, LoadShortLE(bytes.data() + k, n - k));
     pos_ += need;
     ++records_;
+    CountRecordLines(tensor, local_offset, n);
     return true;
   }
   // Writes the header; returns the bytes used.
@@ -185,6 +195,13 @@ class WritePlanWriter {
   static constexpr uint64_t ShortWord(uint64_t n, uint64_t local_offset, bool owner) {
     return kPlanKindShort | (owner ? kOwnerBit : 0) | (n - 1) << 3 | local_offset << 9;
   }
+  // The lines of a record of `n` bytes at `local_offset` of `tensor`, if CountLines asked.
+  void CountRecordLines(uint32_t tensor, uint64_t local_offset, uint64_t n) {
+    if (last_line_ == nullptr) return;
+    const uint64_t first = local_offset / 64, last = (local_offset + n - 1) / 64;
+    *touched_ += last - first + 1 - (last_line_[tensor] == first + 1 ? 1 : 0);
+    last_line_[tensor] = last + 1;
+  }
   // Version 2: writes a tensor record at `out`, makes it the current one, returns the end.
   uint8_t* PutTensorRecord(uint8_t* out, uint32_t tensor, uint64_t shift) {
     StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
@@ -201,6 +218,8 @@ class WritePlanWriter {
   // Version 2: the tensor and shift of the last tensor record (none yet: an impossible tensor).
   uint32_t tensor_ = UINT32_MAX;
   uint64_t shift_ = 0;
+  uint64_t* last_line_ = nullptr;  // CountLines' arrays, if it was called
+  uint64_t* touched_ = nullptr;
   Status status_;
 };
 

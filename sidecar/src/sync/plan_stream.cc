@@ -49,6 +49,7 @@ PlanStreamer::~PlanStreamer() {
 }
 
 Status PlanStreamer::OpenPart(uint32_t r) {
+  ++lend_generation_;
   RankStream& rs = ranks_[r];
   RETURN_IF_ERROR(Drain(r, opt_.max_in_flight));
   const uint64_t root_bytes = deltasync::PlanArenaRootBytes(opt_.version.size());
@@ -73,10 +74,12 @@ Status PlanStreamer::OpenPart(uint32_t r) {
   rs.writer.emplace(arena->Bytes(plan_at, part_capacity_), rs.table,
                     deltasync::kPlanVersionCompact);
   RETURN_IF_ERROR(rs.writer->status());
+  rs.writer->CountLines(rs.last_line.data(), &touched_lines_);
   return Status::Ok();
 }
 
 Status PlanStreamer::SendPart(uint32_t r, bool last) {
+  ++lend_generation_;
   RankStream& rs = ranks_[r];
   ASSIGN_OR_RETURN(uint64_t used, rs.writer->Finish());
   const uint64_t root_bytes = deltasync::PlanArenaRootBytes(opt_.version.size());
@@ -92,6 +95,7 @@ Status PlanStreamer::SendPart(uint32_t r, bool last) {
       "sending plan part " + std::to_string(rs.next_part) + " to rank " + std::to_string(r)));
   rs.sent.push_back(rs.arena);
   rs.arena = nullptr;
+  records_sent_ += rs.writer->record_count();
   rs.writer.reset();
   ++rs.next_part;
   ++parts_sent_;
@@ -129,9 +133,7 @@ Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
   if (r >= ranks_.size()) return Internal("layout names rank beyond the registered ranks");
   RankStream& rs = ranks_[r];
   if (tensor >= rs.last_line.size()) return Internal("plan record names an unknown tensor");
-  if (!bytes.empty()) CountLines(rs, tensor, local_offset, bytes.size());
   if (rs.writer && rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
-    ++records_;
     return Status::Ok();
   }
   while (!bytes.empty()) {
@@ -146,7 +148,6 @@ Status PlanStreamer::Add(uint32_t r, uint32_t tensor, uint64_t local_offset,
       n = (rs.writer->remaining() - WritePlanWriter::kMaxRecordOverhead) & ~uint64_t{7};
     }
     RETURN_IF_ERROR(rs.writer->Add(tensor, local_offset, canonical_offset, bytes.first(n), owner));
-    ++records_;
     bytes = bytes.subspan(n);
     local_offset += n;
     canonical_offset += n;
@@ -158,13 +159,8 @@ bool PlanStreamer::AddShort(uint32_t r, uint32_t tensor, uint64_t local_offset,
                             uint64_t canonical_offset, std::span<const uint8_t> bytes, bool owner) {
   if (r >= ranks_.size()) return false;
   RankStream& rs = ranks_[r];
-  if (tensor >= rs.last_line.size() || !rs.writer ||
-      !rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
-    return false;
-  }
-  CountLines(rs, tensor, local_offset, bytes.size());
-  ++records_;
-  return true;
+  return tensor < rs.last_line.size() && rs.writer &&
+         rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner);
 }
 
 Status PlanStreamer::Finish() {

@@ -68,11 +68,21 @@ class PlanStreamer final : public deltasync::PlanOutput {
   // false (nothing done) otherwise.
   bool AddShort(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
                 std::span<const uint8_t> xor_bytes, bool owner) override;
+  // The rank's open part, for the planner to append short records to itself.
+  deltasync::WritePlanWriter* LendWriter(uint32_t rank) override {
+    return rank < ranks_.size() && ranks_[rank].writer ? &*ranks_[rank].writer : nullptr;
+  }
+  const uint64_t* LendGeneration() override { return &lend_generation_; }
   // Sends every rank its last part.
   Status Finish();
 
   uint64_t parts_sent() const { return parts_sent_; }
-  uint64_t records() const { return records_; }
+  // Records in the parts sent and the open ones.
+  uint64_t records() const {
+    uint64_t n = records_sent_;
+    for (const RankStream& rs : ranks_) n += rs.writer ? rs.writer->record_count() : 0;
+    return n;
+  }
   // Distinct 64-byte lines of device memory the plans write, all ranks together: what a
   // commit's scatter must touch (counted assuming each tensor starts on a line boundary).
   uint64_t touched_lines() const { return touched_lines_; }
@@ -90,14 +100,6 @@ class PlanStreamer final : public deltasync::PlanOutput {
     std::vector<uint64_t> last_line;         // per plan tensor: 1 + the last line counted
   };
 
-  // Counts the lines [local_offset, + n) of `tensor` touches. REQUIRES: n > 0.
-  void CountLines(RankStream& rs, uint32_t tensor, uint64_t local_offset, uint64_t n) {
-    // Pieces of one tensor mostly arrive in increasing order; a line shared with the previous
-    // piece is not counted twice.
-    const uint64_t first = local_offset / 64, last = (local_offset + n - 1) / 64;
-    touched_lines_ += last - first + 1 - (rs.last_line[tensor] == first + 1 ? 1 : 0);
-    rs.last_line[tensor] = last + 1;
-  }
   Status OpenPart(uint32_t rank);
   Status SendPart(uint32_t rank, bool last);
   // Waits until at most `keep` sent parts of `rank` are unconsumed; forgets consumed ones.
@@ -109,8 +111,11 @@ class PlanStreamer final : public deltasync::PlanOutput {
   std::function<Status(uint32_t)> check_rank_;
   uint64_t part_capacity_ = 0;
   uint64_t parts_sent_ = 0;
-  uint64_t records_ = 0;
+  uint64_t records_sent_ = 0;  // in parts sent; the open parts' writers count the rest
+  // Every writer counts the lines its records touch into touched_lines_ (pieces of one tensor
+  // mostly arrive in increasing order; a line shared with the previous piece is counted once).
   uint64_t touched_lines_ = 0;
+  uint64_t lend_generation_ = 0;  // changes whenever a part is opened or sent
 };
 
 }  // namespace deltakv::sidecar
