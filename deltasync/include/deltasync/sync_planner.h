@@ -132,8 +132,9 @@ class PlanOutput {
   // The writer of rank `rank`'s open plan part, lent so that the planner appends short pieces
   // to it itself with WritePlanWriter::TryAddShort (exactly as AddShort would, without a call
   // per piece), or nullptr. A record appended so counts as taken by AddShort: the output
-  // accounts for it from the writer. A lent writer stays valid while *LendGeneration() keeps
-  // the value it had when the writer was lent; the output changes that value whenever it
+  // accounts for it from the writer. When TryAddShort refuses a piece (the part is full), the
+  // planner calls AddShort, then Add, as usual. A lent writer stays valid while *LendGeneration()
+  // keeps the value it had when the writer was lent; the output changes that value whenever it
   // opens or sends a part. LendGeneration returns nullptr when the output lends no writers
   // (the default).
   virtual WritePlanWriter* LendWriter(uint32_t /*rank*/) { return nullptr; }
