@@ -84,9 +84,10 @@ class DeviceBackend {
   // CommitScatter (a device backend keeps them in device memory, so the pause is the scatter
   // alone). The plan's bytes may be overwritten. `plan` may be opened with OpenLazy: its records
   // are then checked as they are staged, and a plan Open refuses fails with InvalidArgument,
-  // nothing prepared (Open's error, unless a record outside its tensor comes first). REQUIRES: sums->size() == plan.tensors().size(). The default is StagePartToBatch
-  // through Gather (XOR and sums on the host) and PrepareScatter. InvalidArgument for a record
-  // outside its tensor; device errors.
+  // nothing prepared (Open's error, unless a record outside its tensor comes first).
+  // REQUIRES: sums->size() == plan.tensors().size(). The default is StagePartToBatch through
+  // Gather (XOR and sums on the host) and PrepareScatter. InvalidArgument for a record outside
+  // its tensor; device errors.
   virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums);

@@ -159,8 +159,8 @@ bool PlanStreamer::AddShort(uint32_t r, uint32_t tensor, uint64_t local_offset,
                             uint64_t canonical_offset, std::span<const uint8_t> bytes, bool owner) {
   if (r >= ranks_.size()) return false;
   RankStream& rs = ranks_[r];
-  return tensor < rs.last_line.size() && rs.writer &&
-         rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner);
+  // The writer refuses a tensor beyond its table (the rank's, as last_line).
+  return rs.writer && rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner);
 }
 
 Status PlanStreamer::Finish() {
