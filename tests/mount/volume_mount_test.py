@@ -91,11 +91,16 @@ def settled_du(path, timeout=5.0):
 
 
 def du(path):
+    # The mount writes its cache while this walks it: a file listed and then renamed or
+    # removed (a finished or evicted download's temporary file) no longer takes any space.
     total = 0
     for d, _, names in os.walk(path):
         for n in names:
             if n != ".lock":
-                total += os.path.getsize(os.path.join(d, n))
+                try:
+                    total += os.path.getsize(os.path.join(d, n))
+                except FileNotFoundError:
+                    pass
     return total
 
 
