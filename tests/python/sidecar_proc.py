@@ -14,7 +14,8 @@ TOKEN = "python-test-token"
 
 
 class Sidecar:
-    def __init__(self, tmp: str, kv_block_bytes: int = 0, kv_slots: int = 0) -> None:
+    def __init__(self, tmp: str, kv_block_bytes: int = 0, kv_slots: int = 0,
+                 extra_args: List[str] = ()) -> None:
         self.shm = f"dkv-py-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.token_file = os.path.join(tmp, f"{self.shm}.token")
         with open(self.token_file, "w") as f:
@@ -26,6 +27,7 @@ class Sidecar:
                            "--shm-name", self.shm]
         if kv_block_bytes:
             args += ["--kv-block-bytes", str(kv_block_bytes), "--kv-capacity-slots", str(kv_slots)]
+        args += list(extra_args)
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(args, stderr=err)
         deadline = time.time() + 20
@@ -61,14 +63,15 @@ def remove_segments(prefix: str) -> None:
 
 @pytest.fixture
 def sidecar_factory(tmp_path) -> Iterator:
-    """start(kv_block_bytes=0, kv_slots=0) starts a sidecar (stopped after the test); the test
-    is skipped when DELTAKV_BIN is not set."""
+    """start(kv_block_bytes=0, kv_slots=0, extra_args=()) starts a sidecar (stopped after the
+    test; extra_args are more sidecar flags); the test is skipped when DELTAKV_BIN is not
+    set."""
     if not os.environ.get("DELTAKV_BIN"):
         pytest.skip("DELTAKV_BIN (the deltakv binary) is not set")
     started: List[Sidecar] = []
 
-    def start(kv_block_bytes: int = 0, kv_slots: int = 0) -> Sidecar:
-        s = Sidecar(str(tmp_path), kv_block_bytes, kv_slots)
+    def start(kv_block_bytes: int = 0, kv_slots: int = 0, extra_args: List[str] = ()) -> Sidecar:
+        s = Sidecar(str(tmp_path), kv_block_bytes, kv_slots, extra_args)
         started.append(s)
         return s
 

@@ -94,6 +94,53 @@ def test_sync_goes_live_in_the_arrays(sidecar_factory, tmp_path):
         e.start()
 
 
+def test_derived_regions_cover_every_change_across_plan_parts(sidecar_factory, tmp_path):
+    """The derived-weights hook gets, per changed tensor, its touched regions: sorted, apart
+    (adjacent records merged, also across plan parts), inside the tensor, covering every
+    changed byte, each starting and ending at a changed byte (one rank, no split). The smallest
+    plan buffer makes parts of 128 KiB, so the ~40 K records of this delta span several."""
+    s = sidecar_factory(extra_args=["--plan-buffer-bytes", str(256 << 10)])
+    client = deltakv.SidecarClient(s.url, token=TOKEN)
+    rng = np.random.default_rng(11)
+    v1 = {"a": rng.integers(0, 256, 3 << 20, dtype=np.uint8),
+          "b": rng.integers(0, 256, 1 << 16, dtype=np.uint8)}
+    v2 = {k: v.copy() for k, v in v1.items()}
+    # Isolated bytes and pairs (a byte every 48 to 80: the planner merges only gaps <= 32),
+    # a few long runs, and one longer than a part (its records, in several parts, adjoin).
+    at = np.arange(0, (3 << 20) - 128, 64) + rng.integers(0, 16, (3 << 20) // 64 - 2)
+    v2["a"][at] ^= rng.integers(1, 256, at.size, dtype=np.uint8)
+    v2["a"][at[::7] + 1] ^= 0x5A
+    for start in (1000, 1 << 20, (3 << 20) - 600):
+        v2["a"][start:start + 300] ^= 0xFF
+    v2["a"][2 << 20:(2 << 20) + (200 << 10)] ^= 0x33
+    v2["b"][[0, 1, 2, 500, (1 << 16) - 1]] ^= 0x01
+    live = {k: v.copy() for k, v in v1.items()}
+    derived = {}
+    e = make_engine(s, live)
+    e.set_callbacks(derived=lambda name, regions: derived.setdefault(name, []).extend(regions))
+    with e:
+        e.start()
+        wait_attached(client)
+        deltakv.publish(v1, v2, str(tmp_path / "d12"), parent_version="v1", version="v2")
+        rec = client.sync_and_wait("v2", str(tmp_path / "d12"), timeout=60)
+        assert rec["state"] == "live", rec
+        assert rec["plan_parts"] >= 3, rec
+        assert set(derived) == {"a", "b"}
+        for name in v2:
+            assert np.array_equal(live[name], v2[name]), name
+            changed = np.flatnonzero(v1[name] != v2[name])
+            covered = np.zeros(v2[name].size, dtype=bool)
+            end = -1
+            for offset, length in derived[name]:
+                assert length > 0 and offset > end, (name, offset, length, end)  # sorted, apart
+                end = offset + length
+                assert end <= v2[name].size
+                assert v1[name][offset] != v2[name][offset], (name, offset)
+                assert v1[name][end - 1] != v2[name][end - 1], (name, end - 1)
+                covered[offset:end] = True
+            assert covered[changed].all(), name
+
+
 def test_poll_mode(sidecar_factory, tmp_path):
     s = sidecar_factory()
     v1, client = weights(3), deltakv.SidecarClient(s.url, token=TOKEN)
