@@ -12,7 +12,13 @@
 //                   workload checks that its pieces are exactly the ones BuildSyncPlans emits
 //                   for the same delta (compressed with zstd, walked by the real planner).
 //   plan_records    the pieces appended as WritePlanWriter records into warm part buffers of
-//                   the sidecar's part size, a new part when one is full (as PlanStreamer::Add).
+//                   the sidecar's part size, a new part when one is full (as PlanStreamer::Add),
+//                   each writer counting the lines its records touch (CountLines).
+//   planner         the two above at once, as the sidecar plans: the PlanSink appends each
+//                   short run held by one rank straight to that rank's open part (the writer
+//                   the output lends, PlanOutput::LendWriter) and hands the rest to the
+//                   output's AddShort/Add; its parts must equal the two stages' byte for byte,
+//                   with the same records and touched lines.
 //   plan_transport  moving each part to its rank: the sidecar takes an arena from its rank's
 //                   pool (shm/plan_arena.h: a consumed arena rewritten under a new generation,
 //                   its pages still mapped; created on the first sync), touches the pages the
@@ -32,6 +38,8 @@
 //                   bytes) against real weight buffers of each rank's local size.
 // Baseline: the least memory work for the same changes: every walker run's XOR bytes XORed
 // into a warm copy of each holding rank's weights at its local offset (offsets precomputed).
+// total_ns_per_changed_byte is the production path: planner + plan_transport + rank_stage;
+// total_split_ns_per_changed_byte has layout_mapping + plan_records in place of planner.
 //
 // ns_per_changed_byte = time for all ranks / nonzero XOR bytes of the canonical tensor (a
 // replicated tensor stages every byte at every rank, the baseline too). CPU time is the
@@ -415,6 +423,7 @@ struct RankParts {
   std::vector<std::vector<uint64_t>> buffers;
   std::vector<uint64_t> used;  // bytes of each finished part
   std::optional<WritePlanWriter> writer;
+  uint64_t last_line = 0;  // WritePlanWriter::CountLines's state for the one tensor
 };
 
 // Appends pieces into part-sized WritePlanWriters the way PlanStreamer::Add does (a new part
@@ -439,8 +448,8 @@ class PartOutput final : public PlanOutput {
         }
         n = (rp.writer->remaining() - WritePlanWriter::kMaxRecordOverhead) & ~uint64_t{7};
       }
-      RETURN_IF_ERROR(rp.writer->Add(tensor, local_offset, canonical_offset, bytes.first(n), owner));
-      ++records_;
+      RETURN_IF_ERROR(
+          rp.writer->Add(tensor, local_offset, canonical_offset, bytes.first(n), owner));
       bytes = bytes.subspan(n);
       local_offset += n;
       canonical_offset += n;
@@ -453,12 +462,15 @@ class PartOutput final : public PlanOutput {
                 std::span<const uint8_t> bytes, bool owner) override {
     if (r >= ranks_.size()) return false;
     RankParts& rp = ranks_[r];
-    if (!rp.writer || !rp.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) {
-      return false;
-    }
-    ++records_;
-    return true;
+    return rp.writer &&
+           rp.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner);
   }
+
+  // As PlanStreamer: the open part's writer, valid until a part opens or closes.
+  WritePlanWriter* LendWriter(uint32_t r) override {
+    return r < ranks_.size() && ranks_[r].writer ? &*ranks_[r].writer : nullptr;
+  }
+  const uint64_t* LendGeneration() override { return &generation_; }
 
   Status Finish() {
     for (RankParts& rp : ranks_) {
@@ -473,27 +485,36 @@ class PartOutput final : public PlanOutput {
     for (RankParts& rp : ranks_) {
       rp.used.clear();
       rp.writer.reset();
+      rp.last_line = 0;
     }
     records_ = 0;
+    touched_lines_ = 0;
   }
 
   const std::vector<RankParts>& ranks() const { return ranks_; }
+  // Records of the finished parts (after Finish: all).
   uint64_t records() const { return records_; }
+  uint64_t touched_lines() const { return touched_lines_; }
   uint64_t capacity() const { return capacity_; }
 
  private:
   void Open(RankParts& rp) {
+    ++generation_;
     if (rp.used.size() == rp.buffers.size()) {
       rp.buffers.emplace_back(capacity_ / 8, 0);  // faulted here, in the untimed warm-up
     }
     std::vector<uint64_t>& b = rp.buffers[rp.used.size()];
     rp.writer.emplace(std::span<uint8_t>(reinterpret_cast<uint8_t*>(b.data()), capacity_),
                       std::vector<PlanTensor>{table_}, version_);
+    // The sidecar's writers count the lines their records touch (the sync's touched_lines).
+    rp.writer->CountLines(&rp.last_line, &touched_lines_);
   }
 
   Status Close(RankParts& rp) {
+    ++generation_;
     ASSIGN_OR_RETURN(uint64_t used, rp.writer->Finish());
     rp.used.push_back(used);
+    records_ += rp.writer->record_count();
     rp.writer.reset();
     return Status::Ok();
   }
@@ -503,7 +524,23 @@ class PartOutput final : public PlanOutput {
   PlanTensor table_;
   uint32_t version_;
   uint64_t records_ = 0;
+  uint64_t touched_lines_ = 0;
+  uint64_t generation_ = 0;
 };
+
+// True if both outputs hold the same finished parts, byte for byte.
+bool SameParts(const PartOutput& a, const PartOutput& b) {
+  if (a.ranks().size() != b.ranks().size()) return false;
+  for (size_t r = 0; r < a.ranks().size(); ++r) {
+    const RankParts& x = a.ranks()[r];
+    const RankParts& y = b.ranks()[r];
+    if (x.used != y.used) return false;
+    for (size_t i = 0; i < x.used.size(); ++i) {
+      if (std::memcmp(x.buffers[i].data(), y.buffers[i].data(), x.used[i]) != 0) return false;
+    }
+  }
+  return true;
+}
 
 Status AppendAll(const RecordingOutput& pieces, PartOutput& out) {
   // As PlanSink hands pieces over: short ones through AddShort first.
@@ -774,6 +811,25 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
     const Span s = t.Stop();
     if (rep > 0) records.Add(s);
   }
+  // The planner as the sidecar runs it, both stages at once: the PlanSink appends each short
+  // run held by one rank straight to the rank's open part (the writer the output lends,
+  // PlanOutput::LendWriter) and hands everything else to the output's AddShort/Add. Its parts
+  // must be byte for byte those of the two stages.
+  PartOutput routed(world, parts.capacity(), table, flags.plan_version);
+  Best planner;
+  for (int rep = 0; rep <= flags.reps; ++rep) {
+    routed.Reset();
+    Timer t;
+    Check(RouteAll(d, layout, routed), "planner");
+    Check(routed.Finish(), "planner parts");
+    const Span s = t.Stop();
+    if (rep > 0) planner.Add(s);
+  }
+  if (!SameParts(parts, routed) || routed.records() != parts.records() ||
+      routed.touched_lines() != parts.touched_lines()) {
+    Fail(w.name + ": the planner's parts differ from those of the mapping and records stages");
+  }
+
   uint64_t plan_bytes = 0, part_count = 0;
   for (const RankParts& rp : parts.ranks()) {
     part_count += rp.used.size();
@@ -872,20 +928,23 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
   }
 
   const double changed = static_cast<double>(d.changed);
-  const double total_cpu = mapping.cpu + records.cpu + transport.cpu + stage.cpu;
-  const double total_wall = mapping.wall + records.wall + transport.wall + stage.wall;
+  // The total is the production path: the planner, the transport and the rank's stage.
+  const double total_cpu = planner.cpu + transport.cpu + stage.cpu;
+  const double total_wall = planner.wall + transport.wall + stage.wall;
   const double total_ns = total_cpu * 1e9 / changed;
+  const double split_ns = (mapping.cpu + records.cpu + transport.cpu + stage.cpu) * 1e9 / changed;
   const double baseline_ns = baseline.cpu * 1e9 / changed;
-  for (double v : {mapping.cpu, records.cpu, transport.cpu, stage.cpu, baseline.cpu, mapping.wall,
-                   records.wall, transport.wall, stage.wall, baseline.wall,
-                   transport_unamortized.cpu}) {
+  for (double v : {mapping.cpu, records.cpu, planner.cpu, transport.cpu, stage.cpu, baseline.cpu,
+                   mapping.wall, records.wall, planner.wall, transport.wall, stage.wall,
+                   baseline.wall, transport_unamortized.cpu}) {
     if (!Finite(v)) Fail(w.name + ": a stage has no valid time");
   }
   nlohmann::json stages = {
-      {"layout_mapping", StageJson(mapping, d.changed, counted.pieces,
-                                   static_cast<double>(counted.piece_bytes))},
+      {"layout_mapping",
+       StageJson(mapping, d.changed, counted.pieces, static_cast<double>(counted.piece_bytes))},
       {"plan_records",
        StageJson(records, d.changed, parts.records(), static_cast<double>(plan_bytes))},
+      {"planner", StageJson(planner, d.changed, routed.records(), static_cast<double>(plan_bytes))},
       {"plan_transport",
        StageJson(transport, d.changed, parts.records(), static_cast<double>(plan_bytes))},
       {"rank_stage",
@@ -918,6 +977,8 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
                       {"reps", flags.reps},
                       {"stages", stages},
                       {"total_ns_per_changed_byte", total_ns},
+                      {"total_split_ns_per_changed_byte", split_ns},
+                      {"touched_lines", parts.touched_lines()},
                       {"total_wall_ns_per_changed_byte", total_wall * 1e9 / changed},
                       {"baseline_ns_per_changed_byte", baseline_ns},
                       {"baseline_wall_ns_per_changed_byte", baseline.wall * 1e9 / changed},
