@@ -79,7 +79,7 @@ Status PlanSink::OnBytes(const uint64_t* entries, size_t count, uint64_t base) {
   return Status::Ok();
 }
 
-bool PlanSink::FlushShort(Status* error) {
+inline bool PlanSink::FlushShort(Status* error) {
   uint64_t local = 0;
   uint32_t rank_lo = 0, ranks = 0;
   if (pending_len_ - 1 >= WritePlanWriter::kShortBytes ||

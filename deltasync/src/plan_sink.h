@@ -60,7 +60,7 @@ class PlanSink final : public NonzeroSink {
   // segment, through PlanOutput::AddShort (Add for a piece it does not take): false when the
   // run is not such a run (nothing done; Flush it) or on an output error (in *error, which
   // the caller passes OK).
-  bool FlushShort(Status* error);
+  [[gnu::always_inline]] inline bool FlushShort(Status* error);
   // Flush through TensorLayout::ForEachPiece, for any held-back run.
   Status FlushPieces();
   // Grows pending_ to hold a run reaching `end` plus kPendingSlack: short runs and the gaps a

@@ -137,8 +137,9 @@ class WritePlanWriter {
     touched_ = touched;
   }
   static_assert(kShortBytes <= kPlanShortMaxLength, "a short run fits a version 2 short record");
-  bool TryAddShort(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
-                   std::span<const uint8_t> bytes, bool owner) {
+  [[gnu::always_inline]] bool TryAddShort(uint32_t tensor, uint64_t local_offset,
+                                          uint64_t canonical_offset, std::span<const uint8_t> bytes,
+                                          bool owner) {
     const size_t n = bytes.size();
     if (n - 1 >= kShortBytes || tensor >= tensors_.size() || pos_ > buf_.size() || !status_.ok()) {
       return false;
