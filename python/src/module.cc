@@ -431,13 +431,16 @@ class Engine {
   }
   static int OnPause(void* user) { return CallPy(static_cast<Engine*>(user)->pause_); }
   static int OnResume(void* user) { return CallPy(static_cast<Engine*>(user)->resume_); }
+  // The regions go to Python as one numpy array of shape (n, 2), (offset, length) per row: a
+  // sparse sync hands millions of them, inside the pause (a list of tuples took ~150 ns each).
   static int OnDerived(void* user, const char* tensor, const deltakv_region* regions, size_t n) {
+    static_assert(sizeof(deltakv_region) == 2 * sizeof(uint64_t), "a region is two uint64");
     auto* self = static_cast<Engine*>(user);
+    std::vector<uint64_t> rows(2 * n);
+    if (n > 0) std::memcpy(rows.data(), regions, n * sizeof(deltakv_region));
     nb::gil_scoped_acquire gil;
-    nb::list list;
-    for (size_t i = 0; i < n; ++i)
-      list.append(nb::make_tuple(regions[i].offset, regions[i].length));
-    return CallPy(self->derived_, std::string(tensor), list);
+    nb::object array = nb::cast(ToNumpy(std::move(rows), n, 2));
+    return CallPy(self->derived_, std::string(tensor), array);
   }
 
   deltakv_engine* e_ = nullptr;

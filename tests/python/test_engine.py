@@ -77,6 +77,10 @@ def test_sync_goes_live_in_the_arrays(sidecar_factory, tmp_path):
         assert calls["pause"] == 1 and calls["resume"] == 1
         names = {n for n, _ in calls["derived"]}
         assert names == {"layer.0.w", "embed"}
+        for _, regions in calls["derived"]:  # one array per tensor: (offset, length) rows
+            assert isinstance(regions, np.ndarray), type(regions)
+            assert regions.dtype == np.uint64 and regions.ndim == 2 and regions.shape[1] == 2
+            assert regions.shape[0] > 0
         assert all(length > 0 for _, regions in calls["derived"] for _o, length in regions)
         assert e.sync_error == ""
         stats = e.sync_stats
@@ -117,7 +121,8 @@ def test_derived_regions_cover_every_change_across_plan_parts(sidecar_factory, t
     live = {k: v.copy() for k, v in v1.items()}
     derived = {}
     e = make_engine(s, live)
-    e.set_callbacks(derived=lambda name, regions: derived.setdefault(name, []).extend(regions))
+    e.set_callbacks(derived=lambda name, regions: derived.setdefault(name, []).extend(
+        (int(o), int(n)) for o, n in regions))
     with e:
         e.start()
         wait_attached(client)
