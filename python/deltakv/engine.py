@@ -10,8 +10,8 @@
 The background thread stages each sync and, once the sidecar decides COMMIT, calls pause,
 writes the new bytes into the registered tensors, calls derived(name, regions) per changed
 tensor (regions: a new numpy uint64 array of shape (n, 2), one (offset, length) row per touched
-region of the tensor's local bytes, sorted, adjacent regions merged), bumps policy_version and
-calls resume. A callback that raises or returns False fails the commit (see deltakv.h for what
+region of the tensor's local bytes, adjacent regions merged), bumps policy_version and calls
+resume. A callback that raises or returns False fails the commit (see deltakv.h for what
 the handle then reports). Callbacks run on the handle's thread with the GIL held.
 """
 from __future__ import annotations

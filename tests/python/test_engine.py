@@ -102,7 +102,7 @@ def test_derived_regions_cover_every_change_across_plan_parts(sidecar_factory, t
     """The derived-weights hook gets, per changed tensor, its touched regions: sorted, apart
     (adjacent records merged, also across plan parts), inside the tensor, covering every
     changed byte, each starting and ending at a changed byte (one rank, no split). The smallest
-    plan buffer makes parts of 128 KiB, so the ~40 K records of this delta span several."""
+    plan buffer makes parts of 128 KiB, so the ~50 K records of this delta span several."""
     s = sidecar_factory(extra_args=["--plan-buffer-bytes", str(256 << 10)])
     client = deltakv.SidecarClient(s.url, token=TOKEN)
     rng = np.random.default_rng(11)
