@@ -152,6 +152,9 @@ def main():
               "--seed", str(i + 2))
             pub = k("publish", "--parent", t(parent), "--new", t(new), "--out", t("d-" + new))
             chain.append((d, parent, new, pub))
+        # Everything generated (a checkpoint per step) goes to disk before anything is timed:
+        # otherwise the kernel writes it back during the first configuration's syncs.
+        os.sync()
         # Fetch + walk alone, per delta (best of three, so the objects are in the page cache as
         # they are for the sidecar's fetch from a local store).
         walk_ms = {}
