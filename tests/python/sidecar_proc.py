@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 import uuid
-from typing import Iterator, List
+from typing import Iterator, List, Sequence
 
 import pytest
 
@@ -15,7 +15,7 @@ TOKEN = "python-test-token"
 
 class Sidecar:
     def __init__(self, tmp: str, kv_block_bytes: int = 0, kv_slots: int = 0,
-                 extra_args: List[str] = ()) -> None:
+                 extra_args: Sequence[str] = ()) -> None:
         self.shm = f"dkv-py-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.token_file = os.path.join(tmp, f"{self.shm}.token")
         with open(self.token_file, "w") as f:
@@ -70,7 +70,7 @@ def sidecar_factory(tmp_path) -> Iterator:
         pytest.skip("DELTAKV_BIN (the deltakv binary) is not set")
     started: List[Sidecar] = []
 
-    def start(kv_block_bytes: int = 0, kv_slots: int = 0, extra_args: List[str] = ()) -> Sidecar:
+    def start(kv_block_bytes: int = 0, kv_slots: int = 0, extra_args: Sequence[str] = ()) -> Sidecar:
         s = Sidecar(str(tmp_path), kv_block_bytes, kv_slots, extra_args)
         started.append(s)
         return s
