@@ -324,17 +324,14 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   in.pc.prepared.push_back(std::move(prepared));
   if (callbacks_.derived != nullptr) {
     // The touched regions per tensor, merged where adjacent, for the derived-weights hook. A
-    // sparse part has tens of thousands of records of a few tensors: each plan tensor's list is
-    // looked up once per part, and the list of the records' current tensor is kept at hand.
-    std::vector<std::vector<deltakv_region>*> lists(reader.tensors().size(), nullptr);
+    // sparse part has tens of thousands of records, a tensor's in a row: the tensor's list is
+    // looked up only where the records' tensor changes.
     uint32_t current = UINT32_MAX;
     std::vector<deltakv_region>* v = nullptr;
     RETURN_IF_ERROR(reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
       if (rec.tensor != current) [[unlikely]] {
-        std::vector<deltakv_region>*& list = lists[rec.tensor];
-        if (list == nullptr) list = &in.pc.regions[reader.tensors()[rec.tensor].rank_tensor];
         current = rec.tensor;
-        v = list;
+        v = &in.pc.regions[reader.tensors()[rec.tensor].rank_tensor];
       }
       if (!v->empty() && v->back().offset + v->back().length == rec.local_offset) {
         v->back().length += rec.length;
