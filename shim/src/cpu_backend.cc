@@ -123,8 +123,22 @@ class CpuBackend final : public DeviceBackend {
   StatusOr<std::unique_ptr<PreparedScatter>> StagePart(const deltasync::WritePlanReader& plan,
                                                        const std::vector<LocalTensor>& tensors,
                                                        std::vector<StagedTensor>* sums) override {
-    ASSIGN_OR_RETURN(ScatterBatch batch, StagePartToBatch(plan, tensors, nullptr, sums));
-    return PrepareScatter(std::move(batch));
+    return StagePartAndRegions(plan, tensors, sums, nullptr);
+  }
+  // The regions are listed in the staging walk (no second walk over the part).
+  StatusOr<std::unique_ptr<PreparedScatter>> StagePartAndRegions(
+      const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+      std::vector<StagedTensor>* sums, TouchedRegions* regions) override {
+    ASSIGN_OR_RETURN(ScatterBatch batch,
+                     StagePartToBatch(plan, tensors, nullptr, sums, pool_->Take(), regions));
+    crew();  // started before the pause that commits this batch
+    return std::unique_ptr<PreparedScatter>(new HostPreparedScatter(std::move(batch), pool_));
+  }
+  // Nothing to set aside on the host: the reserve bounds the staging buffers kept for later
+  // syncs (BatchPool; 0 keeps as many as one sync staged at once).
+  Status ReserveStaging(uint64_t bytes, const std::vector<LocalTensor>&) override {
+    pool_->SetLimit(bytes);
+    return Status::Ok();
   }
   Status ChecksumRanges(std::span<const ChecksumRange> ranges,
                         std::span<deltasync::AdlerDelta> out) override {
@@ -153,6 +167,8 @@ class CpuBackend final : public DeviceBackend {
   bool CrewInherited() const { return crew_ != nullptr && crew_pid_ != getpid(); }
   std::unique_ptr<WorkerCrew> crew_;
   pid_t crew_pid_ = 0;
+  // Shared with the prepared scatters, which may outlive the backend.
+  std::shared_ptr<BatchPool> pool_ = std::make_shared<BatchPool>();
 };
 
 }  // namespace

@@ -32,6 +32,14 @@ StatusOr<std::unique_ptr<PreparedScatter>> DeviceBackend::StagePart(
   return PrepareScatter(std::move(batch));
 }
 
+StatusOr<std::unique_ptr<PreparedScatter>> DeviceBackend::StagePartAndRegions(
+    const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+    std::vector<StagedTensor>* sums, TouchedRegions* regions) {
+  ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> prepared, StagePart(plan, tensors, sums));
+  RETURN_IF_ERROR(AppendTouchedRegions(plan, regions));
+  return prepared;
+}
+
 Status DeviceBackend::ChecksumRanges(std::span<const ChecksumRange> ranges,
                                      std::span<deltasync::AdlerDelta> out) {
   if (out.size() != ranges.size()) return InvalidArgument("one result per checksum range");

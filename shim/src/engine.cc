@@ -65,8 +65,14 @@ void Engine::EndSyncStats(int32_t outcome, uint64_t pause_us) {
   stats_.pause_us = pause_us;
 }
 
+void Engine::KeepRegions(TouchedRegions& regions) {
+  for (auto& [t, v] : regions) v.clear();
+  if (spare_regions_.empty()) spare_regions_.swap(regions);
+}
+
 void Engine::DropIncoming() {
   EndSyncStats(kOutcomeDropped, 0);
+  if (incoming_) KeepRegions(incoming_->pc.regions);
   incoming_.reset();
   SetState(DELTAKV_ENGINE_ATTACHED);
 }
@@ -280,7 +286,9 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   // Fails only if the sidecar retired the arena meanwhile: it gave the sync up.
   RETURN_IF_ERROR(arena->MarkConsumed());
   if (root.part_index == 0) {
+    if (incoming_) KeepRegions(incoming_->pc.regions);
     incoming_ = IncomingPlan{};
+    incoming_->pc.regions.swap(spare_regions_);  // empty lists, capacity kept
     incoming_->pc.sync_id = sync_id;
     incoming_->pc.version = version_id;
     SetState(DELTAKV_ENGINE_STAGING);
@@ -307,8 +315,11 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   }
   // Gather, XOR, partial sums and the new bytes' staging in one backend call per part.
   const auto stage_start = Clock::now();
+  // With a derived-weights hook, the touched regions per tensor too (merged where adjacent).
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> prepared,
-                   backend_->StagePart(reader, locals_, &in.staged));
+                   callbacks_.derived != nullptr
+                       ? backend_->StagePartAndRegions(reader, locals_, &in.staged, &in.pc.regions)
+                       : backend_->StagePart(reader, locals_, &in.staged));
   in.stage_ns += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - stage_start).count());
   {
@@ -322,25 +333,6 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
     SetSyncStats(st);
   }
   in.pc.prepared.push_back(std::move(prepared));
-  if (callbacks_.derived != nullptr) {
-    // The touched regions per tensor, merged where adjacent, for the derived-weights hook. A
-    // sparse part has tens of thousands of records, a tensor's in a row: the tensor's list is
-    // looked up only where the records' tensor changes.
-    uint32_t current = UINT32_MAX;
-    std::vector<deltakv_region>* v = nullptr;
-    RETURN_IF_ERROR(reader.ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t>) {
-      if (rec.tensor != current) [[unlikely]] {
-        current = rec.tensor;
-        v = &in.pc.regions[reader.tensors()[rec.tensor].rank_tensor];
-      }
-      if (!v->empty() && v->back().offset + v->back().length == rec.local_offset) {
-        v->back().length += rec.length;
-      } else {
-        v->push_back({rec.local_offset, rec.length});
-      }
-      return Status::Ok();
-    }));
-  }
   ++in.next_part;
   return Status::Ok();
 }
@@ -466,6 +458,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
                                                     : StatusOr<CommitPause>(pending_status_))
                             : StatusOr<CommitPause>(FailedPrecondition(
                                   "the engine handle was freed before it applied the commit"));
+      if (pending_) KeepRegions(pending_->regions);
       pending_.reset();
     } else {
       pause = ApplyCommit(pc);
@@ -497,6 +490,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
     }
   }
   handle_->SetStagedSyncId(0);
+  KeepRegions(pc.regions);
 }
 
 StatusOr<Engine::CommitPause> Engine::ApplyCommit(PendingCommit& pc) {
@@ -526,6 +520,7 @@ StatusOr<Engine::CommitPause> Engine::ApplyCommit(PendingCommit& pc) {
   }
   if (written && callbacks_.derived != nullptr) {
     for (const auto& [t, v] : pc.regions) {
+      if (v.empty()) continue;  // kept from an earlier sync, not touched by this one
       if (callbacks_.derived(callbacks_.user, locals_[t].name.c_str(), v.data(), v.size()) != 0) {
         s = Internal("the engine's derived-weights callback failed for '" + locals_[t].name +
                      "'; the weights are the new version, derived weights may be stale");

@@ -73,7 +73,7 @@ class Engine {
     // Prepared before the pause by the device backend, one per plan part.
     std::vector<std::unique_ptr<PreparedScatter>> prepared;
     // Touched local regions per registered tensor (only when a derived hook is set).
-    std::map<uint32_t, std::vector<deltakv_region>> regions;
+    TouchedRegions regions;
   };
   // A plan whose parts are still arriving (worker thread only).
   struct IncomingPlan {
@@ -148,6 +148,10 @@ class Engine {
   std::atomic<deltakv_engine_state> state_{DELTAKV_ENGINE_CREATED};
   std::atomic<uint64_t> policy_version_{0};
   std::optional<IncomingPlan> incoming_;  // worker thread only
+  // A finished sync's region lists, emptied with their capacity kept, for the next sync's
+  // (a sparse sync lists millions of regions: regrown vectors would be new pages every time).
+  TouchedRegions spare_regions_;  // worker thread only
+  void KeepRegions(TouchedRegions& regions);
   std::vector<uint64_t> part_copy_;        // worker thread only: the part being staged
   // Worker thread only: the plan arenas kept mapped across parts and syncs (shm/plan_arena.h).
   shm::PlanArenaCache arenas_;

@@ -134,7 +134,41 @@ template <bool kSums>
   return {d1, d2};
 }
 
+// AppendTouchedRegions one record at a time, looking the list up where the plan tensor changes
+// (a tensor's records come in a row).
+class RegionCursor {
+ public:
+  RegionCursor(TouchedRegions* regions, std::span<const PlanTensor> plan_tensors)
+      : regions_(regions), plan_tensors_(plan_tensors) {}
+  // REQUIRES: rec.tensor < plan_tensors.size() (the reader checks it).
+  [[gnu::always_inline]] void Add(const PlanRecord& rec) {
+    if (rec.tensor != tensor_) [[unlikely]] {
+      tensor_ = rec.tensor;
+      list_ = &(*regions_)[plan_tensors_[rec.tensor].rank_tensor];
+    }
+    if (!list_->empty() && list_->back().offset + list_->back().length == rec.local_offset) {
+      list_->back().length += rec.length;
+    } else {
+      list_->push_back({rec.local_offset, rec.length});
+    }
+  }
+
+ private:
+  TouchedRegions* regions_;
+  std::span<const PlanTensor> plan_tensors_;
+  uint32_t tensor_ = UINT32_MAX;
+  std::vector<deltakv_region>* list_ = nullptr;
+};
+
 }  // namespace
+
+Status AppendTouchedRegions(const deltasync::WritePlanReader& plan, TouchedRegions* regions) {
+  RegionCursor cursor(regions, plan.tensors());
+  return plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) {
+    cursor.Add(rec);
+    return Status::Ok();
+  });
+}
 
 Status CheckPlanRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tensors,
                        const std::vector<LocalTensor>& tensors) {
@@ -166,7 +200,8 @@ std::vector<PartTarget> PartTargets(std::span<const PlanTensor> plan_tensors,
 
 StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
                                         const std::vector<LocalTensor>& tensors,
-                                        DeviceBackend* gather, std::vector<StagedTensor>* sums) {
+                                        DeviceBackend* gather, std::vector<StagedTensor>* sums,
+                                        ScatterBatch recycled, TouchedRegions* regions) {
   if (sums->size() != plan.tensors().size()) return Internal("one sum per plan tensor");
   const std::span<const PlanTensor> plan_tensors = plan.tensors();
   // Each plan tensor's destination, resolved once.
@@ -175,7 +210,9 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
   // exact after Open and an upper bound after OpenLazy (whose walk below checks the records);
   // the walks stop at it should the plan not be the one Open counted.
   const uint64_t data_bytes = plan.data_bytes();
-  ScatterBatch batch;
+  ScatterBatch batch = std::move(recycled);
+  batch.data.clear();
+  batch.ops.clear();
   // The packed bytes, with room for 7 bytes past the last record's (StageWords). The capacity
   // is reserved up front, so pointers into the data stay valid, and the size (zero filled) grows
   // with the records, so an upper bound costs no fill; trimmed to the bytes staged at the end.
@@ -194,8 +231,10 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     return true;
   };
   // Every record has at least one byte; after OpenLazy the count is the header's claim.
-  batch.ops.reserve(std::min(plan.record_count(), data_bytes));
+  const uint64_t op_estimate = std::min(plan.record_count(), data_bytes);
+  batch.ops.reserve(op_estimate);
   std::vector<PartSums> part(plan_tensors.size());
+  RegionCursor region_cursor(regions, plan_tensors);
   uint8_t* const data = batch.data.data();
   uint64_t at = 0;
   if (gather == nullptr) {
@@ -224,7 +263,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     size_t queued = 0;
     // The ops, filled through a local pointer and count (grown should the header's count be
     // short), trimmed at the end.
-    batch.ops.resize(batch.ops.capacity());
+    batch.ops.resize(op_estimate);
     CopyOp* ops = batch.ops.data();
     size_t op_count = 0, op_room = batch.ops.size();
     // Stages the queued records. The inline sums and byte counts of a run of records of one
@@ -269,6 +308,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       if (!fits(at, rec)) return Internal("plan changed after it was opened");
       uint8_t* const device = target.base + rec.local_offset;
       __builtin_prefetch(device);
+      if (regions != nullptr) region_cursor.Add(rec);
       const bool owner = rec.flags & deltasync::kPlanRecordOwner;
       const uint64_t position = rec.canonical_offset % kAdlerModulus;
       // Words read the old bytes up to the next multiple of 8: they must lie in the tensor.
@@ -312,6 +352,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       const PartTarget& target = targets[rec.tensor];
       if (!target.Holds(rec)) return CheckPlanRecord(rec, plan_tensors, tensors);
       if (!fits(at, rec)) return Internal("plan changed after it was opened");
+      if (regions != nullptr) region_cursor.Add(rec);
       batch.ops.push_back({target.base + rec.local_offset, data + at, rec.length});
       at += rec.length;
       return Status::Ok();

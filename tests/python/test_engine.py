@@ -98,11 +98,29 @@ def test_sync_goes_live_in_the_arrays(sidecar_factory, tmp_path):
         e.start()
 
 
+def check_regions(regions: list, old: np.ndarray, new: np.ndarray, name: str) -> None:
+    """Regions of one tensor: sorted, apart, inside it, covering every changed byte, each
+    starting and ending at a changed byte."""
+    changed = np.flatnonzero(old != new)
+    covered = np.zeros(new.size, dtype=bool)
+    end = -1
+    for offset, length in regions:
+        assert length > 0 and offset > end, (name, offset, length, end)  # sorted, apart
+        end = offset + length
+        assert end <= new.size
+        assert old[offset] != new[offset], (name, offset)
+        assert old[end - 1] != new[end - 1], (name, end - 1)
+        covered[offset:end] = True
+    assert covered[changed].all(), name
+
+
 def test_derived_regions_cover_every_change_across_plan_parts(sidecar_factory, tmp_path):
     """The derived-weights hook gets, per changed tensor, its touched regions: sorted, apart
     (adjacent records merged, also across plan parts), inside the tensor, covering every
     changed byte, each starting and ending at a changed byte (one rank, no split). The smallest
-    plan buffer makes parts of 128 KiB, so the ~50 K records of this delta span several."""
+    plan buffer makes parts of 128 KiB, so the ~50 K records of this delta span several. A
+    second sync that changes only "b" reports only "b", with none of the first sync's regions
+    (the engine reuses the lists' memory)."""
     s = sidecar_factory(extra_args=["--plan-buffer-bytes", str(256 << 10)])
     client = deltakv.SidecarClient(s.url, token=TOKEN)
     rng = np.random.default_rng(11)
@@ -133,17 +151,19 @@ def test_derived_regions_cover_every_change_across_plan_parts(sidecar_factory, t
         assert set(derived) == {"a", "b"}
         for name in v2:
             assert np.array_equal(live[name], v2[name]), name
-            changed = np.flatnonzero(v1[name] != v2[name])
-            covered = np.zeros(v2[name].size, dtype=bool)
-            end = -1
-            for offset, length in derived[name]:
-                assert length > 0 and offset > end, (name, offset, length, end)  # sorted, apart
-                end = offset + length
-                assert end <= v2[name].size
-                assert v1[name][offset] != v2[name][offset], (name, offset)
-                assert v1[name][end - 1] != v2[name][end - 1], (name, end - 1)
-                covered[offset:end] = True
-            assert covered[changed].all(), name
+            check_regions(derived[name], v1[name], v2[name], name)
+
+        v3 = {k: v.copy() for k, v in v2.items()}
+        v3["b"][rng.integers(0, 1 << 16, 3000)] ^= 0x10
+        v3["b"][(1 << 16) - 40:] ^= 0x01
+        derived.clear()
+        deltakv.publish(v2, v3, str(tmp_path / "d23"), parent_version="v2", version="v3")
+        rec = client.sync_and_wait("v3", str(tmp_path / "d23"), timeout=60)
+        assert rec["state"] == "live", rec
+        assert set(derived) == {"b"}
+        for name in v3:
+            assert np.array_equal(live[name], v3[name]), name
+        check_regions(derived["b"], v2["b"], v3["b"], "b")
 
 
 def test_poll_mode(sidecar_factory, tmp_path):

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backends.h"
 #include "deltasync/adler32.h"
 #include "deltasync/write_plan.h"
 #include "shim/device_backend.h"
@@ -171,6 +173,77 @@ TEST(PlanStage, InPlaceAndGatheredMatchTheReference) {
   EXPECT_EQ(gather_only.gathers, 2);  // one Gather per part
 }
 
+// StagePartAndRegions lists every record's local range per rank tensor, extending the last
+// range where a record starts at its end (also from one part to the next), in record order:
+// the cpu backend in its staging walk and the default (StagePart, then AppendTouchedRegions)
+// give the same lists, equal to a reference. Plan tensors 0 and 2 are halves of rank tensor 0;
+// plan tensor 1 is rank tensor 1. A bad record fails the part.
+TEST(PlanStage, StagedRegionsMatchTheReference) {
+  std::mt19937_64 rng(31);
+  const uint64_t n0 = 1 << 16, n1 = 4096;
+  std::vector<uint8_t> w0(n0, 0), w1(n1, 0);
+  const std::vector<PlanTensor> table = {
+      {0, 0, n0 / 2, 0, 0}, {1, 0, n1, 0, 0}, {0, 0, n0 / 2, 0, 0}};
+  const std::vector<LocalTensor> locals = {{"a", w0.data(), n0}, {"b", w1.data(), n1}};
+  // Two parts of records in plan-tensor order; the first part ends and the second starts with
+  // adjoining records of plan tensor 2.
+  std::vector<std::vector<Rec>> parts(2);
+  for (uint32_t t : {0u, 1u, 2u}) {
+    const uint64_t base = t == 2 ? n0 / 2 : 0, size = t == 1 ? n1 : n0 / 2;
+    uint64_t at = rng() % 4;
+    while (true) {
+      const uint32_t len = 1 + static_cast<uint32_t>(rng() % 20);
+      if (at + len + 2 > size) break;
+      Rec r{t, base + at, at, std::vector<uint8_t>(len, 1), true};
+      (t == 2 && at > size / 2 ? parts[1] : parts[0]).push_back(r);
+      at += len + (rng() % 3 == 0 ? 0 : 1 + rng() % 30);  // a third adjoin the next
+    }
+  }
+  // The reference over both parts in order.
+  std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> want;
+  for (const auto& part : parts) {
+    for (const Rec& r : part) {
+      auto& v = want[table[r.tensor].rank_tensor];
+      if (!v.empty() && v.back().first + v.back().second == r.local) {
+        v.back().second += r.bytes.size();
+      } else {
+        v.emplace_back(r.local, r.bytes.size());
+      }
+    }
+  }
+  ASSERT_GT(want[0].size(), 100u);
+  ASSERT_LT(want[0].size() + want[1].size(), parts[0].size() + parts[1].size());  // merged
+  GatherOnlyBackend gather_only;
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  for (DeviceBackend* backend : {static_cast<DeviceBackend*>(&gather_only), cpu->get()}) {
+    SCOPED_TRACE(std::string(backend->name()));
+    TouchedRegions regions;
+    regions[5];  // lists of other tensors are left alone
+    std::vector<StagedTensor> sums(3);
+    for (const auto& recs : parts) {
+      Part part = Write(table, recs, deltasync::kPlanVersionCompact);
+      auto reader = WritePlanReader::OpenLazy(part.span());
+      ASSERT_TRUE(reader.ok());
+      auto prepared = backend->StagePartAndRegions(*reader, locals, &sums, &regions);
+      ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+    }
+    ASSERT_EQ(regions.size(), 3u);
+    EXPECT_TRUE(regions[5].empty());
+    for (uint32_t t : {0u, 1u}) {
+      std::vector<std::pair<uint64_t, uint64_t>> got;
+      for (const deltakv_region& r : regions[t]) got.emplace_back(r.offset, r.length);
+      EXPECT_EQ(got, want[t]) << "rank tensor " << t;
+    }
+    // A record outside its tensor: the part fails.
+    Part bad = Write(table, {{1, n1 - 2, 0, {1, 2, 3}, true}}, deltasync::kPlanVersionCompact);
+    auto reader = WritePlanReader::OpenLazy(bad.span());
+    ASSERT_TRUE(reader.ok());
+    EXPECT_EQ(backend->StagePartAndRegions(*reader, locals, &sums, &regions).status().code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
 // The cpu backend stages owner records of up to 256 bytes a word at a time with masked word
 // sums: every length 1..8 and longer ones up to 300 (several words, a partial last one, and past
 // the word path's limit), owners and replicas, records ending at the last byte of the local
@@ -185,6 +258,9 @@ TEST(PlanStage, ShortRecordsMatchTheByteReference) {
   const std::vector<LocalTensor> locals = {{"a", w0.data(), n0}};
   auto cpu = MakeDeviceBackend("cpu");
   ASSERT_TRUE(cpu.ok());
+  // Two rounds in three build their batch in the buffers of the round before (as the cpu
+  // backend reuses a committed part's): larger or smaller, holding its bytes and ops.
+  ScatterBatch previous;
   for (int round = 0; round < 20; ++round) {
     std::vector<Rec> recs;
     uint64_t local = rng() % 16;
@@ -221,10 +297,25 @@ TEST(PlanStage, ShortRecordsMatchTheByteReference) {
         round % 4 < 2 ? WritePlanReader::Open(part.span()) : WritePlanReader::OpenLazy(part.span());
     ASSERT_TRUE(reader.ok());
     std::vector<StagedTensor> sums(1);
-    auto batch = StagePartToBatch(*reader, locals, nullptr, &sums);
+    const bool recycle = round % 3 != 0;
+    const uint8_t* const old_data = previous.data.data();
+    const bool data_fits = previous.data.capacity() >= reader->data_bytes() + 8;
+    auto batch = StagePartToBatch(*reader, locals, nullptr, &sums,
+                                  recycle ? std::move(previous) : ScatterBatch{});
     ASSERT_TRUE(batch.ok()) << batch.status().ToString();
     ASSERT_EQ(batch->data, want_new) << "round " << round;
     ASSERT_EQ(batch->ops.size(), recs.size());
+    if (recycle && data_fits) {
+      EXPECT_EQ(batch->data.data(), old_data) << "round " << round;
+    }
+    uint64_t at = 0;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      const CopyOp& op = batch->ops[i];
+      ASSERT_EQ(op.device, w0.data() + recs[i].local) << "round " << round << " op " << i;
+      ASSERT_EQ(op.host, batch->data.data() + at) << "round " << round << " op " << i;
+      ASSERT_EQ(op.bytes, recs[i].bytes.size()) << "round " << round << " op " << i;
+      at += op.bytes;
+    }
     EXPECT_EQ(sums[0].delta.s1(), want[0].s1()) << "round " << round;
     EXPECT_EQ(sums[0].delta.s2(), want[0].s2()) << "round " << round;
     EXPECT_EQ(sums[0].bytes_changed, want_new.size());
@@ -241,6 +332,7 @@ TEST(PlanStage, ShortRecordsMatchTheByteReference) {
                     .ok());
     EXPECT_EQ(in_plan, want_new);
     EXPECT_EQ(nonzero_padding, 0u);
+    previous = std::move(*batch);
   }
 }
 
@@ -352,6 +444,102 @@ TEST(PlanStage, CommitScattersWritesEveryBatchExactly) {
   }
   ASSERT_TRUE((*cpu)->CommitScatters(prepared).ok());
   EXPECT_TRUE(device == expected);
+}
+
+// The cpu backend stages a part in the buffers of a part whose scatter was committed or
+// dropped: syncs of random records over one tensor, two parts each, staged, committed (or
+// dropped), then dropped; the weights follow the reference and later parts reuse the buffers.
+TEST(PlanStage, CpuBackendStagesLaterPartsInEarlierPartsBuffers) {
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  std::mt19937_64 rng(23);
+  std::vector<uint8_t> w(1u << 20);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> reference = w;
+  const std::vector<PlanTensor> table = {{0, 0, w.size(), 0, 0}};
+  const std::vector<LocalTensor> locals = {{"w", w.data(), w.size()}};
+  std::vector<const uint8_t*> buffers_seen;
+  for (int sync = 0; sync < 6; ++sync) {
+    const bool commit = sync != 3;
+    std::vector<std::unique_ptr<PreparedScatter>> prepared;
+    std::vector<uint8_t> next = reference;
+    std::vector<Part> parts;  // kept until the commit (the plan holds the new bytes)
+    for (int part_index = 0; part_index < 2; ++part_index) {
+      std::vector<Rec> recs;
+      // The first sync's parts are the largest, so later ones fit in their buffers.
+      const size_t count = sync == 0 ? 8000 : 2000 + rng() % 6000;
+      uint64_t local = part_index * (w.size() / 2) + rng() % 8;
+      while (recs.size() < count) {
+        const uint32_t len = 1 + static_cast<uint32_t>(rng() % 12);
+        if (local + len + 64 > (part_index + 1) * (w.size() / 2)) break;  // not reached
+        recs.push_back({0, local, local, {}, true});
+        for (uint32_t i = 0; i < len; ++i) {
+          recs.back().bytes.push_back(static_cast<uint8_t>(1 + rng() % 255));
+          next[local + i] ^= recs.back().bytes.back();
+        }
+        local += len + 1 + rng() % 40;
+      }
+      parts.push_back(Write(table, recs, deltasync::kPlanVersionCompact));
+      auto reader = WritePlanReader::OpenLazy(parts.back().span());
+      ASSERT_TRUE(reader.ok());
+      std::vector<StagedTensor> sums(1);
+      auto p = (*cpu)->StagePart(*reader, locals, &sums);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      auto* host = dynamic_cast<HostPreparedScatter*>(p->get());
+      ASSERT_NE(host, nullptr);
+      ASSERT_EQ(host->batch().ops.size(), recs.size());
+      buffers_seen.push_back(host->batch().data.data());
+      prepared.push_back(std::move(*p));
+    }
+    ASSERT_TRUE(w == reference) << "staging changed the weights, sync " << sync;
+    if (commit) {
+      ASSERT_TRUE((*cpu)->CommitScatters(prepared).ok());
+      reference = next;
+    }
+    ASSERT_TRUE(w == reference) << "sync " << sync;
+    prepared.clear();  // the buffers go back to the backend
+  }
+  // Every sync after the first staged into the two buffers the first one allocated.
+  for (size_t i = 2; i < buffers_seen.size(); ++i) {
+    EXPECT_TRUE(buffers_seen[i] == buffers_seen[0] || buffers_seen[i] == buffers_seen[1]) << i;
+  }
+}
+
+// BatchPool keeps given batches (emptied, capacity kept) up to its limit of bytes, hands the
+// last one given back first, and drops what passes the limit.
+TEST(PlanStage, BatchPoolKeepsBuffersUpToItsLimit) {
+  auto batch = [](size_t data, size_t ops) {
+    ScatterBatch b;
+    b.data.resize(data, 1);
+    b.ops.resize(ops);
+    return b;
+  };
+  BatchPool pool;
+  EXPECT_EQ(pool.Take().data.capacity(), 0u);  // empty: a new batch
+  ScatterBatch a = batch(1000, 10);
+  const uint8_t* a_data = a.data.data();
+  const uint64_t a_bytes = a.data.capacity() + a.ops.capacity() * sizeof(CopyOp);
+  pool.Give(std::move(a));
+  EXPECT_EQ(pool.kept_bytes(), a_bytes);
+  ScatterBatch again = pool.Take();
+  EXPECT_EQ(again.data.data(), a_data);
+  EXPECT_TRUE(again.data.empty() && again.ops.empty());
+  EXPECT_GE(again.data.capacity(), 1000u);
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+  pool.Give(ScatterBatch{});  // nothing to keep
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+
+  pool.SetLimit(a_bytes + 10);
+  pool.Give(std::move(again));
+  pool.Give(batch(1000, 10));  // over the limit: freed
+  EXPECT_EQ(pool.kept_bytes(), a_bytes);
+  pool.SetLimit(0);  // no limit
+  pool.Give(batch(2000, 20));
+  pool.Give(batch(3000, 30));
+  EXPECT_GT(pool.kept_bytes(), 3 * a_bytes);
+  EXPECT_GE(pool.Take().data.capacity(), 3000u);  // last given, first taken
+  pool.SetLimit(a_bytes);                         // trims to the limit
+  EXPECT_LE(pool.kept_bytes(), a_bytes);
 }
 
 // The cpu backend keeps its copy threads between calls; a process forked after they started

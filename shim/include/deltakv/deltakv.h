@@ -86,7 +86,9 @@ typedef struct deltakv_engine_params {
    * stream-ordered pool, which keeps what syncs free), so that syncs while the engine serves
    * take staging memory from the pool instead of the driver. A sync needs about the new bytes of
    * its parts plus 16 bytes per changed range of at most 64 bytes. 0 (the default): the pool
-   * grows on the first syncs. The cpu backend reserves nothing. */
+   * grows on the first syncs. The cpu backend reserves nothing up front; it keeps the host
+   * buffers its staged parts used for later syncs' parts (a fresh buffer is page faults), at
+   * most staging_reserve_bytes of them, and with 0 as many as one sync staged at once. */
   uint64_t staging_reserve_bytes;
 } deltakv_engine_params;
 

@@ -16,12 +16,14 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
+#include "deltakv/deltakv.h"
 #include "deltasync/adler32.h"
 
 namespace deltakv::deltasync {
@@ -45,6 +47,11 @@ struct ScatterBatch {
   std::vector<uint8_t> data;
   std::vector<CopyOp> ops;
 };
+
+// The local byte ranges a sync writes, per registered tensor (its index on the rank), for the
+// derived-weights hook: in record order, a record that starts where the tensor's last range
+// ends extending it.
+using TouchedRegions = std::map<uint32_t, std::vector<deltakv_region>>;
 
 // `bytes` device bytes at `device`, whose first byte is canonical position `position` of its
 // tensor (for checksums of live weights).
@@ -91,6 +98,12 @@ class DeviceBackend {
   virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums);
+  // StagePart, and appends the part's records to *regions (TouchedRegions). On error *regions
+  // may hold some of the part's records. The default is StagePart, then AppendTouchedRegions;
+  // the cpu backend lists them in its staging walk.
+  virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePartAndRegions(
+      const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+      std::vector<StagedTensor>* sums, TouchedRegions* regions);
   // Adds to out[i] the Adler partial sums of range i's bytes (AdlerDelta::AddBytes at its
   // position). REQUIRES: out.size() == ranges.size(). The default gathers through a bounded
   // host buffer; the cpu backend reads in place. Device bytes are never changed.

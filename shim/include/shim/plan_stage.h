@@ -75,10 +75,19 @@ std::vector<PartTarget> PartTargets(std::span<const deltasync::PlanTensor> plan_
 // may be opened with OpenLazy (that walk checks its records). No device byte changes. On error
 // *sums is unchanged. REQUIRES: sums->size() ==
 // plan.tensors().size(). InvalidArgument for a record outside its local tensor or a plan tensor
-// index the rank did not register; Gather's errors.
+// index the rank did not register; Gather's errors. The batch is built in `recycled`'s buffers
+// (an earlier part's, so their pages are reused), its contents dropped. With `regions`, the
+// walk also appends every record to them (AppendTouchedRegions; on error some may be).
 StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
                                         const std::vector<LocalTensor>& tensors,
-                                        DeviceBackend* gather, std::vector<StagedTensor>* sums);
+                                        DeviceBackend* gather, std::vector<StagedTensor>* sums,
+                                        ScatterBatch recycled = {},
+                                        TouchedRegions* regions = nullptr);
+
+// Appends each record of `plan` to (*regions)[its plan tensor's rank tensor]: extends the
+// list's last range if the record starts where it ends, else adds its range. Errors: the
+// plan's (a bad record), nothing checked against registered tensors.
+Status AppendTouchedRegions(const deltasync::WritePlanReader& plan, TouchedRegions* regions);
 
 // StagePartToBatch through `backend`'s Gather, keeping only the sums: returns one StagedTensor
 // per plan tensor; the plan's bytes are the new bytes afterwards.
