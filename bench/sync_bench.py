@@ -51,6 +51,11 @@ cuda). Then:
   (POST /v1/copy-bound): staging_vs_h2d_copy is staging GB/s over that copy's GB/s;
 - the startup verify and a closing scrub report GB/s against a device-to-device copy of the
   rank's weight bytes (a pass that reads each byte once and writes it once).
+Where the CPU goes, per sync from request to live: sidecar_cpu_ms and ranks_cpu_ms (user +
+system time of the sidecar and of all rank processes together, from /proc at the kernel's clock
+tick, 10 ms on most kernels), ranks_minor_faults (their page faults), and idle_cpu_ms (the time
+all of the machine's CPUs together sat idle): what planning, staging and the commit cost on top
+of the walk, and whether the CPUs ran out.
 --check-bytes (default with cuda) compares each rank's live weights after the sync with the
 same rank after the full reload of the new checkpoint (sha256 of every tensor, downloaded from
 the device): the sync must have produced exactly the new checkpoint's bytes.
@@ -64,6 +69,35 @@ from benchlib import Bench  # noqa: E402
 
 _bench = Bench("sync_bench")
 http, figure = _bench.http, _bench.figure
+
+
+def cpu_ms_and_faults(pid):
+    """User + system CPU of process `pid` (every thread, exited ones too) in ms, at the kernel's
+    clock-tick resolution (10 ms on most), and its minor page faults."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # from field 3 (state) on
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK"), int(fields[7])
+
+
+def idle_cpu_ms():
+    """Idle + iowait time of all CPUs together since boot, in ms (/proc/stat)."""
+    with open("/proc/stat") as f:
+        cpu = f.readline().split()
+    return (int(cpu[4]) + int(cpu[5])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid):
+    """Processes whose parent is `pid`."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass  # gone meanwhile
+    return kids
 
 
 def vm_hwm_mib(pid):
@@ -202,13 +236,20 @@ def main():
             if rec["state"] != "verified":
                 sys.exit(f"sync_bench: the startup verify ended {rec['state']}: {rec.get('error')}")
             verify_rec = rec
+            # The rank processes (the demo engine forks one per rank; itself if it did not).
+            rank_pids = child_pids(engine.pid) or [engine.pid]
             try:
                 for d, parent, new, pub in chain:
+                    usage0 = [cpu_ms_and_faults(p) for p in [sidecar.pid, *rank_pids]]
+                    idle0 = idle_cpu_ms()
                     t0 = time.time()
                     sid = http("POST", url + "/v1/sync", {"version": new, "delta": t("d-" + new)},
                                "bench-token")["id"]
                     rec = _bench.wait_job(url, sid, ("live", "aborted"))
                     wall = (time.time() - t0) * 1000
+                    idle = idle_cpu_ms() - idle0
+                    usage = [(c1 - c0, f1 - f0) for (c0, f0), (c1, f1) in
+                             zip(usage0, [cpu_ms_and_faults(p) for p in [sidecar.pid, *rank_pids]])]
                     if rec["state"] != "live":
                         sys.exit(f"sync_bench: sync failed: {rec.get('error')}")
                     pause = figure(rec.get("phase_ms"), "pause", f"phase_ms of sync {sid}")
@@ -301,7 +342,12 @@ def main():
                         "touched_line_fraction": rec["touched_lines"] / weight_lines,
                         "plan_parts": rec.get("plan_parts"),
                         "plan_records": rec.get("plan_records"),
-                        "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid)}
+                        "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid),
+                        # Where the CPU went from request to live (clock-tick resolution).
+                        "sidecar_cpu_ms": usage[0][0],
+                        "ranks_cpu_ms": sum(c for c, _ in usage[1:]),
+                        "ranks_minor_faults": sum(f for _, f in usage[1:]),
+                        "idle_cpu_ms": idle}
                     results.append(result)
                     print(json.dumps(result), flush=True)
                 # The startup verify and a closing scrub (every rank checksums all its weights):
@@ -350,7 +396,8 @@ def main():
                     "malloc": m, "element_density": d, "syncs": len(rs)}
             for key in ("request_to_live_ms", "walk_alone_ms", "request_to_live_vs_walk",
                         "pause_ms", "pause_vs_touch_bound", "pause_vs_full_reload",
-                        "staging_vs_h2d_copy", "sidecar_peak_rss_mib"):
+                        "staging_vs_h2d_copy", "sidecar_peak_rss_mib", "sidecar_cpu_ms",
+                        "ranks_cpu_ms", "ranks_minor_faults", "idle_cpu_ms"):
                 values = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
                 if len(values) != len(rs):
                     continue  # a figure this backend does not have
