@@ -55,7 +55,9 @@ Where the CPU goes, per sync from request to live: sidecar_cpu_ms and ranks_cpu_
 system time of the sidecar and of all rank processes together, from /proc at the kernel's clock
 tick, 10 ms on most kernels), ranks_minor_faults (their page faults), and idle_cpu_ms (the time
 all of the machine's CPUs together sat idle): what planning, staging and the commit cost on top
-of the walk, and whether the CPUs ran out.
+of the walk, and whether the CPUs ran out. ranks_rss_mib: the rank processes' resident memory
+right after the sync went live (their weights, and the staging buffers the backend keeps for the
+next sync).
 --check-bytes (default with cuda) compares each rank's live weights after the sync with the
 same rank after the full reload of the new checkpoint (sha256 of every tensor, downloaded from
 the device): the sync must have produced exactly the new checkpoint's bytes.
@@ -100,10 +102,10 @@ def child_pids(pid):
     return kids
 
 
-def vm_hwm_mib(pid):
+def vm_hwm_mib(pid, field="VmHWM"):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     return None
 
@@ -250,6 +252,7 @@ def main():
                     idle = idle_cpu_ms() - idle0
                     usage = [(c1 - c0, f1 - f0) for (c0, f0), (c1, f1) in
                              zip(usage0, [cpu_ms_and_faults(p) for p in [sidecar.pid, *rank_pids]])]
+                    ranks_rss = sum(vm_hwm_mib(p, "VmRSS") for p in rank_pids)
                     if rec["state"] != "live":
                         sys.exit(f"sync_bench: sync failed: {rec.get('error')}")
                     pause = figure(rec.get("phase_ms"), "pause", f"phase_ms of sync {sid}")
@@ -347,7 +350,10 @@ def main():
                         "sidecar_cpu_ms": usage[0][0],
                         "ranks_cpu_ms": sum(c for c, _ in usage[1:]),
                         "ranks_minor_faults": sum(f for _, f in usage[1:]),
-                        "idle_cpu_ms": idle}
+                        "idle_cpu_ms": idle,
+                        # The ranks' resident memory once live: weights, plus what the backend
+                        # keeps for the next sync's staging.
+                        "ranks_rss_mib": ranks_rss}
                     results.append(result)
                     print(json.dumps(result), flush=True)
                 # The startup verify and a closing scrub (every rank checksums all its weights):
@@ -397,7 +403,7 @@ def main():
             for key in ("request_to_live_ms", "walk_alone_ms", "request_to_live_vs_walk",
                         "pause_ms", "pause_vs_touch_bound", "pause_vs_full_reload",
                         "staging_vs_h2d_copy", "sidecar_peak_rss_mib", "sidecar_cpu_ms",
-                        "ranks_cpu_ms", "ranks_minor_faults", "idle_cpu_ms"):
+                        "ranks_cpu_ms", "ranks_minor_faults", "idle_cpu_ms", "ranks_rss_mib"):
                 values = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
                 if len(values) != len(rs):
                     continue  # a figure this backend does not have
