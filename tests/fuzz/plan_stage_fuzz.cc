@@ -5,11 +5,15 @@
 // the end of their tensor, and now and then padding bytes that are not zero; plans of both
 // versions, opened with Open or OpenLazy. Either the part is refused with InvalidArgument (then
 // a record lies outside its tensor, and no sum changed) or its new bytes, ops and sums equal a
-// byte-by-byte reference. The weights are allocated at their exact sizes, so a read past a
-// tensor's end is caught by the sanitizers (the fuzz build instruments the libraries too).
+// byte-by-byte reference, and the touched regions it lists equal a reference too. Each part is
+// staged in the buffers of the last input's batch (as the cpu backend reuses a committed part's),
+// holding that input's bytes and ops. The weights are allocated at their exact sizes, so a read
+// past a tensor's end is caught by the sanitizers (the fuzz build instruments the libraries too).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "deltasync/adler32.h"
@@ -107,7 +111,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto reader = (size / 2) % 2 ? WritePlanReader::OpenLazy(plan) : WritePlanReader::Open(plan);
   if (!reader.ok()) std::abort();
   std::vector<shim::StagedTensor> sums(2);
-  auto batch = shim::StagePartToBatch(*reader, locals, nullptr, &sums);
+  static shim::ScatterBatch kept;  // the last input's batch, contents and all
+  shim::TouchedRegions regions;
+  regions[7] = {{1, 2}};  // another tensor's list: left alone
+  auto batch = shim::StagePartToBatch(*reader, locals, nullptr, &sums, std::move(kept), &regions);
   if (w0 != w0_before || w1 != w1_before) std::abort();  // staging writes no weight byte
   if (outside) {
     if (batch.ok() || batch.status().code() != StatusCode::kInvalidArgument) std::abort();
@@ -135,5 +142,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (sums[0].bytes_changed + sums[1].bytes_changed != want_new.size()) std::abort();
+  // Regions: per rank tensor (plan tensor t is rank tensor t), a record that starts where the
+  // list's last range ends extends it.
+  std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> want_regions;
+  for (const Rec& r : recs) {
+    auto& v = want_regions[r.tensor];
+    if (!v.empty() && v.back().first + v.back().second == r.local) {
+      v.back().second += r.bytes.size();
+    } else {
+      v.emplace_back(r.local, r.bytes.size());
+    }
+  }
+  want_regions[7] = {{1, 2}};
+  if (regions.size() != want_regions.size()) std::abort();
+  for (const auto& [t, v] : want_regions) {
+    const std::vector<deltakv_region>& got = regions[t];
+    if (got.size() != v.size()) std::abort();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (got[i].offset != v[i].first || got[i].length != v[i].second) std::abort();
+    }
+  }
+  kept = std::move(*batch);
   return 0;
 }
