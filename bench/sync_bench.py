@@ -102,7 +102,8 @@ def child_pids(pid):
     return kids
 
 
-def vm_hwm_mib(pid, field="VmHWM"):
+def status_mib(pid, field):
+    """A memory figure of /proc/PID/status (VmHWM: peak resident, VmRSS: resident), in MiB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith(field + ":"):
@@ -252,7 +253,7 @@ def main():
                     idle = idle_cpu_ms() - idle0
                     usage = [(c1 - c0, f1 - f0) for (c0, f0), (c1, f1) in
                              zip(usage0, [cpu_ms_and_faults(p) for p in [sidecar.pid, *rank_pids]])]
-                    ranks_rss = sum(vm_hwm_mib(p, "VmRSS") for p in rank_pids)
+                    ranks_rss = sum(status_mib(p, "VmRSS") for p in rank_pids)
                     if rec["state"] != "live":
                         sys.exit(f"sync_bench: sync failed: {rec.get('error')}")
                     pause = figure(rec.get("phase_ms"), "pause", f"phase_ms of sync {sid}")
@@ -345,7 +346,7 @@ def main():
                         "touched_line_fraction": rec["touched_lines"] / weight_lines,
                         "plan_parts": rec.get("plan_parts"),
                         "plan_records": rec.get("plan_records"),
-                        "sidecar_peak_rss_mib": vm_hwm_mib(sidecar.pid),
+                        "sidecar_peak_rss_mib": status_mib(sidecar.pid, "VmHWM"),
                         # Where the CPU went from request to live (clock-tick resolution).
                         "sidecar_cpu_ms": usage[0][0],
                         "ranks_cpu_ms": sum(c for c, _ in usage[1:]),

@@ -97,9 +97,10 @@ class CpuBackend final : public DeviceBackend {
     CopyAll<true>(ops, crew());
     return Status::Ok();
   }
+  // The batch's buffers go back to the pool when the scatter is dropped (BatchPool).
   StatusOr<std::unique_ptr<PreparedScatter>> PrepareScatter(ScatterBatch batch) override {
     crew();  // started before the pause that commits this batch
-    return DeviceBackend::PrepareScatter(std::move(batch));
+    return std::unique_ptr<PreparedScatter>(new HostPreparedScatter(std::move(batch), pool_));
   }
   // Every batch of the commit in one pass, split evenly over the threads by op count.
   Status CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared) override {
@@ -131,8 +132,7 @@ class CpuBackend final : public DeviceBackend {
       std::vector<StagedTensor>* sums, TouchedRegions* regions) override {
     ASSIGN_OR_RETURN(ScatterBatch batch,
                      StagePartToBatch(plan, tensors, nullptr, sums, pool_->Take(), regions));
-    crew();  // started before the pause that commits this batch
-    return std::unique_ptr<PreparedScatter>(new HostPreparedScatter(std::move(batch), pool_));
+    return PrepareScatter(std::move(batch));
   }
   // Nothing to set aside on the host: the reserve bounds the staging buffers kept for later
   // syncs (BatchPool; 0 keeps as many as one sync staged at once).
