@@ -458,7 +458,7 @@ void Engine::FinishPlan(IncomingPlan plan) {
                                                     : StatusOr<CommitPause>(pending_status_))
                             : StatusOr<CommitPause>(FailedPrecondition(
                                   "the engine handle was freed before it applied the commit"));
-      if (pending_) KeepRegions(pending_->regions);
+      if (pending_) pc = std::move(*pending_);  // back for what follows (its version, regions)
       pending_.reset();
     } else {
       pause = ApplyCommit(pc);

@@ -912,6 +912,19 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(c.verify(self.t("v2"))["state"], "verified")
         self.assertEqual(c.status()["diverged"], "")
 
+    def test_failure_after_commit_in_poll_mode_names_the_new_version(self):
+        # The same failure with the commit applied by deltakv_engine_poll: the new bytes are in
+        # place, so the rank's tensor table names the version it now serves.
+        c = self.cluster(tp=1, poll=True)
+        code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[0]}/v1/fail-derived", {})
+        self.assertEqual(code, 200)
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "diverged", rec)
+        self.assertIn("derived-weights callback failed", rec["error"])
+        self.assertEqual(c.rank_state(0)["engine_state"], 6)
+        self.assertEqual({r["version"] for r in c.status()["ranks"]}, {"v2"})
+        c.assert_serves(self, self.t("v2"))
+
     def test_rank_killed_after_the_commit_decision_is_diverged(self):
         c = self.cluster(tp=2)
         code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[1]}/v1/slow-pause", {"ms": 3000})
