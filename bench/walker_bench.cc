@@ -15,6 +15,11 @@
 //                      walker_ns_per_sequence is judged.
 //   zero_hash          XXH64 over the frame's length of zeros (the walker's zero-stripe path):
 //                      the floor of what checking a checksum costs without reading any data.
+// and the walker's own split (walker_decode_only_*): the same frame walked with
+// WalkerOptions::decode_only, which parses and entropy-decodes every block, literals section and
+// sequence with every check but executes no sequence: the floor of any walker of these frames
+// that decodes sequences one by one. walker_execute_ns_per_sequence is the unchecked walk minus
+// it: what tracking the nonzero bytes, resolving match sources and delivering costs.
 // Each side runs in its own forked child so its peak RSS (wait4 / ru_maxrss) is measured
 // separately. Times are the best of --reps runs (more for a short run: each side repeats until
 // it has run for --min-total-ms, at most 200 times, so a frame decoded in a millisecond is not
@@ -311,10 +316,12 @@ Measurement RunProduction(const std::vector<uint8_t>& frame, size_t size, const 
 
 // The walker alone, with or without the frame's XXH64 check; one walker for all repetitions
 // (Restart keeps its memory), as in RunProduction.
-Measurement RunWalker(const std::vector<uint8_t>& frame, Reps reps, bool verify, bool bytes_sink) {
+Measurement RunWalker(const std::vector<uint8_t>& frame, Reps reps, bool verify, bool bytes_sink,
+                      bool decode_only = false) {
   WalkerOptions options;
   options.limits.max_window_log = 31;
   options.limits.verify_checksum = verify;
+  options.decode_only = decode_only;
   CountingSink first(bytes_sink);
   SparseZstdWalker walker(first, options);
   return Repeat(reps, [&](Measurement* m) {
@@ -518,6 +525,8 @@ int Main(int argc, char** argv) {
           InChild([&] { return RunWalker(frame, reps, true, flags.bytes_sink); });
       const Measurement unchecked =
           InChild([&] { return RunWalker(frame, reps, false, flags.bytes_sink); });
+      const Measurement decode_only = InChild(
+          [&] { return RunWalker(frame, reps, false, flags.bytes_sink, /*decode_only=*/true); });
       Measurement dense, scan, zero_write, zero_hash;
       if (!flags.walker_only) {
         dense = InChild([&] { return RunDense(frame, size, reps, false); });
@@ -525,16 +534,15 @@ int Main(int argc, char** argv) {
         zero_write = InChild([&] { return RunZeroWrite(size, reps); });
         zero_hash = InChild([&] { return RunZeroHash(size, reps); });
       }
-      const bool measured = walker.ok && xxh64.ok && unchecked.ok &&
+      const bool measured = walker.ok && xxh64.ok && unchecked.ok && decode_only.ok &&
                             (flags.walker_only || (dense.ok && scan.ok && zero_write.ok &&
                                                    zero_write.sum == 0 && zero_hash.ok));
-      const bool agree = walker.ok && xxh64.ok && unchecked.ok &&
-                         walker.nonzeros == expected_nonzeros &&
-                         xxh64.nonzeros == expected_nonzeros &&
-                         unchecked.nonzeros == expected_nonzeros &&
-                         (flags.walker_only || (scan.nonzeros == expected_nonzeros &&
-                                                walker.sum == scan.sum)) &&
-                         xxh64.checksums_verified == (flags.checksum ? 1u : 0u);
+      const bool agree =
+          walker.ok && xxh64.ok && unchecked.ok && walker.nonzeros == expected_nonzeros &&
+          xxh64.nonzeros == expected_nonzeros && unchecked.nonzeros == expected_nonzeros &&
+          (flags.walker_only || (scan.nonzeros == expected_nonzeros && walker.sum == scan.sum)) &&
+          xxh64.checksums_verified == (flags.checksum ? 1u : 0u) && decode_only.ok &&
+          decode_only.sequences == unchecked.sequences && decode_only.nonzeros == 0;
       const double gb = static_cast<double>(size) / 1e9;
       // Every mode decodes the same sequences; the unchecked walk counts them.
       const uint64_t sequences = unchecked.sequences;
@@ -542,35 +550,39 @@ int Main(int argc, char** argv) {
         return sequences ? m.best_cpu_s * 1e9 / static_cast<double>(sequences) : 0.0;
       };
       const double ns_per_sequence = per_sequence(walker);
-      nlohmann::json j = {{"bench", "walker_bench"},
-                          {"kind", "result"},
-                          {"shape", flags.shape},
-                          {"density", density},
-                          {"level", level},
-                          {"checksum", flags.checksum},
-                          {"sink", flags.bytes_sink ? "bytes" : "runs"},
-                          {"min_reps", flags.reps},
-                          {"min_total_ms", flags.min_total_ms},
-                          {"logical_mib", mib},
-                          {"compressed_bytes", frame.size()},
-                          {"sequences", sequences},
-                          {"nonzeros", expected_nonzeros},
-                          {"agree", agree},
-                          {"walker_ms", walker.best_s * 1e3},
-                          {"walker_cpu_ms", walker.best_cpu_s * 1e3},
-                          {"walker_cpu_gbps", gb / walker.best_cpu_s},
-                          {"walker_ns_per_sequence", ns_per_sequence},
-                          {"walker_xxh64_cpu_ms", xxh64.best_cpu_s * 1e3},
-                          {"walker_xxh64_ns_per_sequence", per_sequence(xxh64)},
-                          {"walker_unchecked_cpu_ms", unchecked.best_cpu_s * 1e3},
-                          {"walker_unchecked_ns_per_sequence", per_sequence(unchecked)},
-                          {"checksum_overhead", walker.best_cpu_s / unchecked.best_cpu_s},
-                          {"xxh64_overhead", xxh64.best_cpu_s / unchecked.best_cpu_s},
-                          {"target_ns_per_sequence", kTargetNsPerSequence},
-                          {"target_checksum_overhead", kTargetChecksumOverhead},
-                          {"walker_peak_rss_mib", walker.peak_rss_kib / 1024.0},
-                          {"parent_rss_at_fork_mib", CurrentRssKib() / 1024.0},
-                          {"build", bench::BuildType()}};
+      nlohmann::json j = {
+          {"bench", "walker_bench"},
+          {"kind", "result"},
+          {"shape", flags.shape},
+          {"density", density},
+          {"level", level},
+          {"checksum", flags.checksum},
+          {"sink", flags.bytes_sink ? "bytes" : "runs"},
+          {"min_reps", flags.reps},
+          {"min_total_ms", flags.min_total_ms},
+          {"logical_mib", mib},
+          {"compressed_bytes", frame.size()},
+          {"sequences", sequences},
+          {"nonzeros", expected_nonzeros},
+          {"agree", agree},
+          {"walker_ms", walker.best_s * 1e3},
+          {"walker_cpu_ms", walker.best_cpu_s * 1e3},
+          {"walker_cpu_gbps", gb / walker.best_cpu_s},
+          {"walker_ns_per_sequence", ns_per_sequence},
+          {"walker_xxh64_cpu_ms", xxh64.best_cpu_s * 1e3},
+          {"walker_xxh64_ns_per_sequence", per_sequence(xxh64)},
+          {"walker_unchecked_cpu_ms", unchecked.best_cpu_s * 1e3},
+          {"walker_unchecked_ns_per_sequence", per_sequence(unchecked)},
+          {"walker_decode_only_cpu_ms", decode_only.best_cpu_s * 1e3},
+          {"walker_decode_only_ns_per_sequence", per_sequence(decode_only)},
+          {"walker_execute_ns_per_sequence", per_sequence(unchecked) - per_sequence(decode_only)},
+          {"checksum_overhead", walker.best_cpu_s / unchecked.best_cpu_s},
+          {"xxh64_overhead", xxh64.best_cpu_s / unchecked.best_cpu_s},
+          {"target_ns_per_sequence", kTargetNsPerSequence},
+          {"target_checksum_overhead", kTargetChecksumOverhead},
+          {"walker_peak_rss_mib", walker.peak_rss_kib / 1024.0},
+          {"parent_rss_at_fork_mib", CurrentRssKib() / 1024.0},
+          {"build", bench::BuildType()}};
       if (!flags.walker_only) {
         const double target = TargetSpeedup(density);
         const double speedup = dense.best_cpu_s / walker.best_cpu_s;

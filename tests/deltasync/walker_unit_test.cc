@@ -384,5 +384,74 @@ TEST(WalkerLimits, WorkDoesNotScaleWithZeroRuns) {
   EXPECT_LT(walked.stats.work, 10000u);
 }
 
+// WalkerOptions::decode_only: the same frames, blocks and sequences as a full walk, nothing
+// delivered, no checksum checked; input errors are still found.
+TEST(WalkerDecodeOnly, CountsWhatAFullWalkCountsAndDeliversNothing) {
+  walker_test::CompressOptions checked;
+  checked.checksum = true;
+  const auto sparse =
+      walker_test::Compress(walker_test::ScatteredSparse(3 << 20, 0.01, 5), checked);
+  walker_test::CompressOptions level19;
+  level19.level = 19;
+  const auto bf16 = walker_test::Compress(walker_test::Bf16XorLike(1 << 20, 0.02, 6), level19);
+  const auto raw = walker_test::Compress(walker_test::DenseRandom(300000, 7), checked);
+  const std::vector<uint8_t> sevens(200000, 7);
+  const auto rle = walker_test::Compress(sevens, {});
+  const auto input = walker_test::Concat({sparse, bf16, raw, rle});
+  const auto full = walker_test::Walk(input);
+  ASSERT_TRUE(full.status.ok()) << full.status.ToString();
+  ASSERT_GT(full.stats.raw_blocks, 0u);
+  ASSERT_GT(full.stats.rle_blocks, 0u);
+  ASSERT_EQ(full.stats.checksums_verified, 2u);
+  WalkerOptions options;
+  options.decode_only = true;
+  options.limits.compute_digest = true;
+  const auto decoded = walker_test::Walk(input, options);
+  ASSERT_TRUE(decoded.status.ok()) << decoded.status.ToString();
+  EXPECT_EQ(decoded.stats.decoded_length, full.stats.decoded_length);
+  EXPECT_EQ(decoded.stats.frames, 4u);
+  EXPECT_EQ(decoded.stats.blocks, full.stats.blocks);
+  EXPECT_EQ(decoded.stats.raw_blocks, full.stats.raw_blocks);
+  EXPECT_EQ(decoded.stats.rle_blocks, full.stats.rle_blocks);
+  EXPECT_EQ(decoded.stats.sequences, full.stats.sequences);
+  EXPECT_EQ(decoded.stats.nonzero_bytes, 0u);
+  EXPECT_EQ(decoded.stats.runs, 0u);
+  EXPECT_TRUE(decoded.nonzeros.empty());
+  EXPECT_EQ(decoded.stats.checksums_verified, 0u);
+  EXPECT_EQ(decoded.stats.checksums_skipped, 2u);
+  EXPECT_EQ(decoded.digest, XorDigestBuilder().value());  // of nothing delivered
+}
+
+TEST(WalkerDecodeOnly, FindsInputErrorsButNotChecksumMismatches) {
+  WalkerOptions options;
+  options.decode_only = true;
+  walker_test::CompressOptions checked;
+  checked.checksum = true;
+  auto frame = walker_test::Compress(walker_test::ScatteredSparse(1 << 20, 0.01, 8), checked);
+  frame.back() ^= 1;  // the content checksum: nothing decode_only looks at
+  EXPECT_EQ(walker_test::Walk(frame).status.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(walker_test::Walk(frame, options).status.ok());
+  // A sequence section that outgrows Block_Maximum_Size (see ZeroBitSequenceBombIsBounded).
+  const std::vector<uint8_t> bomb = {0x28, 0xB5, 0x2F, 0xFD, 0x00, (17 - 10) << 3, 0x20, 0x00, 0x00,
+                                     'a',  'b',  'c',  'd',  0x4D, 0x00,           0x00, 0x00, 0xFF,
+                                     0xFF, 0xFF, 0x54, 0x00, 0x00, 0x00,           0x01};
+  const auto bombed = walker_test::Walk(bomb, options);
+  EXPECT_EQ(bombed.status.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(bombed.status.message(), walker_test::Walk(bomb).status.message());
+  // Corrupt sequence bitstreams and a truncated frame fail as in a full walk.
+  const auto good = walker_test::Compress(walker_test::ScatteredSparse(1 << 20, 0.01, 9), {});
+  for (size_t at : {good.size() / 2, good.size() - 3}) {
+    auto bad = good;
+    bad[at] ^= 0x5A;
+    const auto full = walker_test::Walk(bad);
+    const auto decoded = walker_test::Walk(bad, options);
+    if (!full.status.ok()) {
+      EXPECT_EQ(decoded.status.code(), full.status.code()) << full.status.ToString();
+    }
+  }
+  const std::span<const uint8_t> cut(good.data(), good.size() - 10);
+  EXPECT_EQ(walker_test::Walk(cut, options).status.code(), StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace deltakv::deltasync

@@ -1,9 +1,14 @@
-// Crash-only fuzzer of the sparse zstd walker over mutated valid frames (seed corpus:
+// Crash fuzzer of the sparse zstd walker over mutated valid frames (seed corpus:
 // tests/fuzz/corpus/walker). The input size picks the options and the chunking of Feed, so
-// streaming reassembly is exercised too. Sanitizers (ASan/UBSan) are the oracle.
+// streaming reassembly is exercised too. Sanitizers (ASan/UBSan) are the oracle, and one
+// property: the same input walked with WalkerOptions::decode_only (every check but the
+// checksums, nothing executed) fails with the full walk's message wherever the full walk fails
+// on something other than a checksum or the work cap, and where the full walk succeeds it
+// succeeds too, counting the same bytes and sequences and delivering nothing.
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "deltasync/zstd_walker.h"
 
@@ -33,13 +38,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.limits.verify_checksum = (config & 1) == 0;
   options.merge_gap = (config >> 1) & 7;
   options.max_work = 1u << 24;
+  const size_t chunk = (config >> 4) == 0 ? input.size() + 1 : (config >> 4) * 7;
+  auto walk = [&](deltakv::deltasync::SparseZstdWalker& walker) {
+    for (size_t pos = 0; pos < input.size(); pos += chunk) {
+      const size_t n = std::min(chunk, input.size() - pos);
+      if (deltakv::Status s = walker.Feed(input.subspan(pos, n)); !s.ok()) return s;
+    }
+    return walker.Finish();
+  };
   CountingSink sink;
   deltakv::deltasync::SparseZstdWalker walker(sink, options);
-  const size_t chunk = (config >> 4) == 0 ? input.size() + 1 : (config >> 4) * 7;
-  for (size_t pos = 0; pos < input.size(); pos += chunk) {
-    const size_t n = std::min(chunk, input.size() - pos);
-    if (!walker.Feed(input.subspan(pos, n)).ok()) return 0;
+  const deltakv::Status full = walk(walker);
+  // Work units count delivered bytes too, so the decode-only walk has no work cap to match.
+  deltakv::deltasync::WalkerOptions decode_options = options;
+  decode_options.decode_only = true;
+  decode_options.max_work = UINT64_MAX;
+  CountingSink none;
+  deltakv::deltasync::SparseZstdWalker decoder(none, decode_options);
+  const deltakv::Status decoded = walk(decoder);
+  const bool full_failed_on_checksum =
+      full.message().find("content checksum mismatch") != std::string::npos;
+  const bool full_failed_on_work = full.code() == deltakv::StatusCode::kResourceExhausted &&
+                                   full.message().find("work limit") != std::string::npos;
+  if (full.ok()) {
+    if (!decoded.ok() || decoder.stats().sequences != walker.stats().sequences ||
+        decoder.stats().decoded_length != walker.stats().decoded_length ||
+        decoder.stats().nonzero_bytes != 0) {
+      __builtin_trap();
+    }
+  } else if (!full_failed_on_checksum && !full_failed_on_work &&
+             decoded.message() != full.message()) {
+    // (After a checksum mismatch the decode-only walk goes on, and may fail later.)
+    __builtin_trap();
   }
-  (void)walker.Finish();
   return 0;
 }

@@ -45,6 +45,13 @@ struct WalkerOptions {
   // included). 0 delivers maximal runs of nonzero bytes only. Not used for a sink that takes
   // bytes (NonzeroSink::TakesBytes), which gets every nonzero byte on its own.
   uint32_t merge_gap = 0;
+  // For measuring the entropy-decoding stage alone (walker_bench): every frame, block, literals
+  // section and sequence is parsed, decoded and checked as usual (the same errors, on the same
+  // input), but no sequence is executed and no byte is looked at: the position advances over
+  // literals, matches and Raw/RLE blocks as if they were zeros. Nothing is delivered
+  // (nonzero_bytes and runs stay 0), and content checksums are not checked (counted in
+  // checksums_skipped). decoded_length, frames, blocks and sequences are those of a full walk.
+  bool decode_only = false;
 };
 
 // Constructs seen that RFC 8878 allows but libzstd 1.5.4 rejects (for differential testing).

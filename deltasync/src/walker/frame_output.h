@@ -48,6 +48,9 @@ class FrameOutput {
   }
   // Appends `count` copies of `value`.
   void AppendRepeated(uint8_t value, uint64_t count);
+  // Advances the position by `count` bytes without looking at them: they are taken as zeros
+  // (WalkerOptions::decode_only).
+  void Skip(uint64_t count) { pos_ += count; }
   // Appends a match. REQUIRES: 1 <= offset <= position(), offset <= window.
   [[gnu::always_inline]] void AppendMatch(uint64_t offset, uint64_t length) {
     // Common case on sparse data: the source (or, when overlapping, its first period) holds

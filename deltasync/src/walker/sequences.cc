@@ -182,11 +182,12 @@ inline uint64_t SmallMask(unsigned n) { return (uint64_t{1} << n) - 1; }
                   " bytes (libzstd tolerates)");
 }
 
-}  // namespace
-
-Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& literals,
-                                 const SequenceLimits& limits, SequenceState* state,
-                                 FrameOutput* out, SequenceResult* result) {
+// The sequences section; kExecute false decodes and checks every sequence but only advances
+// the output position over it (SequenceLimits::execute).
+template <bool kExecute>
+Status DecodeSequences(std::span<const uint8_t> in, const Literals& literals,
+                       const SequenceLimits& limits, SequenceState* state, FrameOutput* out,
+                       SequenceResult* result) {
   if (in.empty()) return DataLoss("sequences section missing");
   size_t pos = 0;
   uint32_t count = in[pos++];
@@ -204,7 +205,14 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     }
   }
   uint64_t lit_pos = 0;
-  auto emit_literals = [&](uint64_t n) { EmitLiterals(literals, n, &lit_pos, out); };
+  auto emit_literals = [&](uint64_t n) {
+    if constexpr (kExecute) {
+      EmitLiterals(literals, n, &lit_pos, out);
+    } else {
+      lit_pos += n;
+      out->Skip(n);
+    }
+  };
   result->sequences = 0;
   result->compat_flags = 0;
   if (count == 0) {
@@ -245,6 +253,7 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   const uint64_t room =
       limits.output_room < limits.block_max ? limits.output_room : limits.block_max;
   const uint64_t window = limits.window;
+  uint64_t skipped = 0;  // !kExecute: output the sequences so far would have produced
   for (uint32_t n = 0; n < count; ++n) {
     const SequenceCell ll_cell = ll_cells[ll_state];
     const SequenceCell of_cell = of_cells[of_state];
@@ -305,16 +314,22 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
     // Every check of the sequence in one branch; the slow path names the first that failed.
     const uint64_t lit_left = literals.size - lit_pos;
     produced += literal_length + match_length;
-    const uint64_t source_limit = out->position() + literal_length;
+    const uint64_t source_limit = out->position() + skipped + literal_length;
     const bool bad = br.overflowed() | (offset == 0) | (literal_length > lit_left) |
                      (produced > room) | (offset > source_limit) | (offset > window);
     if (bad) [[unlikely]] {
       return SequenceError(n, br.overflowed(), offset, literal_length, lit_left, produced, room,
                            source_limit, limits);
     }
-    EmitLiterals(literals, literal_length, &lit_pos, out);
-    out->AppendMatch(offset, match_length);
+    if constexpr (kExecute) {
+      EmitLiterals(literals, literal_length, &lit_pos, out);
+      out->AppendMatch(offset, match_length);
+    } else {
+      lit_pos += literal_length;
+      skipped += literal_length + match_length;
+    }
   }
+  if constexpr (!kExecute) out->Skip(skipped);
   // RFC 8878 requires the sequence bitstream to end exactly; libzstd 1.5.4's prefetching
   // sequence decoder only counts sequences and accepts leftover bits.
   if (!br.finished()) {
@@ -336,6 +351,15 @@ Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& li
   result->sequences = count;
   result->block_output = produced;
   return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& literals,
+                                 const SequenceLimits& limits, SequenceState* state,
+                                 FrameOutput* out, SequenceResult* result) {
+  return limits.execute ? DecodeSequences<true>(in, literals, limits, state, out, result)
+                        : DecodeSequences<false>(in, literals, limits, state, out, result);
 }
 
 }  // namespace deltakv::deltasync::walker

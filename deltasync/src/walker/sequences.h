@@ -43,6 +43,9 @@ struct SequenceLimits {
   uint64_t window = 0;       // largest offset allowed by the spec
   uint64_t block_max = 0;    // Block_Maximum_Size
   uint64_t output_room = 0;  // bytes the frame may still produce (max_output, FCS)
+  // false: decode and check every sequence as usual, but only advance the output position over
+  // the block (FrameOutput::Skip): nothing is recorded (WalkerOptions::decode_only).
+  bool execute = true;
 };
 
 struct SequenceResult {
@@ -52,8 +55,9 @@ struct SequenceResult {
 };
 
 // Decodes the sequences section `in` (the block after its literals section) and executes it,
-// appending the block's output to `out`. Fails with a DataLoss message (no offset) on corrupt
-// input, ResourceExhausted when `output_room` is exceeded.
+// appending the block's output to `out` (or, with limits.execute false, skipping over it). Fails
+// with a DataLoss message (no offset) on corrupt input, ResourceExhausted when `output_room` is
+// exceeded.
 Status DecodeAndExecuteSequences(std::span<const uint8_t> in, const Literals& literals,
                                  const SequenceLimits& limits, SequenceState* state,
                                  FrameOutput* out, SequenceResult* result);

@@ -260,8 +260,9 @@ Status SparseZstdWalker::Impl::StartFrame(std::span<const uint8_t> header) {
                              " bytes above the limit 2^" + std::to_string(max_log));
   }
   frame_start_ = stats_.decoded_length;
-  output_.StartFrame(frame_start_, frame_.window_size,
-                     frame_.has_checksum && options_.limits.verify_checksum);
+  output_.StartFrame(
+      frame_start_, frame_.window_size,
+      frame_.has_checksum && options_.limits.verify_checksum && !options_.decode_only);
   blocks_.ResetFrame();
   state_ = State::kBlockHeader;
   return Status::Ok();
@@ -280,19 +281,21 @@ Status SparseZstdWalker::Impl::DecodeBlock(std::span<const uint8_t> body) {
       return ResourceExhausted(std::string(kOutputLimitMessage) + ": more than " +
                                std::to_string(options_.limits.max_output) + " bytes in " + Where());
     }
-    if (block_type_ == 0) {
+    if (options_.decode_only) {
+      output_.Skip(block_size_);
+    } else if (block_type_ == 0) {
       output_.AppendBytes(body.data(), body.size());
       work += body.size();
-      ++stats_.raw_blocks;
     } else {
       output_.AppendRepeated(body[0], block_size_);
-      ++stats_.rle_blocks;
     }
+    ++(block_type_ == 0 ? stats_.raw_blocks : stats_.rle_blocks);
   } else {
     walker::SequenceLimits limits;
     limits.window = frame_.window_size;
     limits.block_max = frame_.block_max;
     limits.output_room = room;
+    limits.execute = !options_.decode_only;
     BlockStats block;
     Status s = blocks_.Decode(body, limits, &output_, &block);
     if (!s.ok()) {
@@ -337,7 +340,7 @@ Status SparseZstdWalker::Impl::EndFrame(const uint8_t* checksum) {
                     " bytes but Frame_Content_Size is " + std::to_string(frame_.content_size));
   }
   if (checksum != nullptr) {
-    if (options_.limits.verify_checksum) {
+    if (options_.limits.verify_checksum && !options_.decode_only) {
       const uint32_t expected = LoadLE32(checksum);
       const uint32_t actual = static_cast<uint32_t>(output_.FinishHash());
       if (expected != actual) {
