@@ -161,7 +161,7 @@ TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
 
 // Blocks of any size starting anywhere, dense and sparse mixed, over many turns of the ring:
 // the ring bits a block reuses are cleared entry by entry (sparse) or word by word (dense), and
-// EmptyRange stays exact over the window either way.
+// EmptyRange and LowerBound stay exact over the window either way.
 TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
   walker::NonzeroIndex index;
   const uint64_t window = 64 << 10;
@@ -189,6 +189,15 @@ TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
       const bool empty = std::lower_bound(positions.begin(), positions.end(), a) ==
                          std::lower_bound(positions.begin(), positions.end(), b);
       ASSERT_EQ(index.EmptyRange(a, b, pos), empty) << "block " << block << ": " << a << " " << b;
+      // LowerBound too: a far position's page is counted in the ring (from either end).
+      const auto it = std::lower_bound(positions.begin(), positions.end(), a);
+      const uint64_t i = index.LowerBound(a, pos);
+      if (it == positions.end()) {
+        ASSERT_EQ(i, index.end()) << "block " << block << ": " << a;
+      } else {
+        ASSERT_LT(i, index.end()) << "block " << block << ": " << a;
+        ASSERT_EQ(index.at(i) >> 8, *it) << "block " << block << ": " << a;
+      }
     }
   }
 }
