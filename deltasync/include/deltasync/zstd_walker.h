@@ -70,7 +70,8 @@ struct WalkStats {
   uint64_t nonzero_bytes = 0;       // nonzero bytes delivered
   uint64_t runs = 0;                // OnRun calls made (OnBytes calls, to a sink taking bytes)
   uint64_t checksums_verified = 0;  // frames whose content checksum was checked and matched
-  uint64_t checksums_skipped = 0;   // frames with a checksum not checked (verify_checksum off)
+  uint64_t checksums_skipped = 0;   // frames with a checksum not checked (verify_checksum off,
+                                    // or decode_only)
   uint64_t work = 0;                // work units spent (see WalkerOptions::max_work)
   uint32_t compat_flags = 0;        // WalkCompatFlag bits
   uint64_t input_bytes = 0;         // bytes consumed by Feed
