@@ -36,7 +36,7 @@ StatusOr<std::unique_ptr<PreparedScatter>> DeviceBackend::StagePartAndRegions(
     const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
     std::vector<StagedTensor>* sums, TouchedRegions* regions) {
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> prepared, StagePart(plan, tensors, sums));
-  RETURN_IF_ERROR(AppendTouchedRegions(plan, regions));
+  if (regions != nullptr) RETURN_IF_ERROR(AppendTouchedRegions(plan, regions));
   return prepared;
 }
 

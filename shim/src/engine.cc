@@ -316,10 +316,10 @@ Status Engine::StagePart(uint64_t sync_id, const shm::PlanRef& ref) {
   // Gather, XOR, partial sums and the new bytes' staging in one backend call per part.
   const auto stage_start = Clock::now();
   // With a derived-weights hook, the touched regions per tensor too (merged where adjacent).
-  ASSIGN_OR_RETURN(std::unique_ptr<PreparedScatter> prepared,
-                   callbacks_.derived != nullptr
-                       ? backend_->StagePartAndRegions(reader, locals_, &in.staged, &in.pc.regions)
-                       : backend_->StagePart(reader, locals_, &in.staged));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<PreparedScatter> prepared,
+      backend_->StagePartAndRegions(reader, locals_, &in.staged,
+                                    callbacks_.derived != nullptr ? &in.pc.regions : nullptr));
   in.stage_ns += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - stage_start).count());
   {

@@ -98,9 +98,9 @@ class DeviceBackend {
   virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePart(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums);
-  // StagePart, and appends the part's records to *regions (TouchedRegions). On error *regions
-  // may hold some of the part's records. The default is StagePart, then AppendTouchedRegions;
-  // the cpu backend lists them in its staging walk.
+  // StagePart, and appends the part's records to *regions (TouchedRegions) unless `regions` is
+  // null. On error *regions may hold some of the part's records. The default is StagePart, then
+  // AppendTouchedRegions; the cpu backend lists them in its staging walk.
   virtual StatusOr<std::unique_ptr<PreparedScatter>> StagePartAndRegions(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums, TouchedRegions* regions);
