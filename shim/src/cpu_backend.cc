@@ -65,19 +65,48 @@ void CopyAll(std::span<const CopyOp> ops, WorkerCrew& crew) {
   });
 }
 
-// Writes ops [begin, end) of the concatenation of `batches`, prefetching destinations ahead
+// The ops of one prepared scatter in a commit: CopyOps, or a staged part's packed ops.
+struct CommitSegment {
+  std::span<const CopyOp> copies;
+  const PackedBatch* packed = nullptr;
+  size_t size() const { return packed != nullptr ? packed->ops.size() : copies.size(); }
+};
+
+// The data offset of packed op `i`: from the mark before it, adding the lengths in between.
+uint64_t PackedOffset(const PackedBatch& b, size_t i) {
+  const size_t mark = i / kPackedMarkEvery;
+  uint64_t at = b.marks[mark];
+  for (size_t k = mark * kPackedMarkEvery; k < i; ++k) at += PackedLength(b.ops[k]);
+  return at;
+}
+
+// Writes ops [begin, end) of the concatenation of `segments`, prefetching destinations ahead
 // (the new bytes are sequential; the destinations are scattered lines, usually not in cache).
-void ScatterSlice(const std::vector<std::span<const CopyOp>>& batches, size_t begin, size_t end) {
+void ScatterSlice(const std::vector<CommitSegment>& segments, size_t begin, size_t end) {
   constexpr size_t kAhead = 32;
   size_t base = 0;
-  for (std::span<const CopyOp> ops : batches) {
-    const size_t lo = std::max(begin, base), hi = std::min(end, base + ops.size());
-    for (size_t i = lo; i < hi; ++i) {
-      if (i + kAhead < hi) __builtin_prefetch(ops[i + kAhead - base].device, 1);
-      const CopyOp& op = ops[i - base];
-      CopySmall(static_cast<uint8_t*>(op.device), static_cast<const uint8_t*>(op.host), op.bytes);
+  for (const CommitSegment& seg : segments) {
+    const size_t n = seg.size();
+    const size_t lo = std::max(begin, base), hi = std::min(end, base + n);
+    if (lo < hi && seg.packed != nullptr) {
+      const uint64_t* ops = seg.packed->ops.data();
+      const uint8_t* src = seg.packed->data.data() + PackedOffset(*seg.packed, lo - base);
+      const size_t l = lo - base, h = hi - base;
+      for (size_t i = l; i < h; ++i) {
+        if (i + kAhead < h) __builtin_prefetch(PackedDevice(ops[i + kAhead]), 1);
+        const uint32_t len = PackedLength(ops[i]);
+        CopySmall(PackedDevice(ops[i]), src, len);
+        src += len;
+      }
+    } else {
+      const std::span<const CopyOp> ops = seg.copies;
+      for (size_t i = lo; i < hi; ++i) {
+        if (i + kAhead < hi) __builtin_prefetch(ops[i + kAhead - base].device, 1);
+        const CopyOp& op = ops[i - base];
+        CopySmall(static_cast<uint8_t*>(op.device), static_cast<const uint8_t*>(op.host), op.bytes);
+      }
     }
-    base += ops.size();
+    base += n;
     if (base >= end) break;
   }
 }
@@ -102,23 +131,13 @@ class CpuBackend final : public DeviceBackend {
     crew();  // started before the pause that commits this batch
     return std::unique_ptr<PreparedScatter>(new HostPreparedScatter(std::move(batch), pool_));
   }
-  // Every batch of the commit in one pass, split evenly over the threads by op count.
   Status CommitScatters(std::span<const std::unique_ptr<PreparedScatter>> prepared) override {
-    std::vector<std::span<const CopyOp>> batches;
-    size_t total = 0;
-    for (const std::unique_ptr<PreparedScatter>& p : prepared) {
-      auto* host = dynamic_cast<HostPreparedScatter*>(p.get());
-      if (host == nullptr) return Internal("scatter prepared by another backend");
-      batches.emplace_back(host->batch().ops);
-      total += host->batch().ops.size();
-    }
-    constexpr size_t kPerThreadMin = 1 << 14;
-    WorkerCrew& workers = crew();
-    const unsigned n = static_cast<unsigned>(
-        std::max<size_t>(1, std::min<size_t>(workers.size(), total / kPerThreadMin)));
-    workers.Run(n, [&](unsigned t) { ScatterSlice(batches, total * t / n, total * (t + 1) / n); });
-    return Status::Ok();
+    std::vector<const PreparedScatter*> list;
+    list.reserve(prepared.size());
+    for (const std::unique_ptr<PreparedScatter>& p : prepared) list.push_back(p.get());
+    return Commit(list);
   }
+  Status CommitScatter(PreparedScatter& prepared) override { return Commit({&prepared}); }
   // Weights are host memory: the old bytes are read in place while the part stages, in one
   // walk over its records (no Gather, no second copy of the old bytes).
   StatusOr<std::unique_ptr<PreparedScatter>> StagePart(const deltasync::WritePlanReader& plan,
@@ -130,14 +149,22 @@ class CpuBackend final : public DeviceBackend {
   StatusOr<std::unique_ptr<PreparedScatter>> StagePartAndRegions(
       const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
       std::vector<StagedTensor>* sums, TouchedRegions* regions) override {
-    ASSIGN_OR_RETURN(ScatterBatch batch,
-                     StagePartToBatch(plan, tensors, nullptr, sums, pool_->Take(), regions));
-    return PrepareScatter(std::move(batch));
+    if (!PackedAddressable(tensors)) {
+      ASSIGN_OR_RETURN(ScatterBatch batch,
+                       StagePartToBatch(plan, tensors, nullptr, sums, pool_->Take(), regions));
+      return PrepareScatter(std::move(batch));
+    }
+    ASSIGN_OR_RETURN(PackedBatch batch,
+                     StagePartPacked(plan, tensors, sums, packed_pool_->Take(), regions));
+    crew();  // started before the pause that commits this batch
+    return std::unique_ptr<PreparedScatter>(
+        new PackedPreparedScatter(std::move(batch), packed_pool_));
   }
   // Nothing to set aside on the host: the reserve bounds the staging buffers kept for later
   // syncs (BatchPool; 0 keeps as many as one sync staged at once).
   Status ReserveStaging(uint64_t bytes, const std::vector<LocalTensor>&) override {
     pool_->SetLimit(bytes);
+    packed_pool_->SetLimit(bytes);
     return Status::Ok();
   }
   Status ChecksumRanges(std::span<const ChecksumRange> ranges,
@@ -151,6 +178,28 @@ class CpuBackend final : public DeviceBackend {
   }
 
  private:
+  // Every batch of the commit in one pass, split evenly over the threads by op count.
+  Status Commit(const std::vector<const PreparedScatter*>& prepared) {
+    std::vector<CommitSegment> segments;
+    segments.reserve(prepared.size());
+    size_t total = 0;
+    for (const PreparedScatter* p : prepared) {
+      if (auto* packed = dynamic_cast<const PackedPreparedScatter*>(p)) {
+        segments.push_back({{}, &packed->batch()});
+      } else if (auto* host = dynamic_cast<const HostPreparedScatter*>(p)) {
+        segments.push_back({host->batch().ops, nullptr});
+      } else {
+        return Internal("scatter prepared by another backend");
+      }
+      total += segments.back().size();
+    }
+    constexpr size_t kPerThreadMin = 1 << 14;
+    WorkerCrew& workers = crew();
+    const unsigned n = static_cast<unsigned>(
+        std::max<size_t>(1, std::min<size_t>(workers.size(), total / kPerThreadMin)));
+    workers.Run(n, [&](unsigned t) { ScatterSlice(segments, total * t / n, total * (t + 1) / n); });
+    return Status::Ok();
+  }
   // The copy threads, one per CPU (the demo engine's full-reload baseline copies on as many),
   // started by the first staging or copy so that a commit's pause never creates a thread. A
   // process forked after that has none of the parent's helpers: it starts its own (the
@@ -169,6 +218,7 @@ class CpuBackend final : public DeviceBackend {
   pid_t crew_pid_ = 0;
   // Shared with the prepared scatters, which may outlive the backend.
   std::shared_ptr<BatchPool> pool_ = std::make_shared<BatchPool>();
+  std::shared_ptr<PackedPool> packed_pool_ = std::make_shared<PackedPool>();
 };
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "backends.h"
 #include "base/le_bytes.h"
 
 namespace deltakv::shim {
@@ -160,6 +162,81 @@ class RegionCursor {
   std::vector<deltakv_region>* list_ = nullptr;
 };
 
+// The ops a host staging walk writes, one or more per record, through a local pointer and
+// count (grown should the header's record count be short), trimmed at Finish.
+// CopyOps (ScatterBatch): one per record, {device, host, length}.
+class CopyOpList {
+ public:
+  CopyOpList(std::vector<CopyOp>& ops, uint8_t* data) : ops_(ops), data_(data) {}
+  void Start(uint64_t estimate) {
+    ops_.resize(estimate);
+    p_ = ops_.data();
+    room_ = ops_.size();
+  }
+  [[gnu::always_inline]] void Add(uint8_t* device, uint64_t at, uint32_t length) {
+    if (n_ == room_) [[unlikely]]
+      Grow();
+    p_[n_++] = {device, data_ + at, length};
+  }
+  void Finish() { ops_.resize(n_); }
+  const std::vector<CopyOp>& ops() const { return ops_; }
+
+ private:
+  void Grow() {
+    ops_.resize(2 * n_ + 16);
+    p_ = ops_.data();
+    room_ = ops_.size();
+  }
+  std::vector<CopyOp>& ops_;
+  uint8_t* const data_;
+  CopyOp* p_ = nullptr;
+  size_t n_ = 0, room_ = 0;
+};
+
+// Packed ops (PackedBatch): one word per op, a record longer than kPackedMaxLength split into
+// several, and the data offset of every kPackedMarkEvery-th op.
+class PackedOpList {
+ public:
+  explicit PackedOpList(PackedBatch& batch) : batch_(batch) {}
+  void Start(uint64_t estimate) {
+    batch_.ops.resize(estimate);
+    batch_.marks.clear();
+    p_ = batch_.ops.data();
+    room_ = batch_.ops.size();
+  }
+  [[gnu::always_inline]] void Add(uint8_t* device, uint64_t at, uint32_t length) {
+    ++batch_.ranges;
+    if (length > kPackedMaxLength) [[unlikely]]
+      return AddLong(device, at, length);
+    Put(PackOp(device, length), at);
+  }
+  void Finish() { batch_.ops.resize(n_); }
+
+ private:
+  [[gnu::always_inline]] void Put(uint64_t op, uint64_t at) {
+    if (n_ == room_) [[unlikely]]
+      Grow();
+    if (n_ % kPackedMarkEvery == 0) [[unlikely]]
+      batch_.marks.push_back(at);
+    p_[n_++] = op;
+  }
+  [[gnu::noinline]] void AddLong(uint8_t* device, uint64_t at, uint32_t length) {
+    for (uint32_t done = 0; done < length;) {
+      const uint32_t n = std::min<uint32_t>(length - done, kPackedMaxLength);
+      Put(PackOp(device + done, n), at + done);
+      done += n;
+    }
+  }
+  void Grow() {
+    batch_.ops.resize(2 * n_ + 16);
+    p_ = batch_.ops.data();
+    room_ = batch_.ops.size();
+  }
+  PackedBatch& batch_;
+  uint64_t* p_ = nullptr;
+  size_t n_ = 0, room_ = 0;
+};
+
 }  // namespace
 
 Status AppendTouchedRegions(const deltasync::WritePlanReader& plan, TouchedRegions* regions) {
@@ -168,6 +245,14 @@ Status AppendTouchedRegions(const deltasync::WritePlanReader& plan, TouchedRegio
     cursor.Add(rec);
     return Status::Ok();
   });
+}
+
+bool PackedAddressable(const std::vector<LocalTensor>& tensors) {
+  for (const LocalTensor& t : tensors) {
+    const uint64_t base = reinterpret_cast<uintptr_t>(t.device);
+    if (base > kPackedAddressLimit || t.bytes > kPackedAddressLimit - base) return false;
+  }
+  return true;
 }
 
 Status CheckPlanRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tensors,
@@ -198,10 +283,15 @@ std::vector<PartTarget> PartTargets(std::span<const PlanTensor> plan_tensors,
   return targets;
 }
 
-StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
-                                        const std::vector<LocalTensor>& tensors,
-                                        DeviceBackend* gather, std::vector<StagedTensor>* sums,
-                                        ScatterBatch recycled, TouchedRegions* regions) {
+namespace {
+
+// StagePartToBatch and StagePartPacked: stages into `data` (its capacity kept, contents
+// dropped) and the op list made by make_ops(data pointer), which must be a CopyOpList when
+// `gather` is set.
+template <class MakeOps>
+Status StageInto(const deltasync::WritePlanReader& plan, const std::vector<LocalTensor>& tensors,
+                 DeviceBackend* gather, std::vector<StagedTensor>* sums,
+                 std::vector<uint8_t>& data_buffer, MakeOps make_ops, TouchedRegions* regions) {
   if (sums->size() != plan.tensors().size()) return Internal("one sum per plan tensor");
   const std::span<const PlanTensor> plan_tensors = plan.tensors();
   // Each plan tensor's destination, resolved once.
@@ -210,32 +300,30 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
   // exact after Open and an upper bound after OpenLazy (whose walk below checks the records);
   // the walks stop at it should the plan not be the one Open counted.
   const uint64_t data_bytes = plan.data_bytes();
-  ScatterBatch batch = std::move(recycled);
-  batch.data.clear();
-  batch.ops.clear();
+  data_buffer.clear();
   // The packed bytes, with room for 7 bytes past the last record's (StageWords). The capacity
   // is reserved up front, so pointers into the data stay valid, and the size (zero filled) grows
   // with the records, so an upper bound costs no fill; trimmed to the bytes staged at the end.
   constexpr uint64_t kGrowBytes = uint64_t{1} << 18;
-  batch.data.reserve(data_bytes + 8);
-  batch.data.resize(std::min(data_bytes + 8, kGrowBytes));
-  uint64_t data_size = batch.data.size();  // kept in a local: byte stores alias the vector's
+  data_buffer.reserve(data_bytes + 8);
+  data_buffer.resize(std::min(data_bytes + 8, kGrowBytes));
+  uint64_t data_size = data_buffer.size();  // kept in a local: byte stores alias the vector's
   // True if record `rec`'s packed bytes at `at` fit, the data grown to cover them.
   auto fits = [&](uint64_t at, const PlanRecord& rec) {
     if (rec.length > data_bytes - at) return false;
     const uint64_t end = at + rec.length + 8;
     if (end > data_size) [[unlikely]] {
-      batch.data.resize(std::min(data_bytes + 8, std::max(end, data_size + kGrowBytes)));
-      data_size = batch.data.size();
+      data_buffer.resize(std::min(data_bytes + 8, std::max(end, data_size + kGrowBytes)));
+      data_size = data_buffer.size();
     }
     return true;
   };
   // Every record has at least one byte; after OpenLazy the count is the header's claim.
   const uint64_t op_estimate = std::min(plan.record_count(), data_bytes);
-  batch.ops.reserve(op_estimate);
   std::vector<PartSums> part(plan_tensors.size());
   RegionCursor region_cursor(regions, plan_tensors);
-  uint8_t* const data = batch.data.data();
+  uint8_t* const data = data_buffer.data();
+  auto ops = make_ops(data);
   uint64_t at = 0;
   if (gather == nullptr) {
     // Host-addressable weights: one walk checks, reads the old bytes in place and stages. The
@@ -261,11 +349,7 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
     Staging* ready = queues[1];    // full, prefetched a batch ago, staged when `pending` fills
     bool have_ready = false;
     size_t queued = 0;
-    // The ops, filled through a local pointer and count (grown should the header's count be
-    // short), trimmed at the end.
-    batch.ops.resize(op_estimate);
-    CopyOp* ops = batch.ops.data();
-    size_t op_count = 0, op_room = batch.ops.size();
+    ops.Start(op_estimate);
     // Stages the queued records. The inline sums and byte counts of a run of records of one
     // tensor add up in registers and go into its PartSums once per run.
     auto stage_queued = [&](const Staging* queue, size_t count) __attribute__((always_inline)) {
@@ -332,32 +416,29 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
         have_ready = true;
         queued = 0;
       }
-      if (op_count == op_room) [[unlikely]] {
-        batch.ops.resize(2 * op_count + 16);
-        ops = batch.ops.data();
-        op_room = batch.ops.size();
-      }
-      ops[op_count++] = {device, data + at, rec.length};
+      ops.Add(device, at, rec.length);
       at += rec.length;
       return Status::Ok();
     };
     RETURN_IF_ERROR(plan.ForEach(take));
     if (have_ready) stage_queued(ready, kBatch);
     if (queued > 0) stage_queued(pending, queued);
-    batch.ops.resize(op_count);
-  } else {
+    ops.Finish();
+  } else if constexpr (std::is_same_v<decltype(ops), CopyOpList>) {
     // One walk checks and lays out the batch, one Gather brings every old byte into it (a
     // device backend moves them in a few launches), one walk stages in place.
+    ops.Start(op_estimate);
     RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t>) -> Status {
       const PartTarget& target = targets[rec.tensor];
       if (!target.Holds(rec)) return CheckPlanRecord(rec, plan_tensors, tensors);
       if (!fits(at, rec)) return Internal("plan changed after it was opened");
       if (regions != nullptr) region_cursor.Add(rec);
-      batch.ops.push_back({target.base + rec.local_offset, data + at, rec.length});
+      ops.Add(target.base + rec.local_offset, at, rec.length);
       at += rec.length;
       return Status::Ok();
     }));
-    RETURN_IF_ERROR(gather->Gather(batch.ops));
+    ops.Finish();
+    RETURN_IF_ERROR(gather->Gather(ops.ops()));
     at = 0;
     RETURN_IF_ERROR(plan.ForEach([&](const PlanRecord& rec, std::span<uint8_t> x) -> Status {
       if (!fits(at, rec)) return Internal("plan changed after it was opened");
@@ -367,9 +448,39 @@ StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
       at += rec.length;
       return Status::Ok();
     }));
+  } else {
+    return Internal("a device gather stages into CopyOps");
   }
-  batch.data.resize(at);
+  data_buffer.resize(at);
   for (size_t t = 0; t < part.size(); ++t) part[t].MergeInto((*sums)[t]);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ScatterBatch> StagePartToBatch(const deltasync::WritePlanReader& plan,
+                                        const std::vector<LocalTensor>& tensors,
+                                        DeviceBackend* gather, std::vector<StagedTensor>* sums,
+                                        ScatterBatch recycled, TouchedRegions* regions) {
+  ScatterBatch batch = std::move(recycled);
+  batch.ops.clear();
+  RETURN_IF_ERROR(StageInto(
+      plan, tensors, gather, sums, batch.data,
+      [&](uint8_t* data) { return CopyOpList(batch.ops, data); }, regions));
+  return batch;
+}
+
+StatusOr<PackedBatch> StagePartPacked(const deltasync::WritePlanReader& plan,
+                                      const std::vector<LocalTensor>& tensors,
+                                      std::vector<StagedTensor>* sums, PackedBatch recycled,
+                                      TouchedRegions* regions) {
+  PackedBatch batch = std::move(recycled);
+  batch.ops.clear();
+  batch.marks.clear();
+  batch.ranges = 0;
+  RETURN_IF_ERROR(StageInto(
+      plan, tensors, nullptr, sums, batch.data, [&](uint8_t*) { return PackedOpList(batch); },
+      regions));
   return batch;
 }
 

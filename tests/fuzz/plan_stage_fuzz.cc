@@ -1,13 +1,15 @@
 // Fuzzes a rank's staging of a plan part on host memory (StagePartToBatch without a gather
-// backend, as the cpu backend stages): plans built from the input with records of 1 to 300
-// bytes (the word-at-a-time path up to 256 bytes and the byte path), owners and replicas, a
+// backend, and StagePartPacked, the cpu backend's): plans built from the input with records of 1 to
+// 300 bytes (the word-at-a-time path up to 256 bytes and the byte path), owners and replicas, a
 // full-verify tensor, canonical offsets around multiples of 65521, local ranges up to and past
 // the end of their tensor, and now and then padding bytes that are not zero; plans of both
 // versions, opened with Open or OpenLazy. Either the part is refused with InvalidArgument (then
 // a record lies outside its tensor, and no sum changed) or its new bytes, ops and sums equal a
 // byte-by-byte reference, and the touched regions it lists equal a reference too. Each part is
 // staged in the buffers of the last input's batch (as the cpu backend reuses a committed part's),
-// holding that input's bytes and ops. The weights are allocated at their exact sizes, so a read
+// holding that input's bytes and ops. A copy of the plan as written is staged into packed ops
+// too: the same verdict, and the same new bytes, ranges, sums and regions. The weights are
+// allocated at their exact sizes, so a read
 // past a tensor's end is caught by the sanitizers (the fuzz build instruments the libraries too).
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends.h"
 #include "deltasync/adler32.h"
 #include "deltasync/write_plan.h"
 #include "fuzz_input.h"
@@ -110,16 +113,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // input's length picks.
   auto reader = (size / 2) % 2 ? WritePlanReader::OpenLazy(plan) : WritePlanReader::Open(plan);
   if (!reader.ok()) std::abort();
+  std::vector<uint64_t> copy = words;  // staging turns the plan's XOR bytes into new bytes
+  std::span<uint8_t> plan_copy(reinterpret_cast<uint8_t*>(copy.data()), used);
   std::vector<shim::StagedTensor> sums(2);
   static shim::ScatterBatch kept;  // the last input's batch, contents and all
   shim::TouchedRegions regions;
   regions[7] = {{1, 2}};  // another tensor's list: left alone
   auto batch = shim::StagePartToBatch(*reader, locals, nullptr, &sums, std::move(kept), &regions);
   if (w0 != w0_before || w1 != w1_before) std::abort();  // staging writes no weight byte
+  // The packed path on the copy, in the last input's packed batch.
+  auto reader_copy = WritePlanReader::OpenLazy(plan_copy);
+  if (!reader_copy.ok()) std::abort();
+  std::vector<shim::StagedTensor> packed_sums(2);
+  static shim::PackedBatch packed_kept;
+  shim::TouchedRegions packed_regions;
+  packed_regions[7] = {{1, 2}};
+  auto packed = shim::StagePartPacked(*reader_copy, locals, &packed_sums, std::move(packed_kept),
+                                      &packed_regions);
+  if (w0 != w0_before || w1 != w1_before) std::abort();
+  if (packed.ok() != batch.ok()) std::abort();
   if (outside) {
     if (batch.ok() || batch.status().code() != StatusCode::kInvalidArgument) std::abort();
-    for (const shim::StagedTensor& t : sums) {
-      if (t.bytes_changed != 0 || t.delta.s1() != 0 || t.delta.s2() != 0) std::abort();
+    if (packed.status().code() != StatusCode::kInvalidArgument) std::abort();
+    for (const auto* all : {&sums, &packed_sums}) {
+      for (const shim::StagedTensor& t : *all) {
+        if (t.bytes_changed != 0 || t.delta.s1() != 0 || t.delta.s2() != 0) std::abort();
+      }
     }
     return 0;
   }
@@ -142,6 +161,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (sums[0].bytes_changed + sums[1].bytes_changed != want_new.size()) std::abort();
+  // Packed: one op per record (none is longer than an op holds), the bytes implicit.
+  if (!packed.ok() || packed->data != want_new || packed->ranges != recs.size() ||
+      packed->ops.size() != recs.size() ||
+      packed->marks.size() != (recs.size() + shim::kPackedMarkEvery - 1) / shim::kPackedMarkEvery) {
+    std::abort();
+  }
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const Rec& r = recs[i];
+    const uint8_t* device = (r.tensor == 0 ? w0.data() : w1.data()) + r.local;
+    if (shim::PackedDevice(packed->ops[i]) != device ||
+        shim::PackedLength(packed->ops[i]) != r.bytes.size()) {
+      std::abort();
+    }
+  }
+  for (int t = 0; t < 2; ++t) {
+    if (packed_sums[t].delta.s1() != sums[t].delta.s1() ||
+        packed_sums[t].delta.s2() != sums[t].delta.s2() ||
+        packed_sums[t].full.s1() != sums[t].full.s1() ||
+        packed_sums[t].full.s2() != sums[t].full.s2() ||
+        packed_sums[t].bytes_changed != sums[t].bytes_changed) {
+      std::abort();
+    }
+  }
+  if (packed_regions.size() != regions.size()) std::abort();
+  for (const auto& [t, v] : regions) {
+    const std::vector<deltakv_region>& p = packed_regions[t];
+    if (p.size() != v.size()) std::abort();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (p[i].offset != v[i].offset || p[i].length != v[i].length) std::abort();
+    }
+  }
+  packed_kept = std::move(*packed);
   // Regions: per rank tensor (plan tensor t is rank tensor t), a record that starts where the
   // list's last range ends extends it.
   std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> want_regions;

@@ -446,6 +446,156 @@ TEST(PlanStage, CommitScattersWritesEveryBatchExactly) {
   EXPECT_TRUE(device == expected);
 }
 
+// The cpu backend's packed ops (8 bytes per op, the host bytes implicit): StagePartPacked gives
+// the new bytes, ranges and sums of StagePartToBatch's CopyOps, a range longer than an op holds
+// split into several, and marks that locate every 4096th op's bytes. A commit of packed parts
+// and a CopyOp batch together, split over the copy threads (ops enough for every thread, so
+// threads start inside parts), writes exactly the new bytes.
+TEST(PlanStage, PackedOpsStageAndCommitLikeCopyOps) {
+  const uint64_t n = 8u << 20;
+  std::vector<uint8_t> w(n);
+  std::mt19937_64 rng(21);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const std::vector<PlanTensor> table = {{0, 0, n, 0, 0}};
+  // Two parts' records in the first 6 MiB: short ones of every size class, and in each part one
+  // longer than an op holds (2 and 4 ops); a CopyOp batch over the last 2 MiB.
+  std::vector<std::vector<Rec>> parts(2);
+  uint64_t at = 0;
+  for (int p = 0; p < 2; ++p) {
+    const uint64_t end = (p + 1) * (3u << 20);
+    for (int i = 0; at + 300000 < end; ++i) {
+      const uint32_t len = i == 5000 ? (p == 0 ? 70000u : 200000u)
+                                     : 1 + static_cast<uint32_t>(rng() % (i % 9 == 0 ? 40 : 6));
+      parts[p].push_back({0, at, at, {}, i % 3 != 0});
+      for (uint32_t k = 0; k < len; ++k) {
+        parts[p].back().bytes.push_back(static_cast<uint8_t>(1 + rng() % 255));
+      }
+      at += len + 1 + rng() % 24;
+    }
+  }
+  ASSERT_GT(parts[0].size() + parts[1].size(), 2 * 16384u);  // more than one thread's share
+  auto write = [&](const std::vector<Rec>& recs) {
+    Part part;
+    part.words.assign(1 << 19, 0);
+    WritePlanWriter writer({reinterpret_cast<uint8_t*>(part.words.data()), part.words.size() * 8},
+                           table, deltasync::kPlanVersionCompact);
+    for (const Rec& r : recs)
+      EXPECT_TRUE(writer.Add(0, r.local, r.canonical, r.bytes, r.owner).ok());
+    part.used = *writer.Finish();
+    return part;
+  };
+  const std::vector<LocalTensor> locals = {{"w", w.data(), n}};
+  std::vector<uint8_t> expected = w;
+  for (const std::vector<Rec>& recs : parts) {
+    for (const Rec& r : recs) {
+      for (size_t k = 0; k < r.bytes.size(); ++k) expected[r.local + k] ^= r.bytes[k];
+    }
+  }
+
+  // StagePartPacked against StagePartToBatch, on the first part.
+  {
+    Part a = write(parts[0]), b = write(parts[0]);
+    auto ra = WritePlanReader::OpenLazy(a.span());
+    auto rb = WritePlanReader::OpenLazy(b.span());
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    std::vector<StagedTensor> sa(1), sb(1);
+    auto copies = StagePartToBatch(*ra, locals, nullptr, &sa);
+    auto packed = StagePartPacked(*rb, locals, &sb);
+    ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+    ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+    EXPECT_EQ(packed->data, copies->data);
+    EXPECT_EQ(packed->ranges, copies->ops.size());
+    EXPECT_EQ(packed->ops.size(), copies->ops.size() + 1);  // the 70000-byte range: 2 ops
+    size_t op = 0;
+    uint64_t offset = 0;
+    for (const CopyOp& c : copies->ops) {
+      uint64_t covered = 0;
+      while (covered < c.bytes) {
+        ASSERT_LT(op, packed->ops.size());
+        if (op % kPackedMarkEvery == 0) {
+          ASSERT_EQ(packed->marks.at(op / kPackedMarkEvery), offset) << op;
+        }
+        EXPECT_EQ(PackedDevice(packed->ops[op]), static_cast<uint8_t*>(c.device) + covered);
+        const uint32_t len = PackedLength(packed->ops[op]);
+        ASSERT_GE(len, 1u);
+        ASSERT_LE(len, kPackedMaxLength);
+        covered += len;
+        offset += len;
+        ++op;
+      }
+      EXPECT_EQ(covered, c.bytes);
+    }
+    EXPECT_EQ(op, packed->ops.size());
+    EXPECT_EQ(packed->marks.size(), (packed->ops.size() + kPackedMarkEvery - 1) / kPackedMarkEvery);
+    EXPECT_EQ(sa[0].delta.s1(), sb[0].delta.s1());
+    EXPECT_EQ(sa[0].delta.s2(), sb[0].delta.s2());
+    EXPECT_EQ(sa[0].bytes_changed, sb[0].bytes_changed);
+  }
+
+  // Through the cpu backend: both parts packed, a CopyOp batch beside them, one commit.
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  std::vector<Part> plans = {write(parts[0]), write(parts[1])};
+  std::vector<std::unique_ptr<PreparedScatter>> prepared;
+  std::vector<StagedTensor> sums(1);
+  for (Part& plan : plans) {
+    auto reader = WritePlanReader::OpenLazy(plan.span());
+    ASSERT_TRUE(reader.ok());
+    auto p = (*cpu)->StagePart(*reader, locals, &sums);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_NE(dynamic_cast<PackedPreparedScatter*>(p->get()), nullptr);
+    prepared.push_back(std::move(*p));
+  }
+  EXPECT_EQ(prepared[0]->ops(), parts[0].size());
+  EXPECT_EQ(prepared[1]->ops(), parts[1].size());
+  ScatterBatch tail;
+  tail.data.resize(1u << 20);
+  for (auto& b : tail.data) b = static_cast<uint8_t>(rng());
+  for (uint64_t k = 0; k < tail.data.size(); k += 64) {
+    tail.ops.push_back({w.data() + (6u << 20) + 2 * k, tail.data.data() + k, 64});
+    std::memcpy(expected.data() + (6u << 20) + 2 * k, tail.data.data() + k, 64);
+  }
+  auto p = (*cpu)->PrepareScatter(std::move(tail));
+  ASSERT_TRUE(p.ok());
+  prepared.insert(prepared.begin(), std::move(*p));  // the threads then split a packed part
+  ASSERT_TRUE((*cpu)->CommitScatters(prepared).ok());
+  EXPECT_TRUE(w == expected);
+}
+
+// Packed ops name device addresses below 2^48; a rank whose tensors reach past that stages
+// through CopyOps, with the same result.
+TEST(PlanStage, TensorsPastPackedAddressesStageThroughCopyOps) {
+  const uint64_t limit = kPackedAddressLimit;
+  auto* high = reinterpret_cast<uint8_t*>(limit - 16);
+  EXPECT_TRUE(PackedAddressable({{"a", high, 16}}));
+  EXPECT_FALSE(PackedAddressable({{"a", high, 17}}));
+  EXPECT_FALSE(PackedAddressable({{"a", reinterpret_cast<uint8_t*>(limit), 1}}));
+  EXPECT_TRUE(PackedAddressable({}));
+
+  std::vector<uint8_t> w(4096, 7);
+  // Tensor 1 is never written (no record names it): only its address matters here.
+  const std::vector<LocalTensor> locals = {{"w", w.data(), w.size()},
+                                           {"far", reinterpret_cast<uint8_t*>(limit), 64}};
+  const std::vector<PlanTensor> table = {{0, 0, w.size(), 0, 0}};
+  Part part = Write(table, {{0, 10, 10, {1, 2, 3}, true}, {0, 1000, 1000, {0x70}, true}},
+                    deltasync::kPlanVersionCompact);
+  auto reader = WritePlanReader::OpenLazy(part.span());
+  ASSERT_TRUE(reader.ok());
+  auto cpu = MakeDeviceBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  std::vector<StagedTensor> sums(1);
+  auto p = (*cpu)->StagePart(*reader, locals, &sums);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_NE(dynamic_cast<HostPreparedScatter*>(p->get()), nullptr);
+  EXPECT_EQ((*p)->ops(), 2u);
+  ASSERT_TRUE((*cpu)->CommitScatter(**p).ok());
+  EXPECT_EQ(w[10], 7 ^ 1);
+  EXPECT_EQ(w[12], 7 ^ 3);
+  EXPECT_EQ(w[1000], 7 ^ 0x70);
+  EXPECT_EQ(w[11], 7 ^ 2);
+  EXPECT_EQ(w[13], 7);
+}
+
 // The cpu backend stages a part in the buffers of a part whose scatter was committed or
 // dropped: syncs of random records over one tensor, two parts each, staged, committed (or
 // dropped), then dropped; the weights follow the reference and later parts reuse the buffers.
@@ -485,9 +635,10 @@ TEST(PlanStage, CpuBackendStagesLaterPartsInEarlierPartsBuffers) {
       std::vector<StagedTensor> sums(1);
       auto p = (*cpu)->StagePart(*reader, locals, &sums);
       ASSERT_TRUE(p.ok()) << p.status().ToString();
-      auto* host = dynamic_cast<HostPreparedScatter*>(p->get());
+      auto* host = dynamic_cast<PackedPreparedScatter*>(p->get());
       ASSERT_NE(host, nullptr);
       ASSERT_EQ(host->batch().ops.size(), recs.size());
+      ASSERT_EQ((*p)->ops(), recs.size());
       buffers_seen.push_back(host->batch().data.data());
       prepared.push_back(std::move(*p));
     }
