@@ -347,17 +347,19 @@ class Engine {
                                          static_cast<int32_t>(dims.size()), layout));
   }
 
+  // The objects are kept only once the library took the callbacks (it refuses them after start,
+  // when its worker may be calling the ones it has).
   void SetCallbacks(nb::object pause, nb::object resume, nb::object derived) {
     Live();
+    deltakv_callbacks cb = deltakv_default_callbacks();
+    cb.user = this;
+    cb.pause = pause.is_none() ? nullptr : &Engine::OnPause;
+    cb.resume = resume.is_none() ? nullptr : &Engine::OnResume;
+    cb.derived = derived.is_none() ? nullptr : &Engine::OnDerived;
+    Check(deltakv_engine_set_callbacks(e_, &cb));
     pause_ = std::move(pause);
     resume_ = std::move(resume);
     derived_ = std::move(derived);
-    deltakv_callbacks cb = deltakv_default_callbacks();
-    cb.user = this;
-    cb.pause = pause_.is_none() ? nullptr : &Engine::OnPause;
-    cb.resume = resume_.is_none() ? nullptr : &Engine::OnResume;
-    cb.derived = derived_.is_none() ? nullptr : &Engine::OnDerived;
-    Check(deltakv_engine_set_callbacks(e_, &cb));
   }
 
   void Start() {

@@ -80,8 +80,7 @@ deltakv_status deltakv_engine_set_callbacks(deltakv_engine* e, const deltakv_cal
     deltakv_callbacks c = deltakv_default_callbacks();
     RETURN_IF_ERROR(deltakv::shim::ReadVersionedStruct(
         cb, kCallbacksV1Size, "callbacks", "start from deltakv_default_callbacks()", &c));
-    e->impl.SetCallbacks(c);
-    return Status::Ok();
+    return e->impl.SetCallbacks(c);
   });
 }
 
@@ -93,7 +92,6 @@ deltakv_status deltakv_engine_start(deltakv_engine* e) {
 }
 
 deltakv_status deltakv_engine_poll(deltakv_engine* e, int32_t* committed) {
-  if (committed != nullptr) *committed = 0;
   return RunC(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckEngine(e));
     ASSIGN_OR_RETURN(bool applied, e->impl.Poll());

@@ -249,6 +249,7 @@ void Engine::WorkerLoop() {
       if (!cb.ok()) continue;
       handle_.reset();
       if (incoming_) DropIncoming();
+      newest_plan_sync_id_ = 0;  // the new segment counts its syncs afresh
       arenas_.Clear();  // a new sidecar instance has new arenas
       control_ = std::move(cb).value();
       auto h = control_->RegisterRank(rank_, world_);
@@ -406,6 +407,10 @@ void Engine::HandleVerify(const shm::Message& msg) {
 
 void Engine::HandlePlan(const shm::Message& msg) {
   const uint64_t sync_id = msg.sync_id;
+  // A part of an older sync (one the sidecar gave up, still in the ring) is not acted on: it
+  // must neither drop the sync being staged nor change the handle's state (PROTOCOL.md 8).
+  if (sync_id < newest_plan_sync_id_) return;
+  newest_plan_sync_id_ = sync_id;
   auto ref = shm::ParsePlan(msg);
   Status s = ref.ok() ? StagePart(sync_id, *ref) : ref.status();
   if (!s.ok()) {

@@ -52,7 +52,12 @@ class Engine {
 
   Status RegisterTensor(const char* name, void* device, const char* dtype, const int64_t* shape,
                         int32_t ndim, const char* layout_json);
-  void SetCallbacks(const deltakv_callbacks& cb) { callbacks_ = cb; }
+  // FailedPrecondition once started (the worker reads them).
+  Status SetCallbacks(const deltakv_callbacks& cb) {
+    if (worker_.joinable()) return FailedPrecondition("callbacks must be set before start");
+    callbacks_ = cb;
+    return Status::Ok();
+  }
   Status Start();
   // Applies a pending commit (poll mode). Returns true if one was applied.
   StatusOr<bool> Poll();
@@ -148,6 +153,9 @@ class Engine {
   std::atomic<deltakv_engine_state> state_{DELTAKV_ENGINE_CREATED};
   std::atomic<uint64_t> policy_version_{0};
   std::optional<IncomingPlan> incoming_;  // worker thread only
+  // The newest sync a PLAN named (worker thread only): a PLAN for an older one is ignored.
+  // Sync ids grow within a control segment; 0 again when the rank registers in a new one.
+  uint64_t newest_plan_sync_id_ = 0;
   // A finished sync's region lists, emptied with their capacity kept, for the next sync's
   // (a sparse sync lists millions of regions: regrown vectors would be new pages every time).
   TouchedRegions spare_regions_;  // worker thread only

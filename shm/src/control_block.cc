@@ -28,7 +28,10 @@ Status ValidateOptions(const ControlBlockOptions& o) {
       return InvalidArgument(std::string("control block: ") + which + " ring capacity " +
                              std::to_string(capacity) + " must be a power of two in [64, 2^30]");
     }
-    if (max_message == 0 || max_message + kRingRecordHeaderBytes + 7 > capacity) {
+    // A record of the largest payload must fit: its header plus the payload rounded up to 8
+    // bytes (PROTOCOL.md section 3).
+    if (max_message == 0 ||
+        kRingRecordHeaderBytes + ((uint64_t{max_message} + 7) & ~uint64_t{7}) > capacity) {
       return InvalidArgument(std::string("control block: ") + which + " max message " +
                              std::to_string(max_message) + " does not fit its ring");
     }

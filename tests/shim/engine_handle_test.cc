@@ -106,6 +106,62 @@ TEST(EngineHandle, StatesAndVerifyAnswersTheLiveChecksum) {
   EXPECT_EQ(deltakv_engine_get_state(nullptr), DELTAKV_ENGINE_STOPPED);
 }
 
+// Once started, the handle refuses new callbacks and tensors (its worker uses them) and keeps
+// the ones it has; deltakv_engine_poll writes *committed only when it succeeds.
+TEST(EngineHandle, StartedHandleRefusesCallbacksAndPollKeepsItsOutputOnError) {
+  Sidecar sidecar("started");
+  std::vector<uint8_t> weights(4096, 1);
+  deltakv_engine* e = MakeEngine(sidecar.name, weights);
+  deltakv_callbacks cb = deltakv_default_callbacks();
+  EXPECT_EQ(deltakv_engine_set_callbacks(e, &cb), DELTAKV_ERR_FAILED_PRECONDITION);
+  EXPECT_NE(std::string(deltakv_last_error()).find("before start"), std::string::npos)
+      << deltakv_last_error();
+  int64_t shape = 16;
+  EXPECT_EQ(deltakv_engine_register_tensor(e, "late", weights.data(), "U8", &shape, 1, nullptr),
+            DELTAKV_ERR_FAILED_PRECONDITION);
+  int32_t committed = 77;
+  EXPECT_EQ(deltakv_engine_poll(nullptr, &committed), DELTAKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(committed, 77);
+  EXPECT_EQ(deltakv_engine_poll(e, &committed), DELTAKV_OK) << deltakv_last_error();
+  EXPECT_EQ(committed, 0);  // nothing to apply
+  deltakv_engine_free(e);
+}
+
+// A PLAN for a sync older than the newest one the rank has seen is ignored (PROTOCOL.md
+// section 8): no ERROR for it, no change of state. A part naming a missing arena fails its own
+// sync with an ERROR.
+TEST(EngineHandle, PlanOfAnOlderSyncIsIgnored) {
+  Sidecar sidecar("stale");
+  std::vector<uint8_t> weights(4096, 1);
+  deltakv_engine* e = MakeEngine(sidecar.name, weights);
+  auto ch = sidecar.Channel();
+  auto send = [&](const deltakv::shm::Message& m) {
+    auto bytes = deltakv::shm::EncodeMessage(m);
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_TRUE(ch.commands.Push(*bytes, 1s).ok());
+  };
+  auto next = [&]() {
+    std::vector<uint8_t> buf;
+    auto popped = ch.responses.Pop(&buf, 10s);
+    EXPECT_TRUE(popped.ok() && *popped) << "no answer within 10 s";
+    return deltakv::shm::DecodeMessage(buf).value();
+  };
+  deltakv::shm::PlanRef ref;
+  ref.arena_name = sidecar.name + "-plan-r0-a9";  // never created
+  ref.generation = 1;
+  send(deltakv::shm::MakePlan(5, ref).value());
+  deltakv::shm::Message m = next();
+  EXPECT_EQ(m.type, deltakv::shm::MessageType::kError);
+  EXPECT_EQ(m.sync_id, 5u);
+  send(deltakv::shm::MakePlan(3, ref).value());  // older: ignored
+  send(deltakv::shm::MakePing(42));
+  m = next();
+  EXPECT_EQ(m.type, deltakv::shm::MessageType::kPong) << "the older sync's PLAN was acted on";
+  EXPECT_EQ(deltakv::shm::ParseNonce(m).value(), 42u);
+  EXPECT_EQ(deltakv_engine_get_state(e), DELTAKV_ENGINE_ATTACHED);
+  deltakv_engine_free(e);
+}
+
 // staging_reserve_bytes: the cpu backend has no device memory to set aside, so a reserve of any
 // size starts the handle as usual.
 TEST(EngineHandle, StagingReserveStartsOnTheCpuBackend) {

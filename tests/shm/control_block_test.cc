@@ -593,6 +593,22 @@ TEST(ControlBlockTest, RejectsBadOptions) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ControlBlock::SegmentBytes(o), 0u);
   EXPECT_GT(ControlBlock::SegmentBytes(ControlBlockOptions{}), 64u * (256u << 10));
+  // The largest message must fit as one record: 8 + round8(m) <= capacity (section 3).
+  o = SmallOptions();
+  o.command_ring_capacity = 64;
+  o.command_max_message = 56;  // 8 + 56 = 64: fits exactly
+  {
+    const std::string name = UniqueName("ctl");
+    ScopedUnlink cleanup(name);
+    EXPECT_TRUE(ControlBlock::Create(name, o).ok());
+  }
+  o.command_max_message = 57;  // 8 + 64 > 64
+  EXPECT_EQ(ControlBlock::Create(UniqueName("ctl"), o).status().code(),
+            StatusCode::kInvalidArgument);
+  o = SmallOptions();
+  o.command_ring_capacity = uint64_t{1} << 31;  // above a control block's 2^30
+  EXPECT_EQ(ControlBlock::Create(UniqueName("ctl"), o).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ typedef struct deltakv_engine_params {
   const char* backend;         /* device backend: "cpu" (default) or "cuda" */
   const char* initial_version; /* the policy version the engine loaded, e.g. "v1" */
   int32_t poll_mode;           /* 1: commits are applied in deltakv_engine_poll() */
-  uint32_t attach_timeout_ms;  /* how long start() waits for the sidecar; default 10000 */
+  uint32_t attach_timeout_ms;  /* how long start() waits for the sidecar; 0 or default: 10000 */
   /* A node serving a slice of a larger tensor-parallel group (docs/MULTINODE.md): this process
    * is global rank first_global_rank + rank of global_world_size ranks, and layouts name global
    * ranks. global_world_size 0 (the default): the node serves the whole group. */
@@ -142,8 +142,8 @@ static inline deltakv_callbacks deltakv_default_callbacks(void) {
 
 /* Creates a handle. Nothing is attached until deltakv_engine_start. NULL params = the defaults.
  * INVALID_ARGUMENT for a bad struct_size (deltakv_base.h), world_size <= 0, a rank outside
- * [0, world_size), or (global_world_size > 0) a slice [first_global_rank, + world_size) outside
- * [0, global_world_size). */
+ * [0, world_size), global_world_size < 0, or (global_world_size > 0) a slice
+ * [first_global_rank, + world_size) outside [0, global_world_size). *out is NULL on failure. */
 deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltakv_engine** out);
 void deltakv_engine_free(deltakv_engine* engine);
 
@@ -157,28 +157,30 @@ deltakv_status deltakv_engine_register_tensor(deltakv_engine* engine, const char
                                               const char* layout_json);
 
 /* Sets the pause/resume/derived callbacks (start from deltakv_default_callbacks()).
- * REQUIRES: called before deltakv_engine_start. */
+ * FAILED_PRECONDITION once deltakv_engine_start succeeded (the handle keeps the callbacks it
+ * has). */
 deltakv_status deltakv_engine_set_callbacks(deltakv_engine* engine, const deltakv_callbacks* cb);
 
 /* Attaches to the sidecar, registers the rank and starts serving sync plans. */
 deltakv_status deltakv_engine_start(deltakv_engine* engine);
 
-/* Poll mode: applies a pending commit, if any; *committed (may be NULL) is set to 1 then. */
+/* Poll mode: applies a pending commit, if any. On success *committed (may be NULL) is 1 if a
+ * commit was applied, else 0; on failure it is not written. */
 deltakv_status deltakv_engine_poll(deltakv_engine* engine, int32_t* committed);
 
-/* The policy version counter the engine serves now (starts at 0, +1 per commit). */
+/* The policy version counter the engine serves now (starts at 0, +1 per commit; 0 for NULL). */
 uint64_t deltakv_engine_policy_version(const deltakv_engine* engine);
-/* The version id string the engine serves now. The string is a copy owned by the calling
- * thread, valid until that thread calls this function again. */
+/* The version id string the engine serves now ("" for NULL). The string is a copy owned by the
+ * calling thread, valid until that thread calls this function again. */
 const char* deltakv_engine_version_id(deltakv_engine* engine);
 
 /* The handle's state now (DELTAKV_ENGINE_STOPPED for NULL). */
 deltakv_engine_state deltakv_engine_get_state(const deltakv_engine* engine);
 
 /* The message of the last sync that failed on this rank ("" if none since the handle was
- * created; a later successful commit does not clear it). A copy owned by the calling thread,
- * valid until that thread calls this function again; safe from any thread. Failed calls report
- * through deltakv_last_error() instead. */
+ * created, and for NULL; a later successful commit does not clear it). A copy owned by the calling
+ * thread, valid until that thread calls this function again; safe from any thread. Failed calls
+ * report through deltakv_last_error() instead. */
 const char* deltakv_engine_sync_error(const deltakv_engine* engine);
 
 /* Figures of the newest sync this rank staged: what it cost the engine, for operators and

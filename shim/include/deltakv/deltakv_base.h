@@ -74,8 +74,9 @@ uint32_t deltakv_abi_version(void);
  * succeeded or there was none). Valid until the thread's next such call. */
 const char* deltakv_last_error(void);
 
-/* "OK", "INVALID_ARGUMENT", ... for a status code; "UNKNOWN" for any other value. A static
- * string. */
+/* The name of a status code: "OK", "INVALID_ARGUMENT", "NOT_FOUND", "DATA_LOSS",
+ * "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "IO_ERROR", "UNIMPLEMENTED", "INTERNAL" for 0 to 8;
+ * "UNKNOWN" for any other value. A static string. */
 const char* deltakv_status_name(int status);
 
 #ifdef __cplusplus

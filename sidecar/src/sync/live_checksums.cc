@@ -32,7 +32,8 @@ std::vector<std::string> LiveChecksums::ReplicaMismatches() const {
   std::vector<std::string> out;
   for (const auto& [name, t] : tensors) {
     for (uint32_t h = 0; h < t.ranks.size(); ++h) {
-      if (!t.ranks[h].has_replica) continue;
+      // A holder that sent no REPLICA entry counts as zero sums (PROTOCOL.md 9.4): owners'
+      // nonzero sums for it are a mismatch too.
       deltasync::AdlerDelta want;
       for (uint32_t r = 0; r < t.ranks.size(); ++r) {
         auto it = t.ranks[r].refs.find(h);

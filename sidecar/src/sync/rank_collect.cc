@@ -1,5 +1,7 @@
 #include "sync/rank_collect.h"
 
+#include "log/log.h"
+
 namespace deltakv::sidecar {
 
 Status CollectFromRanks(const std::vector<shm::RankChannel*>& channels, const CollectSpec& spec) {
@@ -25,7 +27,13 @@ Status CollectFromRanks(const std::vector<shm::RankChannel*>& channels, const Co
         continue;
       }
       auto msg = shm::DecodeMessage(buf);
-      if (!msg.ok()) return msg.status().WithPrefix(who);
+      if (!msg.ok()) {
+        // A message that does not decode is logged and ignored, never acted on (PROTOCOL.md
+        // section 6); the rank's answer may still come.
+        log::Warn("ignored a message that does not decode",
+                  {{"rank", r}, {"error", msg.status().message()}});
+        continue;
+      }
       if (msg->sync_id != spec.id) continue;
       if (msg->type == shm::MessageType::kError) {
         auto text = shm::ParseText(*msg);
