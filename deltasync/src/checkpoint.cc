@@ -20,6 +20,13 @@ StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   if (names.empty()) {
     return InvalidArgument("checkpoint '" + dir + "' holds no .safetensors files");
   }
+  for (const std::string& name : names) {
+    // The manifests name files by these names; readers refuse any other (FORMAT.md).
+    if (!IsSafeObjectName(name)) {
+      return InvalidArgument("checkpoint '" + dir + "': unsafe file name '" + name +
+                             "' (names are 1-255 characters from [A-Za-z0-9._-])");
+    }
+  }
   Checkpoint c;
   c.dir_ = dir;
   c.names_ = names;

@@ -316,6 +316,38 @@ class CliTest(unittest.TestCase):
         p = run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out",
                 self.t("d12"), expect=2)
         self.assertIn("already exists", p.stderr)
+        # The synthetic checkpoint writers too: the existing directory is left as it was.
+        def contents(d):
+            out = {}
+            for name in sorted(os.listdir(d)):
+                with open(os.path.join(d, name), "rb") as f:
+                    out[name] = f.read()
+            return out
+        before = contents(self.t("v2"))
+        p = run("checkpoint", "generate", "--out", self.t("v2"), "--size-mib", "1", expect=2)
+        self.assertIn("already exists", p.stderr)
+        p = run("checkpoint", "mutate", "--parent", self.t("v1"), "--out", self.t("v2"), expect=2)
+        self.assertIn("already exists", p.stderr)
+        self.assertEqual(contents(self.t("v2")), before)
+        # A mutate that fails leaves no output behind.
+        run("checkpoint", "mutate", "--parent", self.t("nope"), "--out", self.fresh("m-bad"),
+            expect=3)
+        self.assertFalse(os.path.exists(self.t("m-bad")))
+        self.assertFalse([f for f in os.listdir(self.tmp) if f.startswith("m-bad")])
+
+    def test_unsafe_file_names_are_refused_when_written(self):
+        # A checkpoint whose file name the manifests cannot carry is refused by every writer,
+        # not only by apply later.
+        d = self.fresh("unsafe")
+        shutil.copytree(self.t("v1"), d)
+        name = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))[0]
+        os.rename(os.path.join(d, name), os.path.join(d, "p1 x.safetensors"))
+        for args in (("checkpoint", "manifest", d, "--stdout"),
+                     ("publish", "--parent", self.t("v1"), "--new", d, "--out",
+                      self.fresh("d-unsafe"))):
+            p = run(*args, expect=2)
+            self.assertIn("unsafe file name 'p1 x.safetensors'", p.stderr)
+        self.assertFalse(os.path.exists(self.t("d-unsafe")))
 
     def test_frame_apply_with_zstd_cli_frames(self):
         rng = np.random.default_rng(5)

@@ -341,6 +341,9 @@ class VolumeCli(unittest.TestCase):
             self.assertIn("read-only", p.stderr)
             p = vol(web, "ls", expect=2)
             self.assertIn("cannot list", p.stderr)
+            p = vol(web, "gc", expect=2)  # not taken for another gc's marker
+            self.assertIn("read-only", p.stderr)
+            self.assertNotIn("another gc", p.stderr)
             vol(web, "show", "demo/web:nope", expect=2)
         finally:
             server.kill()

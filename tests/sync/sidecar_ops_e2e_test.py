@@ -109,6 +109,19 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         self.assertFalse([f for f in after if "-plan-" in f], after)
         self.assertEqual([j["msg"] for j in self.log_lines()][-2:], ["shutting down", "stopped"])
 
+    def test_sigterm_stops_a_running_scrub_as_shutting_down(self):
+        c = self.cluster(tp=1)
+        self.assertEqual(c.verify(self.t("v1"))["state"], "verified")
+        # 0.2 MB/s: this scrub would take many seconds.
+        code, body = http("POST", c.url + "/v1/scrub", {"rate_gbps": 0.0002}, TOKEN)
+        self.assertEqual(code, 202, body)
+        scrub = body["id"]
+        self.wait_state(c, scrub, "verifying")
+        self.assertEqual(self.terminate(c), 0)
+        end = [j for j in self.log_lines() if j.get("sync_id") == scrub and j["msg"] != "scrub started"]
+        self.assertEqual([j["msg"] for j in end], ["scrub failed"], end)
+        self.assertEqual(end[0]["error"], "sidecar shutting down")
+
     def test_sigterm_before_the_decision_aborts(self):
         c = self.cluster(tp=2, env={"DELTAKV_FAULT_STALL": "staged:3000"})
         before = c.answers()

@@ -73,6 +73,15 @@ void AddCheckpointCommands(CLI::App& app, int* rc) {
 namespace deltakv::cli {
 
 // deltakv checkpoint generate / mutate: synthetic checkpoints for demos and benchmarks.
+// Writes an output directory through a staging directory renamed into place: an existing
+// output is refused (FailedPrecondition: exit 2) and a run that fails leaves nothing behind.
+template <class Write>
+Status WriteNewDirectory(const std::string& out, Write write) {
+  ASSIGN_OR_RETURN(StagingDir staging, StagingDir::Create(out));
+  RETURN_IF_ERROR(write(staging.path()));
+  return staging.Commit();
+}
+
 void AddSyntheticCommands(CLI::App& group, int* rc) {
   struct Opts {
     std::string out, parent;
@@ -88,7 +97,7 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   auto o = std::make_shared<Opts>();
   CLI::App* gen = group.add_subcommand(
       "generate", "Write a synthetic transformer-like checkpoint (bf16 weights, f32 norms)");
-  gen->add_option("--out", o->out, "Output directory")->required();
+  gen->add_option("--out", o->out, "Output directory (must not exist)")->required();
   gen->add_option("--size-mib", o->size_mib, "Approximate size, MiB")->capture_default_str();
   gen->add_option("--files", o->files, "Number of safetensors files")->capture_default_str();
   gen->add_option("--seed", o->seed, "Random seed")->capture_default_str();
@@ -100,7 +109,9 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   gen->add_flag("--json", o->json, "Print a JSON summary");
   gen->callback([o, rc] {
     auto layout = deltasync::ModelLikeLayout(o->size_mib << 20, o->files, o->experts);
-    Status s = deltasync::GenerateCheckpoint(o->out, layout, o->seed);
+    Status s = WriteNewDirectory(o->out, [&](const std::string& dir) {
+      return deltasync::GenerateCheckpoint(dir, layout, o->seed);
+    });
     if (!s.ok()) {
       *rc = ReportError("checkpoint generate", s, o->json);
       return;
@@ -113,7 +124,7 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   CLI::App* mut = group.add_subcommand(
       "mutate", "Write a copy of a checkpoint with a fraction of elements changed by 1-2 ulp");
   mut->add_option("--parent", o->parent, "Parent checkpoint directory")->required();
-  mut->add_option("--out", o->out, "Output directory")->required();
+  mut->add_option("--out", o->out, "Output directory (must not exist)")->required();
   mut->add_option("--density", o->density, "Fraction of elements changed")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -132,9 +143,13 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
     mo.tensor_fraction = o->tensor_fraction;
     mo.seed = o->seed;
     mo.step_metadata = o->step;
-    auto r = deltasync::MutateCheckpoint(o->parent, o->out, mo);
-    if (!r.ok()) {
-      *rc = ReportError("checkpoint mutate", r.status(), o->json);
+    StatusOr<deltasync::MutationStats> r = Internal("not run");
+    Status s = WriteNewDirectory(o->out, [&](const std::string& dir) {
+      r = deltasync::MutateCheckpoint(o->parent, dir, mo);
+      return r.status();
+    });
+    if (!s.ok()) {
+      *rc = ReportError("checkpoint mutate", s, o->json);
       return;
     }
     if (o->json) {

@@ -56,9 +56,11 @@ class HttpVolumeStore : public deltasync::VolumeStore {
   std::string Describe() const override { return objects_->Describe(); }
 
  private:
+  // Unimplemented, not FailedPrecondition: to PutIfGeneration's callers that means "someone
+  // else wrote it first" (a gc would report another gc's marker).
   Status ReadOnly(const std::string& key) const {
-    return FailedPrecondition("volume store " + Describe() + " is read-only (http/https): " +
-                              "cannot write '" + key + "'");
+    return Unimplemented("volume store " + Describe() +
+                         " is read-only (http/https): " + "cannot write '" + key + "'");
   }
 
   std::unique_ptr<deltasync::ObjectStore> objects_;

@@ -148,17 +148,21 @@ StatusOr<LiveChecksums> ShmSyncExecutor::Job::Checksum(uint64_t rate_bytes_per_s
   auto live = CollectLiveChecksums(
       Channels(), tables_, job_id, req, ex_.options_.verify_timeout, [&](uint32_t r) -> Status {
         if (scrub && ex_.stop_scrub_.load()) {
-          // A sync is waiting: tell every rank to stop reading (they check between chunks).
+          // A sync is waiting, or the sidecar is shutting down: tell every rank to stop reading
+          // (they check between chunks).
+          const bool shutdown = ex_.shutting_down_.load();
           if (!stopping) {
             stopping = true;
             auto bytes = shm::EncodeMessage(
-                shm::MakeText(shm::MessageType::kAbort, job_id, "scrub stopped for a sync")
+                shm::MakeText(shm::MessageType::kAbort, job_id,
+                              shutdown ? "sidecar shutting down" : "scrub stopped for a sync")
                     .value());
             for (RankRun& rr : runs_) {
               if (bytes.ok()) (void)rr.channel.commands.TryPush(*bytes);
             }
           }
-          return FailedPrecondition("the scrub was stopped for a sync");
+          return FailedPrecondition(shutdown ? "sidecar shutting down"
+                                             : "the scrub was stopped for a sync");
         }
         return RankGone(r);
       });
