@@ -16,7 +16,7 @@ GOOD = {
     "http_ca_file": None, "http_timeout": 5, "http_total_timeout": 60, "http_attempts": 2,
     "verify_checkpoint": "/tmp/ckpt", "scrub_interval_s": 1.5, "scrub_rate_gbps": 0.5,
     "port_file": "/tmp/port", "kv_block_bytes": 4096, "kv_capacity_slots": 8,
-    "kv_host_fraction": 0.25, "kv_hugepages": True, "kv_numa_node": "auto",
+    "kv_host_fraction": 0.0, "kv_hugepages": True, "kv_numa_node": "auto",
     "kv_gpu_pci_bus_id": "0000:3b:00.0", "group": "g", "node": "a", "group_members": "a,b",
     "topology": "/tmp/topology.json",
     "etcd_endpoints": "http://127.0.0.1:2379", "group_prepare_timeout_ms": 1000,
@@ -130,6 +130,11 @@ class SidecarConfigTest(unittest.TestCase):
         self.refused({}, "--token-file: cannot read", flags=("--token-file", "/no/such"))
         self.refused({}, "must be http://host:port", flags=("--peer-url", "https://a:1"))
         self.refused({"peer_url": "http://a"}, "must be http://host:port")
+        # The KV pool is sized by slots or by a fraction of host RAM, not both.
+        self.refused({"kv_block_bytes": 4096, "kv_capacity_slots": 8, "kv_host_fraction": 0.25},
+                     "both size the KV pool")
+        self.refused({}, "both size the KV pool",
+                     flags=("--kv-capacity-slots", "8", "--kv-host-fraction", "0.1"))
 
     def test_readme_table_is_the_code_table(self):
         table = subprocess.run([DELTAKV, "sidecar", "--config-keys-markdown"], capture_output=True,

@@ -381,6 +381,11 @@ Status ValidateSidecarOpts(const SidecarOpts& o, const std::set<std::string>& fr
       if (!s.ok()) return bad(s.message());
     }
   }
+  // The pool's size comes from one of the two, never both.
+  if (o.kv_capacity_slots != 0 && o.kv_host_fraction != 0) {
+    return InvalidArgument(
+        "--kv-capacity-slots and --kv-host-fraction both size the KV pool: give one of them");
+  }
   return Status::Ok();
 }
 
