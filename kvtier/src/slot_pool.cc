@@ -184,7 +184,9 @@ StatusOr<SlotPool> SlotPool::Create(const std::string& name, const SlotPoolOptio
                                                    options.chunk_bytes, options.event_capacity));
   shm::CreateOptions create;
   create.if_exists = options.if_exists;
-  create.unlink_on_destroy = options.unlink_on_destroy;
+  // Removed if anything below fails (nothing left behind); options.unlink_on_destroy applies
+  // once the pool is published.
+  create.unlink_on_destroy = true;
   ASSIGN_OR_RETURN(shm::Segment segment,
                    shm::Segment::Create(name, g.total_size, shm::SegmentKind::kKvPool, create));
   if (options.hugepages) AdviseHugePages(segment);  // before the index pages are first touched
@@ -223,6 +225,7 @@ StatusOr<SlotPool> SlotPool::Create(const std::string& name, const SlotPoolOptio
       BlockIndex::InitBuckets(reinterpret_cast<IndexBucket*>(segment.data() + g.buckets_offset),
                               g.bucket_count + kProbeBuckets));
   segment.Publish();
+  segment.set_unlink_on_destroy(options.unlink_on_destroy);
   return SlotPool(std::move(segment), client);
 }
 
@@ -653,10 +656,18 @@ StatusOr<PrepareStoreResult> SlotPool::PrepareStore(std::span<const PoolKey> key
         result.slots[i].outcome = StoreOutcome::kInFlight;
         continue;
       }
-      if (w.state == SlotState::kReady && Pin(*found).ok()) {
-        protect.push_back(*found);
-        result.slots[i].outcome = StoreOutcome::kAlreadyStored;
-        continue;
+      if (w.state == SlotState::kReady) {
+        const Status pinned = Pin(*found);
+        if (pinned.ok()) {
+          protect.push_back(*found);
+          result.slots[i].outcome = StoreOutcome::kAlreadyStored;
+          continue;
+        }
+        if (pinned.code() == StatusCode::kResourceExhausted) {
+          // Pinned by as many processes as can pin it: stored, and it stays while they hold it.
+          result.slots[i].outcome = StoreOutcome::kAlreadyStored;
+          continue;
+        }
       }
     }
     needed[i] = true;
@@ -718,7 +729,8 @@ StatusOr<PrepareStoreResult> SlotPool::PrepareStore(std::span<const PoolKey> key
   const CounterWriter w = Counters();
   w.Add(PoolCounter::kStoresPrepared, result.allocated);
   w.Add(PoolCounter::kStoresRefused, result.refused);
-  if (result.allocated == 0 && result.refused > 0) {
+  // An eviction already happened: the caller gets the result (its evicted_keys), not an error.
+  if (result.allocated == 0 && result.refused > 0 && result.evicted == 0) {
     return ResourceExhausted("kv pool: refused all " + std::to_string(result.refused) +
                              " blocks: every slot is pinned or in flight");
   }
@@ -799,7 +811,7 @@ Status SlotPool::Pin(SlotRef ref) {
   }
   SlotWord w = SlotWord::Decode(meta.state.load(std::memory_order_seq_cst));
   if (w.state != SlotState::kReady || w.generation != ref.generation) {
-    (void)Unpin(ref);
+    (void)DropPin(ref);  // the pin just added, whatever the slot holds now
     return NotFound("kv pool: " + RefText(ref) + " no longer holds that block");
   }
   meta.lru_tick.store(clock_->Now(), std::memory_order_relaxed);
@@ -809,6 +821,17 @@ Status SlotPool::Pin(SlotRef ref) {
 
 Status SlotPool::Unpin(SlotRef ref) {
   if (ref.slot >= slot_count_) return InvalidArgument("kv pool: " + RefText(ref) + " out of range");
+  // While this process holds a pin the slot keeps its block, so a ref of another generation
+  // names no block it pinned (a stale ref must not drop a live pin).
+  const SlotWord w = SlotWord::Decode(Meta(ref.slot).state.load(std::memory_order_seq_cst));
+  if (w.generation != ref.generation) {
+    return FailedPrecondition("kv pool: this process holds no pin on " + RefText(ref) +
+                              " (the slot holds another block)");
+  }
+  return DropPin(ref);
+}
+
+Status SlotPool::DropPin(SlotRef ref) {
   for (auto& h : Meta(ref.slot).holders) {
     uint64_t w = h.load(std::memory_order_relaxed);
     while (w != 0 && HolderPid(w) == pid_) {

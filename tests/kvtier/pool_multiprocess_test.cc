@@ -101,6 +101,66 @@ int StressWorker(const std::string& name, uint32_t seed, int iterations) {
   return bad;
 }
 
+// A stored block pinned by as many other processes as can pin it is kAlreadyStored: a store of
+// its key takes no slot and evicts nothing.
+TEST(PoolMultiProcessTest, StoredKeyPinnedByEveryHolderEvictsNothing) {
+  SlotPoolOptions o;
+  o.block_bytes = 256;
+  o.capacity_slots = 2;
+  const std::string name = UniquePoolName("pinned");
+  StatusOr<SlotPool> pool = SlotPool::Create(name, o);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  const PoolKey k1 = KeyOf(1), k2 = KeyOf(2);
+  SlotRef ref;
+  for (const PoolKey& k : {k1, k2}) {
+    StatusOr<PrepareStoreResult> r = pool->PrepareStore(std::span(&k, 1));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (k == k1) ref = r->slots[0].ref;
+    ASSERT_TRUE(pool->CommitStore(r->slots[0].ref).ok());
+  }
+  int pinned[2], release[2];
+  ASSERT_EQ(pipe(pinned), 0);
+  ASSERT_EQ(pipe(release), 0);
+  std::vector<pid_t> children;
+  for (uint32_t i = 0; i < kMaxPinHolders; ++i) {
+    const pid_t c = fork();
+    if (c == 0) {
+      StatusOr<SlotPool> q = SlotPool::Open(name);
+      char b = q.ok() && q->Pin(ref).ok() ? 'y' : 'n';
+      if (write(pinned[1], &b, 1) != 1) _exit(2);
+      if (read(release[0], &b, 1) != 1) _exit(3);
+      _exit(0);
+    }
+    ASSERT_GT(c, 0);
+    children.push_back(c);
+  }
+  int ok = 0;
+  for (uint32_t i = 0; i < kMaxPinHolders; ++i) {
+    char b = 0;
+    ASSERT_EQ(read(pinned[0], &b, 1), 1);
+    ok += b == 'y';
+  }
+  ASSERT_EQ(ok, static_cast<int>(kMaxPinHolders));
+  ASSERT_EQ(pool->Pin(ref).code(), StatusCode::kResourceExhausted);
+  StatusOr<PrepareStoreResult> r = pool->PrepareStore(std::span(&k1, 1));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->slots[0].outcome, StoreOutcome::kAlreadyStored);
+  EXPECT_EQ(r->evicted, 0u);
+  EXPECT_EQ(pool->Lookup(std::span(&k2, 1)), 1u) << "another block was evicted for a stored key";
+  for (size_t i = 0; i < children.size(); ++i) {
+    const char b = 'g';
+    ASSERT_EQ(write(release[1], &b, 1), 1);
+  }
+  for (pid_t c : children) {
+    int status = 0;
+    waitpid(c, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  for (int fd : {pinned[0], pinned[1], release[0], release[1]}) close(fd);
+  (void)pool->ReclaimDead();
+  (void)shm::Segment::Unlink(name);
+}
+
 TEST(PoolMultiProcessTest, ConcurrentStoreLoadEvictMatchesOracle) {
   const std::string name = UniquePoolName("stress");
   SlotPool pool = CreatePool(name, 24, 16384, /*poison=*/true);

@@ -456,7 +456,11 @@ TEST_F(PoolTest, GenerationChecks) {
   EXPECT_EQ(pool.CommitStore(old).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(pool.Unpin(old).code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(pool.Pin(SlotRef{old.slot, w.generation}).ok());
+  // A stale ref drops no pin the process holds on the slot's new block.
+  EXPECT_EQ(pool.Unpin(old).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool.PinsHeldByThisProcess(old.slot), 1u);
   EXPECT_TRUE(pool.Unpin(SlotRef{old.slot, w.generation}).ok());
+  EXPECT_EQ(pool.PinsHeldByThisProcess(old.slot), 0u);
 }
 
 TEST_F(PoolTest, PoisonFillsFreedSlots) {
@@ -742,6 +746,22 @@ TEST_F(PoolTest, EventCapacityIsValidated) {
   EXPECT_EQ(pool->ReadEvents(&cursor, &events).read, 0u);
   EXPECT_EQ(pool->Stats().events_published, 0u);
   EXPECT_TRUE(SlotPool::Open(pool->segment().name()).ok());
+}
+
+// A Create that fails leaves no segment, also when the pool is to outlive its creator.
+TEST_F(PoolTest, FailedCreateLeavesNothingBehind) {
+  SlotPoolOptions options;
+  options.block_bytes = 4096;
+  options.capacity_slots = 8;
+  options.unlink_on_destroy = false;
+  options.place_memory = [](std::span<uint8_t>) { return IoError("no such node"); };
+  const std::string name = UniquePoolName("failed");
+  EXPECT_EQ(SlotPool::Create(name, options).status().code(), StatusCode::kIoError);
+  EXPECT_EQ(SlotPool::Open(name).status().code(), StatusCode::kNotFound);
+  options.place_memory = nullptr;  // the name is free for a later Create
+  StatusOr<SlotPool> pool = SlotPool::Create(name, options);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_TRUE(shm::Segment::Unlink(name).ok());
 }
 
 TEST_F(PoolTest, CreateRejectsBadSizes) {

@@ -21,7 +21,10 @@
 // PoolHeader against the formulas below and the segment size (ValidatePoolHeader).
 //
 // Layout version history: 1 = counters in the PoolHeader; 2 = sharded counter region, event
-// ring, page-aligned slot and bucket regions, IndexBucket with key_lo and slot_ref first.
+// ring, page-aligned slot and bucket regions, IndexBucket with key_lo and slot_ref first; 3 =
+// the pids in slot, pin-holder, counter-shard and event words are judged alive by the liveness
+// token files that name them (never by kill(pid, 0)), so every process holds its token before
+// it attaches.
 //
 // Thread-safety: the structs are laid out in shared memory and accessed by several processes
 // at once, through the atomics they contain; plain fields are written once by the creator.

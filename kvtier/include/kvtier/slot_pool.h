@@ -259,7 +259,9 @@ class SlotPool {
   // READY; ResourceExhausted if kMaxPinHolders other processes pin it; InvalidArgument for a
   // slot out of range. On failure nothing is pinned.
   Status Pin(SlotRef ref);
-  // Drops one pin of this process on `ref`. FailedPrecondition if this process holds none.
+  // Drops one pin of this process on `ref`. FailedPrecondition if this process holds none
+  // (also when the slot holds another generation than `ref`'s: a stale ref drops no pin);
+  // InvalidArgument for a slot out of range.
   Status Unpin(SlotRef ref);
 
   // prepare_store: one StoreSlot per key (see StoreOutcome). Keys already READY are pinned for
@@ -274,8 +276,12 @@ class SlotPool {
   // free entry within reach, a lock error); once a pass finds nothing, every later key needing
   // a slot is kRefused as well. The pass reads each slot's state once, O(capacity), and runs
   // only after the policy's candidates failed. ResourceExhausted (nothing allocated, nothing
-  // left behind) when keys needed slots and none could be had. `fingerprints` is empty or one
-  // token fingerprint per key, stored with the block. REQUIRES: keys are distinct.
+  // evicted, nothing left behind) when keys needed slots and none could be had; a batch that
+  // evicted a block and then could not use the slot (the index had no room for the key) returns
+  // its result, the key kRefused and the evicted key in evicted_keys. A key READY but pinned by
+  // kMaxPinHolders other processes is kAlreadyStored (it cannot be evicted while they hold it).
+  // `fingerprints` is empty or one token fingerprint per key, stored with the block. REQUIRES: keys
+  // are distinct.
   StatusOr<PrepareStoreResult> PrepareStore(std::span<const PoolKey> keys,
                                             std::span<const uint64_t> fingerprints = {});
   // WRITING -> READY (release): the block becomes visible to every process. FailedPrecondition
@@ -336,6 +342,9 @@ class SlotPool {
   class CounterWriter;
 
   SlotPool(shm::Segment segment, const SlotPoolClientOptions& client);
+
+  // Drops one pin of this process on `ref`'s slot, whatever block it holds (Pin's rollback).
+  Status DropPin(SlotRef ref);
 
   // The calling thread's counter shard (claimed on first use; shard 0 when none is free).
   PoolCounterShard* ThreadShard();
