@@ -4,6 +4,7 @@
 #include <zstd.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "deltasync/xor_decoder.h"
@@ -130,6 +131,55 @@ TEST(LibzstdXorDecoder, WindowCap) {
   auto r = MakeLibzstdXorDecoder()->Decode(out, limits, sink);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+}
+
+// The window limit holds for every frame, whatever path libzstd takes: a small frame with a
+// content size (decoded in one pass, where libzstd itself does not check the window), limits
+// below 2^10 and above 2^31 (outside the range libzstd's parameter takes).
+TEST(LibzstdXorDecoder, WindowLimitHoldsOnEveryPath) {
+  std::vector<uint8_t> v = Sparse(200000, 0.01, 8);
+  auto frame = Compress(v, 3);  // content size set; a window of about the input's size
+  for (uint32_t log : {9u, 16u}) {
+    DenseSink sink(v.size());
+    DecodeLimits limits;
+    limits.max_window_log = log;
+    auto r = MakeLibzstdXorDecoder()->Decode(frame, limits, sink);
+    ASSERT_FALSE(r.ok()) << log;
+    EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(r.status().message().find("above the limit 2^" + std::to_string(log)),
+              std::string::npos)
+        << r.status().ToString();
+    EXPECT_EQ(sink.runs, 0u);
+  }
+  for (uint32_t log : {27u, 40u, 64u}) {
+    DenseSink sink(v.size());
+    DecodeLimits limits;
+    limits.max_window_log = log;
+    auto r = MakeLibzstdXorDecoder()->Decode(frame, limits, sink);
+    ASSERT_TRUE(r.ok()) << log << ": " << r.status().ToString();
+    EXPECT_TRUE(sink.out == v);
+  }
+}
+
+// Skippable frames are skipped and not counted, as by the walker.
+TEST(LibzstdXorDecoder, SkippableFramesAreNotCounted) {
+  std::vector<uint8_t> v = Sparse(5000, 0.05, 9);
+  auto frame = Compress(v, 1);
+  const uint8_t skippable[] = {0x5A, 0x2A, 0x4D, 0x18, 3, 0, 0, 0, 1, 2, 3};
+  std::vector<uint8_t> input(skippable, skippable + sizeof(skippable));
+  input.insert(input.end(), frame.begin(), frame.end());
+  input.insert(input.end(), skippable, skippable + sizeof(skippable));
+  DenseSink sink(v.size());
+  auto r = MakeLibzstdXorDecoder()->Decode(input, DecodeLimits{}, sink);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->frames, 1u);
+  EXPECT_EQ(r->decoded_length, v.size());
+  EXPECT_TRUE(sink.out == v);
+  DenseSink none(0);
+  auto only = MakeLibzstdXorDecoder()->Decode(
+      std::span<const uint8_t>(skippable, sizeof(skippable)), DecodeLimits{}, none);
+  ASSERT_TRUE(only.ok()) << only.status().ToString();
+  EXPECT_EQ(only->frames, 0u);
 }
 
 TEST(DecoderRegistry, KnownAndUnknownNames) {

@@ -49,6 +49,30 @@ class WritePlanVersions : public ::testing::TestWithParam<uint32_t> {};
 INSTANTIATE_TEST_SUITE_P(Both, WritePlanVersions,
                          ::testing::Values(kPlanVersion, kPlanVersionCompact));
 
+// Version 1 keeps 32 flag bits per record; the reader hands out the owner bit only, as for
+// version 2 (PlanRecord: flags = the owner bit).
+TEST(WritePlanV1, ReaderKeepsOnlyTheOwnerFlag) {
+  const std::vector<PlanTensor> tensors = {{0, 0, 100, 0, 0}};
+  for (bool owner : {false, true}) {
+    Buffer buf(4096);
+    WritePlanWriter w(buf.span(), tensors, kPlanVersion);
+    ASSERT_TRUE(w.Add(0, 10, 10, std::vector<uint8_t>{1, 2, 3}, owner).ok());
+    auto used = w.Finish();
+    ASSERT_TRUE(used.ok());
+    const size_t flags_at = WritePlanWriter::FixedBytes(1) + 24;
+    Put32(buf.span(), flags_at, owner ? 0xFFFFFFFFu : 0xFFFFFFFEu);  // unknown bits set
+    auto r = WritePlanReader::Open(buf.span().first(*used));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    int seen = 0;
+    ASSERT_TRUE(r->ForEach([&](const PlanRecord& rec, std::span<uint8_t>) {
+                   EXPECT_EQ(rec.flags, owner ? kPlanRecordOwner : 0u);
+                   ++seen;
+                   return Status::Ok();
+                 }).ok());
+    EXPECT_EQ(seen, 1);
+  }
+}
+
 TEST_P(WritePlanVersions, RoundTrip) {
   Buffer buf(1 << 16);
   std::vector<PlanTensor> tensors = {{3, 0, 1000, 11, 22}, {7, kPlanTensorFullVerify, 64, 1, 2}};

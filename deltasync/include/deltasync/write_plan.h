@@ -177,9 +177,10 @@ class WritePlanWriter {
   // Writes the header; returns the bytes used.
   StatusOr<uint64_t> Finish();
   uint64_t record_count() const { return records_; }
-  // Buffer bytes still free; a run of n bytes needs at most RecordBytes(n) of them (exactly
-  // that in version 1; in version 2 a short record takes 8 + the padded length, a long one 16 +
-  // the padded length, and either 16 more when it starts a new tensor record).
+  // Buffer bytes still free; a run of n <= 2^31 bytes needs at most RecordBytes(n) of them
+  // (Add splits longer runs into records of at most 2^31 bytes, each with its own header;
+  // exactly RecordBytes(n) in version 1; in version 2 a short record takes 8 + the padded length, a
+  // long one 16 + the padded length, and either 16 more when it starts a new tensor record).
   uint64_t remaining() const { return pos_ > buf_.size() ? 0 : buf_.size() - pos_; }
   static constexpr uint64_t RecordBytes(uint64_t n) { return kMaxRecordOverhead + Align8(n); }
   // The most bytes a record takes besides its padded data, in either version.
@@ -304,6 +305,7 @@ Status WritePlanReader::ForEachV1(F& fn) const {
     std::memcpy(&rec.local_offset, at + 8, 8);
     std::memcpy(&rec.canonical_offset, at + 16, 8);
     std::memcpy(&rec.flags, at + 24, 4);
+    rec.flags &= kPlanRecordOwner;  // as version 2: the owner bit only
     rec.reserved = 0;
     if (rec.tensor >= tensors_.size()) return BadRecord(index, RecordError::kTensor);
     const PlanTensor& t = tensors_[rec.tensor];

@@ -42,8 +42,10 @@ struct WalkerOptions {
   // Exceeding it gives ResourceExhausted. Bounds CPU on hostile input independently of output.
   uint64_t max_work = UINT64_MAX;
   // Nonzero bytes separated by at most this many zero bytes are delivered in one run (the zeros
-  // included). 0 delivers maximal runs of nonzero bytes only. Not used for a sink that takes
-  // bytes (NonzeroSink::TakesBytes), which gets every nonzero byte on its own.
+  // included). 0 delivers maximal runs of nonzero bytes only. Either way a run is cut every
+  // 64 KiB (a longer stretch comes as several runs).
+  // Not used for a sink that takes bytes (NonzeroSink::TakesBytes), which gets every nonzero
+  // byte on its own.
   uint32_t merge_gap = 0;
   // For measuring the entropy-decoding stage alone (walker_bench): every frame, block, literals
   // section and sequence is parsed, decoded and checked as usual (the same errors, on the same
