@@ -102,6 +102,12 @@ TEST(EtcdClient, RefusesBadEndpoints) {
   EXPECT_EQ(EtcdClient::Create({{}, 100}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(EtcdClient::Create({{"https://x:1"}, 100}).status().code(),
             StatusCode::kInvalidArgument);
+  for (const char* bad :
+       {"http://x", "http://x:", "http://x:port", "http://:1", "http://x:123456"}) {
+    EXPECT_EQ(EtcdClient::Create({{bad}, 100}).status().code(), StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_TRUE(EtcdClient::Create({{"http://[::1]:2379"}, 100}).ok());
   EXPECT_EQ(EtcdClient::Create({{"http://x:1/path"}, 100}).status().code(),
             StatusCode::kInvalidArgument);
 }

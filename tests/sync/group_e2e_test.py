@@ -242,6 +242,8 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
             hist = c.status()["history"][0]
             self.assertEqual(hist["group"]["view"], recs[n]["group"]["view"])
             self.assertEqual(c.status()["group"]["convergence"], "converged")
+            latest = c.status()["group"]["latest"]  # the commit compared with
+            self.assertEqual((latest["version"], latest["parent"]), ("v2", "v1"), latest)
             m = c.metrics()
             skew = [l for l in m.splitlines() if l.startswith("deltakv_group_resume_skew_ms ")]
             self.assertEqual(len(skew), 1, m)

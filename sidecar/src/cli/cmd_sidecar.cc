@@ -208,8 +208,8 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
     // wildcard address (then --peer-url must name this host).
     if (http.host == "0.0.0.0" || http.host == "::" || http.host == "[::]" || http.host.empty()) {
       log::Warn(
-          "no peer URL: listening on a wildcard address, so a sync must be posted to "
-          "every node (give --peer-url http://<this host>:<port>)");
+          "no peer URL: listening on a wildcard address, so syncs coordinated by other nodes "
+          "abort naming this node (give --peer-url http://<this host>:<port>)");
     } else {
       const std::string url = "http://" + http.host + ":" + std::to_string(api.port());
       if (Status ps = eo.group->SetPeerUrl(url); !ps.ok()) {

@@ -69,11 +69,12 @@ std::optional<SyncRequest> GroupConvergence::Check(const std::string& serving) {
   return r;
 }
 
-void GroupConvergence::Committed(const SyncRequest& request, const std::string& key) {
+void GroupConvergence::Committed(const SyncRequest& request, const std::string& key,
+                                 const std::string& parent) {
   if (group_ == nullptr) return;
   // The group's latest commit is the one this node just applied (a newer one needs this node).
-  LatestCommit l{key, request.version, "", request.delta, UnixNow()};
-  {
+  LatestCommit l{key, request.version, parent, request.delta, UnixNow()};
+  if (l.parent.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_.is_object() && state_.contains("latest") &&
         state_["latest"].value("version", "") == request.version) {

@@ -37,8 +37,9 @@ class GroupConvergence {
   // `serving` is the version the engine's ranks serve ("" if unknown). Returns the request to
   // run when the engine serves the parent of the group's latest COMMIT.
   std::optional<SyncRequest> Check(const std::string& serving);
-  // This node committed `request` under `key`: it serves the group's latest version.
-  void Committed(const SyncRequest& request, const std::string& key);
+  // This node committed `request` (a delta from `parent`) under `key`: it serves the group's
+  // latest version.
+  void Committed(const SyncRequest& request, const std::string& key, const std::string& parent);
   // The catch-up sync `request` failed with `why`.
   void CatchUpFailed(const SyncRequest& request, const Status& why);
   nlohmann::json Json() const;

@@ -448,7 +448,7 @@ Status ShmSyncExecutor::Job::RunSync() {
   // Every node reports its pause, even a diverged one: the others' views count it.
   if (group != nullptr) {
     ReportGroupPauses(group_key);
-    if (committed.ok()) ex_.convergence_.Committed(request_, group_key);
+    if (committed.ok()) ex_.convergence_.Committed(request_, group_key, m_.parent_version);
   }
   return committed;
 }
