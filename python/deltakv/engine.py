@@ -11,8 +11,11 @@ The background thread stages each sync and, once the sidecar decides COMMIT, cal
 writes the new bytes into the registered tensors, calls derived(name, regions) per changed
 tensor (regions: a new numpy uint64 array of shape (n, 2), one (offset, length) row per touched
 region of the tensor's local bytes, adjacent regions merged), bumps policy_version and calls
-resume. A callback that raises or returns False fails the commit (see deltakv.h for what
-the handle then reports). Callbacks run on the handle's thread with the GIL held.
+resume. A callback that raises or returns a false value (False, numpy's False, 0) fails the
+commit (see deltakv.h for what the handle then reports); None or a true value is success.
+Callbacks run on the handle's thread with the GIL held; in poll mode the commit, and with it
+the derived callback, runs in poll() on its caller's thread, and pause/resume are not called
+(the caller's scheduler is already paused while it polls). close() drops the callbacks.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Exceptions of the deltakv package.
 
-Every failure of the library raises a DeltakvError subclass that carries the C status code
+Every failure of the C library raises a DeltakvError subclass that carries the C status code
 (`status`, as in deltakv_base.h), its name (`status_name`) and the library's message. Classes
 that match a Python built-in also derive from it (InvalidArgumentError is a ValueError,
 NotFoundError a LookupError, IoError an OSError, UnimplementedError a NotImplementedError).

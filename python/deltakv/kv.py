@@ -7,7 +7,7 @@
     keys = deltakv.chain_keys(ctx, tokens, block_tokens=16)      # (n, 2) uint64: lo, hi
     client.store(keys, blocks=[0, 1, 2])                          # prepare, copy, publish
     hits = client.lookup(keys)
-    client.load(keys[:hits], blocks=[5, 6, 7])                    # pin, copy, unpin
+    client.load(keys[:hits], blocks=[5, 6, 7][:hits])             # pin, copy, unpin
 
 This is the C client (deltakv_kv.h) with the same rules: a stored block becomes visible only
 after its copy completed; handles and the client may be released in any order. The layout's

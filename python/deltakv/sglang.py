@@ -520,6 +520,8 @@ def load_update(model: Any, named_tensors: Sequence[Tuple[str, Any]]) -> None:
                                    f"{[n for n, _t in named_tensors]}")
     try:
         req = json.loads(bytes(reqs[0].cpu().numpy().tobytes()).decode())
+        if not isinstance(req, dict):
+            raise ValueError(f"a JSON object was expected, not {type(req).__name__}")
         op = req.pop("op")
     except (ValueError, KeyError, UnicodeDecodeError) as e:
         raise InvalidArgumentError(f"malformed {_REQUEST!r} tensor: {e}") from e

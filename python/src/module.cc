@@ -338,6 +338,29 @@ class Engine {
       if (!shape) {
         dims.clear();
         for (size_t i = 0; i < a.ndim(); ++i) dims.push_back(static_cast<int64_t>(a.shape(i)));
+        // Reinterpreted bytes (e.g. uint8 holding bfloat16), as publish: the last dimension
+        // scales with the element sizes, so the registered bytes are the array's bytes.
+        const std::optional<ds::DType> dt = dtype ? ds::ParseDType(*dtype) : std::nullopt;
+        const uint32_t from = (a.dtype().bits + 7) / 8;
+        if (dt && ds::DTypeSize(*dt) != from) {
+          const uint32_t to = ds::DTypeSize(*dt);
+          if (dims.empty() || (static_cast<uint64_t>(dims.back()) * from) % to != 0) {
+            Raise(DELTAKV_ERR_INVALID_ARGUMENT, "tensor '" + name +
+                                                    "': its last dimension does not hold whole " +
+                                                    *dtype + " elements");
+          }
+          dims.back() = static_cast<int64_t>(static_cast<uint64_t>(dims.back()) * from / to);
+        }
+      }
+      // The library writes the bytes the dtype and shape say: never more than the array holds.
+      if (const std::optional<ds::DType> dt = dtype ? ds::ParseDType(*dtype) : std::nullopt) {
+        uint64_t bytes = ds::DTypeSize(*dt);
+        for (int64_t d : dims) bytes *= d < 0 ? 0 : static_cast<uint64_t>(d);
+        if (bytes != a.nbytes()) {
+          Raise(DELTAKV_ERR_INVALID_ARGUMENT,
+                "tensor '" + name + "': " + *dtype + " of that shape is " + std::to_string(bytes) +
+                    " bytes, the array holds " + std::to_string(a.nbytes()));
+        }
       }
       keep_.push_back(tensor);
     }
@@ -386,6 +409,10 @@ class Engine {
       deltakv_engine_free(e);
     }
     keep_.clear();
+    // The handle's thread is gone: the callbacks (often bound methods of the caller) go too.
+    pause_ = nb::none();
+    resume_ = nb::none();
+    derived_ = nb::none();
   }
 
   std::string State() const { return StateName(deltakv_engine_get_state(e_)); }
@@ -424,7 +451,8 @@ class Engine {
     nb::gil_scoped_acquire gil;
     try {
       nb::object r = fn(std::forward<decltype(args)>(args)...);
-      if (!r.is_none() && nb::isinstance<nb::bool_>(r) && !nb::cast<bool>(r)) return 1;
+      // None or a true value: success; a false value (False, numpy's False, 0): failure.
+      if (!r.is_none() && PyObject_IsTrue(r.ptr()) == 0) return 1;
       return 0;
     } catch (nb::python_error& e) {
       e.discard_as_unraisable("deltakv engine callback");

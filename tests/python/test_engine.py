@@ -219,6 +219,42 @@ def test_a_failing_pause_is_reported(sidecar_factory, tmp_path):
             assert np.array_equal(live[k], v1[k]), k
 
 
+def test_a_false_value_from_a_callback_fails_the_commit(sidecar_factory, tmp_path):
+    s = sidecar_factory()
+    v1, client = weights(7), deltakv.SidecarClient(s.url, token=TOKEN)
+    v2 = step(v1, 8)
+    live = {k: v.copy() for k, v in v1.items()}
+    with make_engine(s, live) as e:
+        e.set_callbacks(pause=lambda: np.False_)  # numpy's False counts as False
+        e.start()
+        wait_attached(client)
+        deltakv.publish(as_published(v1), as_published(v2), str(tmp_path / "d"),
+                        parent_version="v1", version="v2")
+        with pytest.raises(deltakv.SyncFailed) as info:
+            client.sync_and_wait("v2", str(tmp_path / "d"), timeout=60)
+        assert info.value.record["state"] == "diverged", info.value.record
+        for k in v1:
+            assert np.array_equal(live[k], v1[k]), k
+
+
+def test_close_releases_the_callbacks(sidecar_factory):
+    import gc
+    import weakref
+
+    class Owner:
+        def pause(self):
+            return True
+
+    owner = Owner()
+    ref = weakref.ref(owner)
+    e = deltakv.Engine(shm_name="deltakv-py-no-such-segment", attach_timeout_ms=50)
+    e.set_callbacks(pause=owner.pause)
+    e.close()
+    del owner
+    gc.collect()
+    assert ref() is None, "the closed engine still holds its callbacks"
+
+
 def test_registration_errors(sidecar_factory):
     e = deltakv.Engine(shm_name="deltakv-py-no-such-segment", attach_timeout_ms=50)
     ro = np.zeros(8, np.float32)
@@ -232,6 +268,13 @@ def test_registration_errors(sidecar_factory):
     e.register_tensor("w", np.zeros(4, np.float32))
     with pytest.raises(deltakv.InvalidArgumentError):
         e.register_tensor("w", np.zeros(4, np.float32))  # twice
+    # Bytes reinterpreted as another dtype keep their size: the last dimension scales (a
+    # (4, 8) uint8 array is (4, 4) BF16), and a shape that says more bytes is refused.
+    e.register_tensor("bf", np.zeros((4, 8), np.uint8), dtype="BF16")
+    with pytest.raises(deltakv.InvalidArgumentError, match="whole BF16 elements"):
+        e.register_tensor("odd", np.zeros((4, 7), np.uint8), dtype="BF16")
+    with pytest.raises(deltakv.InvalidArgumentError, match="the array holds 32"):
+        e.register_tensor("big", np.zeros((4, 8), np.uint8), dtype="BF16", shape=[4, 8])
     with pytest.raises(deltakv.NotFoundError, match="control segment"):
         e.start()
     with pytest.raises(deltakv.InvalidArgumentError, match="world_size"):
