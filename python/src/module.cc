@@ -215,6 +215,25 @@ nb::dict Publish(ds::PublishOptions o) {
   return SummaryDict(*r);
 }
 
+// The array's shape in elements of `dtype`. Reinterpreted bytes (e.g. uint8 holding bfloat16)
+// keep their size: the last dimension scales with the element sizes.
+std::vector<uint64_t> ShapeIn(const AnyArray& array, ds::DType dtype, const std::string& dtype_name,
+                              const std::string& what) {
+  std::vector<uint64_t> shape;
+  for (size_t i = 0; i < array.ndim(); ++i) shape.push_back(array.shape(i));
+  const uint32_t from = (array.dtype().bits + 7) / 8, to = ds::DTypeSize(dtype);
+  if (from == to) return shape;
+  if (shape.empty()) {
+    Raise(DELTAKV_ERR_INVALID_ARGUMENT, what + ": a scalar cannot change its element size");
+  }
+  if ((shape.back() * from) % to != 0) {
+    Raise(DELTAKV_ERR_INVALID_ARGUMENT,
+          what + ": its last dimension does not hold whole " + dtype_name + " elements");
+  }
+  shape.back() = shape.back() * from / to;
+  return shape;
+}
+
 using TensorEntry = std::tuple<std::string, std::optional<std::string>, AnyArray>;
 
 std::vector<ds::TensorBytes> ToTensors(const std::vector<TensorEntry>& entries, const char* side) {
@@ -234,20 +253,7 @@ std::vector<ds::TensorBytes> ToTensors(const std::vector<TensorEntry>& entries, 
     t.name = name;
     t.dtype = *dtype;
     t.bytes = HostBytes(array, what);
-    for (size_t i = 0; i < array.ndim(); ++i) t.shape.push_back(array.shape(i));
-    const uint32_t from = (array.dtype().bits + 7) / 8, to = ds::DTypeSize(*dtype);
-    if (from != to) {
-      // Reinterpreted bytes (e.g. uint8 holding bfloat16): the shape is in the new dtype's
-      // elements, so the last dimension scales with the element sizes.
-      if (t.shape.empty()) {
-        Raise(DELTAKV_ERR_INVALID_ARGUMENT, what + ": a scalar cannot change its element size");
-      }
-      if ((t.shape.back() * from) % to != 0) {
-        Raise(DELTAKV_ERR_INVALID_ARGUMENT,
-              what + ": its last dimension does not hold whole " + *dtype_name + " elements");
-      }
-      t.shape.back() = t.shape.back() * from / to;
-    }
+    t.shape = ShapeIn(array, *dtype, *dtype_name, what);
     out.push_back(std::move(t));
   }
   return out;
@@ -335,25 +341,15 @@ class Engine {
       }
       ptr = const_cast<void*>(a.data());  // writability was checked above
       if (!dtype) dtype = DTypeNameOf(a.dtype());
-      if (!shape) {
-        dims.clear();
-        for (size_t i = 0; i < a.ndim(); ++i) dims.push_back(static_cast<int64_t>(a.shape(i)));
-        // Reinterpreted bytes (e.g. uint8 holding bfloat16), as publish: the last dimension
-        // scales with the element sizes, so the registered bytes are the array's bytes.
-        const std::optional<ds::DType> dt = dtype ? ds::ParseDType(*dtype) : std::nullopt;
-        const uint32_t from = (a.dtype().bits + 7) / 8;
-        if (dt && ds::DTypeSize(*dt) != from) {
-          const uint32_t to = ds::DTypeSize(*dt);
-          if (dims.empty() || (static_cast<uint64_t>(dims.back()) * from) % to != 0) {
-            Raise(DELTAKV_ERR_INVALID_ARGUMENT, "tensor '" + name +
-                                                    "': its last dimension does not hold whole " +
-                                                    *dtype + " elements");
-          }
-          dims.back() = static_cast<int64_t>(static_cast<uint64_t>(dims.back()) * from / to);
-        }
-      }
-      // The library writes the bytes the dtype and shape say: never more than the array holds.
+      // An unknown dtype name is left to the library to refuse.
       if (const std::optional<ds::DType> dt = dtype ? ds::ParseDType(*dtype) : std::nullopt) {
+        if (!shape) {  // as publish: reinterpreted bytes keep their size
+          dims.clear();
+          for (uint64_t d : ShapeIn(a, *dt, *dtype, "tensor '" + name + "'")) {
+            dims.push_back(static_cast<int64_t>(d));
+          }
+        }
+        // The library writes the bytes the dtype and shape say: never more than the array holds.
         uint64_t bytes = ds::DTypeSize(*dt);
         for (int64_t d : dims) bytes *= d < 0 ? 0 : static_cast<uint64_t>(d);
         if (bytes != a.nbytes()) {

@@ -201,6 +201,7 @@ class PackedOpList {
   void Start(uint64_t estimate) {
     batch_.ops.resize(estimate);
     batch_.marks.clear();
+    batch_.ranges = 0;
     p_ = batch_.ops.data();
     room_ = batch_.ops.size();
   }
@@ -474,10 +475,7 @@ StatusOr<PackedBatch> StagePartPacked(const deltasync::WritePlanReader& plan,
                                       const std::vector<LocalTensor>& tensors,
                                       std::vector<StagedTensor>* sums, PackedBatch recycled,
                                       TouchedRegions* regions) {
-  PackedBatch batch = std::move(recycled);
-  batch.ops.clear();
-  batch.marks.clear();
-  batch.ranges = 0;
+  PackedBatch batch = std::move(recycled);  // PackedOpList::Start empties its op lists
   RETURN_IF_ERROR(StageInto(
       plan, tensors, nullptr, sums, batch.data, [&](uint8_t*) { return PackedOpList(batch); },
       regions));

@@ -120,13 +120,12 @@ StatusOr<std::string> Base64Decode(std::string_view text) {
 StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
   if (options.endpoints.empty()) return InvalidArgument("no etcd endpoints");
   for (auto& e : options.endpoints) {
-    // http://host:port: a host, then a port of digits (IPv6 hosts in brackets), nothing after.
+    // http://host:port: a host (IPv6 in brackets), then 1 to 5 digits, nothing after.
     const size_t colon = e.rfind(':');
-    const bool port_ok = colon != std::string::npos && colon > 7 && colon + 1 < e.size() &&
-                         e.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
-                         e[colon - 1] != '/' && e.size() - colon - 1 <= 5;
-    if (e.rfind("http://", 0) != 0 || e.size() <= 7 || e.find('/', 7) != std::string::npos ||
-        !port_ok) {
+    const bool port_ok = colon > 7 && colon != std::string::npos && e.size() - colon - 1 <= 5 &&
+                         e.size() > colon + 1 &&
+                         e.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+    if (e.rfind("http://", 0) != 0 || e.find('/', 7) != std::string::npos || !port_ok) {
       return InvalidArgument("etcd endpoint '" + e + "': expected http://host:port");
     }
   }
