@@ -215,6 +215,10 @@ typedef struct deltakv_kv_client_params {
   /* How long opening waits for a pool segment that exists but is not yet initialized;
    * 0 = 1000 ms. A pool that does not exist at all fails at once with NOT_FOUND. */
   uint32_t open_timeout_ms;
+  /* Ignored. Version 1 of this struct ended at open_timeout_ms with 4 bytes of padding
+   * (sizeof 136 on 64-bit targets); this word keeps those bytes, which a version-1 caller
+   * may leave uninitialized, apart from the fields added later. */
+  uint32_t reserved;
   /* Added in version 2 of this struct (read only when struct_size covers it). Nonzero: also
    * report what every other process did to the pool (stored, evicted, removed; from the
    * pool's event feed), with their origin_pid; events the feed overwrote before this client
@@ -243,6 +247,7 @@ static inline deltakv_kv_client_params deltakv_kv_client_default_params(void) {
   p.max_keys_per_call = 0;
   p.max_queued_events = 0;
   p.open_timeout_ms = 0;
+  p.reserved = 0;
   p.pool_events = 0;
   return p;
 }
