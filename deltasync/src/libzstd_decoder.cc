@@ -44,6 +44,8 @@ class LibzstdXorDecoder final : public XorDecoder {
     }
     buffer_.resize(ZSTD_DStreamOutSize() * 8);
     DecodeResult result;
+    // An empty input holds no frame (libzstd would wait for one and report it truncated).
+    if (input.empty()) return result;
     ZSTD_inBuffer in{input.data(), input.size(), 0};
     size_t last_ret = 0;
     bool frame_start = true;  // in.pos is where a frame begins

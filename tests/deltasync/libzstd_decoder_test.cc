@@ -182,6 +182,19 @@ TEST(LibzstdXorDecoder, SkippableFramesAreNotCounted) {
   EXPECT_EQ(only->frames, 0u);
 }
 
+// An empty input holds no frame: both decoders agree.
+TEST(DecoderRegistry, EmptyInputHoldsNoFrame) {
+  for (const char* name : {"libzstd", "walker"}) {
+    auto decoder = MakeXorDecoder(name);
+    ASSERT_TRUE(decoder.ok()) << name;
+    DenseSink sink(0);
+    auto r = (*decoder)->Decode(std::span<const uint8_t>(), DecodeLimits{}, sink);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    EXPECT_EQ(r->frames, 0u) << name;
+    EXPECT_EQ(r->decoded_length, 0u) << name;
+  }
+}
+
 TEST(DecoderRegistry, KnownAndUnknownNames) {
   EXPECT_TRUE(MakeXorDecoder("").ok());
   EXPECT_TRUE(MakeXorDecoder("libzstd").ok());

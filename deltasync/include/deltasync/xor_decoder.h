@@ -9,6 +9,8 @@
 //
 // Contract for every implementation:
 //   - Positions are offsets into the concatenated decoded output of all frames in `input`.
+//   - An empty input (or one of skippable frames only) holds no frame: OK, with frames and
+//     decoded_length 0 and nothing delivered.
 //   - Runs are delivered with strictly increasing, non-overlapping positions. A run may contain
 //     zero bytes (a decoder may merge nearby nonzeros) but every nonzero byte of the decoded
 //     output is in exactly one run.
