@@ -436,6 +436,14 @@ class Engine {
   }
   bool closed() const { return e_ == nullptr; }
 
+  // Cyclic garbage collection: the callbacks are often bound methods of an object that holds
+  // this engine, and the kept arrays may refer back to it.
+  int Traverse(visitproc visit, void* arg) const {
+    for (const nb::object* o : {&pause_, &resume_, &derived_}) Py_VISIT(o->ptr());
+    for (const nb::object& o : keep_) Py_VISIT(o.ptr());
+    return 0;
+  }
+
  private:
   void Live() const {
     if (e_ == nullptr) Raise(DELTAKV_ERR_FAILED_PRECONDITION, "the engine handle is closed");
@@ -825,6 +833,23 @@ class KvClient {
   nb::object keepalive_;  // the arrays the layout points into
 };
 
+// An engine in a reference cycle (through its callbacks) is collected: traversed by the
+// collector and closed when it breaks the cycle (closing is what its destructor does).
+int EngineTraverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  return nb::inst_ptr<Engine>(self)->Traverse(visit, arg);
+}
+
+int EngineClear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<Engine>(self)->Close();
+  return 0;
+}
+
+PyType_Slot kEngineSlots[] = {{Py_tp_traverse, reinterpret_cast<void*>(&EngineTraverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(&EngineClear)},
+                              {0, nullptr}};
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -863,7 +888,7 @@ NB_MODULE(_native, m) {
       "parent"_a, "new"_a, "out_dir"_a, "parent_version"_a, "version"_a, "level"_a, "threads"_a,
       "frame_bytes"_a, "shard_bytes"_a, "progress"_a);
 
-  nb::class_<Engine>(m, "Engine")
+  nb::class_<Engine>(m, "Engine", nb::type_slots(kEngineSlots))
       .def(nb::init<const std::string&, int, int, const std::string&, const std::string&, bool,
                     uint32_t, uint64_t>(),
            "shm_name"_a = "deltakv", "rank"_a = 0, "world_size"_a = 1, "backend"_a = "cpu",

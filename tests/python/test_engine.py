@@ -239,6 +239,29 @@ def test_close_releases_the_callbacks(sidecar_factory):
     assert ref() is None, "the closed engine still holds its callbacks"
 
 
+def test_engine_in_a_callback_cycle_is_collected(sidecar_factory):
+    import gc
+    import weakref
+
+    class Owner:
+        def __init__(self):
+            self.engine = deltakv.Engine(shm_name="deltakv-py-no-such-segment",
+                                         attach_timeout_ms=50)
+            self.engine.set_callbacks(pause=self.pause)  # owner -> engine -> bound method -> owner
+            self.engine.register_tensor("w", np.zeros(4, np.float32))
+
+        def pause(self):
+            return True
+
+    owner = Owner()
+    engine = weakref.ref(owner.engine)
+    ref = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert ref() is None, "the cycle through the engine's callback was not collected"
+    assert engine() is None
+
+
 def test_registration_errors(sidecar_factory):
     e = deltakv.Engine(shm_name="deltakv-py-no-such-segment", attach_timeout_ms=50)
     ro = np.zeros(8, np.float32)
