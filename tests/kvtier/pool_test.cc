@@ -500,6 +500,51 @@ TEST_F(PoolTest, ManyKeysUseOverflowBucketsAndEraseCleanly) {
   EXPECT_EQ(pool.index().CountEntries(), 0u);
 }
 
+// A store that evicted a block for its slot but then found every index bucket within reach of
+// its key full: the key is refused, and the result (not an error) reports the eviction, which
+// already happened.
+TEST_F(PoolTest, StoreRefusedByAFullIndexStillReportsItsEviction) {
+  const uint64_t slots = 256;
+  SlotPool pool = MakePool(slots, 64);
+  const uint64_t buckets = pool.index().bucket_count();
+  ASSERT_EQ(buckets, 64u);
+  const uint64_t reach = uint64_t{kProbeBuckets + 1} * kEntriesPerBucket;  // entries home 0 reaches
+  // Keys whose home is bucket 0 (they fill buckets 0..16 exactly), and keys whose home is in
+  // the upper half (they never spill into buckets 0..16).
+  std::vector<PoolKey> home0, others;
+  for (uint64_t i = 0; home0.size() < reach + 1 || others.size() < slots - reach; ++i) {
+    const PoolKey k = KeyOf(i);
+    const uint64_t home = MixKey(k) & (buckets - 1);
+    if (home == 0 && home0.size() < reach + 1) home0.push_back(k);
+    if (home >= buckets / 2 && others.size() < slots - reach) others.push_back(k);
+  }
+  const PoolKey extra = home0.back();
+  home0.pop_back();
+  StoreAll(pool, others);  // stored first: the least recently used
+  StoreAll(pool, home0);
+  ASSERT_EQ(pool.Stats().ready_slots, slots);
+
+  StatusOr<PrepareStoreResult> r = pool.PrepareStore(std::vector<PoolKey>{extra});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->slots[0].outcome, StoreOutcome::kRefused);
+  EXPECT_EQ(r->allocated, 0u);
+  EXPECT_EQ(r->refused, 1u);
+  ASSERT_EQ(r->evicted, 1u);
+  ASSERT_EQ(r->evicted_keys.size(), 1u);
+  EXPECT_TRUE(SameKey(r->evicted_keys[0], others[0]));  // the oldest block
+  EXPECT_EQ(pool.Lookup(std::vector<PoolKey>{others[0]}), 0u);
+  EXPECT_EQ(pool.Lookup(std::vector<PoolKey>{extra}), 0u);
+  EXPECT_EQ(pool.Lookup(home0), home0.size());
+  // The evicted block's slot went back to the pool: the next store elsewhere takes it without
+  // evicting anything.
+  EXPECT_EQ(pool.Stats().ready_slots, slots - 1);
+  StatusOr<PrepareStoreResult> again = pool.PrepareStore(std::vector<PoolKey>{others[0]});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->slots[0].outcome, StoreOutcome::kAllocated);
+  EXPECT_EQ(again->evicted, 0u);
+  ASSERT_TRUE(pool.AbortStore(again->slots[0].ref).ok());
+}
+
 TEST_F(PoolTest, OpenValidatesHeader) {
   SlotPoolOptions options;
   options.block_bytes = 4096;
