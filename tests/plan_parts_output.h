@@ -4,7 +4,8 @@
 // new generation whenever a part is opened or sent. A sent part's buffer and writer stay
 // allocated, so a writer used past its generation writes into a part already taken and its
 // records go missing from Parts() and Pieces(). Records and touched lines are counted through
-// the writers (WritePlanWriter::CountLines).
+// the writers (WritePlanWriter::CountLines). With takes_records it takes walker threads' records
+// (PlanOutput::AddRecorded) as PlanStreamer does.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,23 @@ class PlanPartsOutput final : public PlanOutput {
     return lend_ ? ranks_.at(rank).writer : nullptr;
   }
   const uint64_t* LendGeneration() override { return lend_ ? &generation_ : nullptr; }
+  // With takes_records, walker threads' records are appended whole, as PlanStreamer does: to
+  // the open part, or to a new one when they do not fit it, or piece by piece when they do not
+  // fit a whole part.
+  bool TakesRecorded() override { return takes_records; }
+  Status AddRecorded(uint32_t rank, const WritePlanWriter& recorded) override {
+    Rank& r = ranks_.at(rank);
+    if (recorded.records().empty()) return Status::Ok();
+    if (r.writer == nullptr) Open(r);
+    if (r.writer->AppendFrom(recorded)) return Status::Ok();
+    if (r.writer->record_count() > 0) {
+      RETURN_IF_ERROR(Send(r));
+      Open(r);
+      if (r.writer->AppendFrom(recorded)) return Status::Ok();
+    }
+    return PlanOutput::AddRecorded(rank, recorded);
+  }
+  bool takes_records = false;
 
   // Sends the open parts.
   Status Finish() {

@@ -147,4 +147,43 @@ Status PlanSink::Route(const TensorLayout& layout, uint32_t tensor, uint64_t can
   });
 }
 
+Status RecordsOutput::Add(uint32_t rank, uint32_t tensor, uint64_t local_offset,
+                          uint64_t canonical_offset, std::span<const uint8_t> xor_bytes,
+                          bool owner) {
+  if (rank >= writers_.size()) return Internal("layout names rank beyond the plan writers");
+  if (AddShort(rank, tensor, local_offset, canonical_offset, xor_bytes, owner)) {
+    return Status::Ok();
+  }
+  // Room for the piece in whole records (runs over 2^31 bytes take several).
+  const uint64_t n = xor_bytes.size();
+  const uint64_t need =
+      (n / WritePlanWriter::kMaxRecordLength + 1) *
+      WritePlanWriter::RecordBytes(std::min<uint64_t>(n, WritePlanWriter::kMaxRecordLength));
+  if (writers_[rank] != nullptr && writers_[rank]->writer.remaining() < need) {
+    RETURN_IF_ERROR(Send());
+  }
+  return Writer(rank, need).Add(tensor, local_offset, canonical_offset, xor_bytes, owner);
+}
+
+Status RecordsOutput::Send() {
+  ++generation_;
+  std::vector<RecordedRank> chunk;
+  for (std::unique_ptr<RecordedRank>& w : writers_) {
+    if (w == nullptr) continue;
+    if (!w->writer.status().ok()) return w->writer.status();
+    if (!w->writer.records().empty()) chunk.push_back(std::move(*w));
+    w.reset();
+  }
+  if (chunk.empty()) return Status::Ok();
+  return send_(std::move(chunk));
+}
+
+std::unique_ptr<RecordedRank> RecordsOutput::NewWriter(uint32_t rank, uint64_t room) const {
+  const uint64_t bytes = (std::max(kChunkBytes, room) + 7) & ~uint64_t{7};
+  auto buffer = std::make_unique_for_overwrite<uint64_t[]>(bytes / 8);
+  const std::span<uint8_t> span(reinterpret_cast<uint8_t*>(buffer.get()), bytes);
+  return std::make_unique<RecordedRank>(RecordedRank{
+      rank, std::move(buffer), WritePlanWriter::RecordsOnly(span, tensors_, kPlanVersionCompact)});
+}
+
 }  // namespace deltakv::deltasync

@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
 #include "deltasync/layout.h"
 #include "deltasync/sync_planner.h"
+#include "deltasync/write_plan.h"
 #include "deltasync/xor_decoder.h"
 
 namespace deltakv::deltasync {
@@ -101,6 +104,57 @@ class PlanSink final : public NonzeroSink {
   static constexpr uint32_t kLent = 8;
   const uint64_t* const lend_generation_;  // nullptr: the output lends none
   Lent lent_[kLent];
+};
+
+// One rank's records routed by a RecordsOutput, with the writer's 8-byte aligned storage.
+struct RecordedRank {
+  uint32_t rank = 0;
+  std::unique_ptr<uint64_t[]> buffer;
+  WritePlanWriter writer;
+};
+
+// The PlanOutput a walker thread routes a frame into (PlanOutput::TakesRecorded): the pieces go
+// into one WritePlanWriter::RecordsOnly writer (plan version 2) per rank that holds any, and
+// the writers that hold records go to `send` as one chunk, in rank order, whenever one of them
+// is full and by Send at the end. Short pieces are appended by the PlanSink itself (writers are
+// lent). Memory: at most kChunkBytes per rank (more for a single longer piece).
+class RecordsOutput final : public PlanOutput {
+ public:
+  static constexpr uint64_t kChunkBytes = 64 << 10;
+  using SendFn = std::function<Status(std::vector<RecordedRank>)>;
+  // `ranks` and `tensors`: the plans' rank and tensor counts.
+  RecordsOutput(uint32_t ranks, uint32_t tensors, SendFn send)
+      : tensors_(tensors), send_(std::move(send)), writers_(ranks) {}
+
+  Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+             std::span<const uint8_t> xor_bytes, bool owner) override;
+  bool AddShort(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
+                std::span<const uint8_t> xor_bytes, bool owner) override {
+    return rank < writers_.size() &&
+           Writer(rank, 0).TryAddShort(tensor, local_offset, canonical_offset, xor_bytes, owner);
+  }
+  WritePlanWriter* LendWriter(uint32_t rank) override {
+    return rank < writers_.size() ? &Writer(rank, 0) : nullptr;
+  }
+  const uint64_t* LendGeneration() override { return &generation_; }
+
+  // Sends the records so far as one chunk (nothing when there are none); `send`'s error.
+  Status Send();
+
+ private:
+  // Rank `rank`'s writer, created with room for at least `room` bytes of records.
+  WritePlanWriter& Writer(uint32_t rank, uint64_t room) {
+    std::unique_ptr<RecordedRank>& w = writers_[rank];
+    if (w == nullptr) [[unlikely]]
+      w = NewWriter(rank, room);
+    return w->writer;
+  }
+  std::unique_ptr<RecordedRank> NewWriter(uint32_t rank, uint64_t room) const;
+
+  uint32_t tensors_;
+  SendFn send_;
+  std::vector<std::unique_ptr<RecordedRank>> writers_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace deltakv::deltasync

@@ -32,17 +32,24 @@ struct FrameRef {
   const DeltaFrame* frame;
 };
 
-// Pipelined decode: walker threads stream each frame's nonzero bytes, in chunks, to the planning
-// thread, which routes them as they arrive (in frame order), so walking and planning overlap.
-// A decoder that delivers bytes one by one (NonzeroSink::OnBytes, the sparse walker) fills
-// `entries`; one that delivers runs fills `runs` and `bytes`.
+// Pipelined decode: walker threads walk frames and hand them to the planning thread in chunks,
+// which it takes in frame order, so walking and planning overlap. For an output that takes
+// records (PlanOutput::TakesRecorded) a walker routes each frame's pieces itself, per rank, into
+// records (RecordsOutput: `ranks`), and the planning thread only appends them to its rank's
+// plan (PlanOutput::AddRecorded), so routing runs on every walker thread and the planning
+// thread's work per changed byte is a copy. Otherwise the walker streams its nonzero bytes
+// (`entries` from a decoder that delivers them one by one, NonzeroSink::OnBytes; `runs` and
+// `bytes` from one that delivers runs) and the planning thread routes them.
 struct RunChunk {
+  std::vector<RecordedRank> ranks;
   std::vector<std::pair<uint64_t, uint32_t>> runs;  // (position, length)
   std::vector<uint8_t> bytes;                       // the runs' bytes, back to back
   std::vector<uint64_t> entries;                    // position << 8 | value, base 0
-  bool empty() const { return runs.empty() && entries.empty(); }
+  bool empty() const { return ranks.empty() && runs.empty() && entries.empty(); }
   uint64_t Bytes() const {
-    return runs.size() * sizeof(runs[0]) + bytes.size() + entries.size() * sizeof(uint64_t);
+    uint64_t n = runs.size() * sizeof(runs[0]) + bytes.size() + entries.size() * sizeof(uint64_t);
+    for (const RecordedRank& r : ranks) n += r.writer.records().size();
+    return n;
   }
 };
 
@@ -126,7 +133,8 @@ class FrameQueues {
   bool cancelled_ = false;
 };
 
-// The walker's sink on a walker thread: runs gathered into chunks of about kChunkBytes.
+// The walker's sink on a walker thread, for an output that takes no records: runs gathered into
+// chunks of about kChunkBytes.
 class StreamSink final : public NonzeroSink {
  public:
   static constexpr size_t kChunkBytes = 64 << 10;
@@ -306,8 +314,9 @@ std::span<const uint8_t> FrameInput(const FetchWindow& w, const std::string& byt
 // window: walkers go on into the next window while the last frames of one are still planned.
 template <typename Fetch, typename Where, typename SinkFor, typename Account, typename PlanFrame>
 Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOptions& opt,
-                       XorDecoder& decoder, Fetch& fetch, Where& where, SinkFor& sink_for,
-                       Account& account, PlanFrame& plan_frame, PlanStats* stats) {
+                       XorDecoder& decoder, PlanOutput& out, uint32_t ranks, uint32_t tensors,
+                       Fetch& fetch, Where& where, SinkFor& sink_for, Account& account,
+                       PlanFrame& plan_frame, PlanStats* stats) {
   struct Item {
     size_t window;
     FrameRef ref;
@@ -318,6 +327,7 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
   }
   if (frames.empty()) return Status::Ok();
   const size_t walkers = std::min<size_t>(opt.decode_threads - 1, frames.size());
+  const bool records = out.TakesRecorded();
   // Walkers claim frames up to `ahead` beyond the one being planned, so one that finishes a
   // short frame goes on to the next while another still walks a long one.
   const size_t ahead = 4 * (walkers + 1);
@@ -372,13 +382,34 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
         queues.Finish(i, fetch_errors[item.window]);
         continue;
       }
-      StreamSink sink(&queues, i);
       const DeltaFrame& f = *item.ref.frame;
-      StatusOr<DecodeResult> r =
-          DecodeDeltaFrame(**d, FrameInput(windows[item.window], bytes[item.window], f), f.length,
-                           opt.max_window_log, sink, where(item.ref), f.xor_digest);
-      if (r.ok()) {
-        if (Status s = sink.Send(); !s.ok()) r = s;
+      const std::span<const uint8_t> input =
+          FrameInput(windows[item.window], bytes[item.window], f);
+      StatusOr<DecodeResult> r = DecodeResult{};
+      if (records) {
+        // Routed here, into records (through the output's walker view, if it has one).
+        RecordsOutput recorded(ranks, tensors, [&](std::vector<RecordedRank> chunk_ranks) {
+          RunChunk chunk;
+          chunk.ranks = std::move(chunk_ranks);
+          if (!queues.Push(i, std::move(chunk))) return Internal("planning stopped");
+          return Status::Ok();
+        });
+        std::unique_ptr<PlanOutput> view = out.WalkerView(recorded);
+        PlanSink sink = sink_for(item.ref, view ? *view : recorded);
+        r = DecodeDeltaFrame(**d, input, f.length, opt.max_window_log, sink, where(item.ref),
+                             f.xor_digest);
+        if (r.ok()) {
+          Status s = sink.Flush();
+          if (s.ok()) s = recorded.Send();
+          if (!s.ok()) r = s;
+        }
+      } else {
+        StreamSink sink(&queues, i);
+        r = DecodeDeltaFrame(**d, input, f.length, opt.max_window_log, sink, where(item.ref),
+                             f.xor_digest);
+        if (r.ok()) {
+          if (Status s = sink.Send(); !s.ok()) r = s;
+        }
       }
       queues.Finish(i, std::move(r));
     }
@@ -438,7 +469,7 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
         if (mine) {
           RETURN_IF_ERROR(plan_here(i));
         } else {
-          PlanSink sink = sink_for(frames[i].ref);
+          PlanSink sink = sink_for(frames[i].ref, out);  // for bytes streamed (no records)
           RunChunk chunk;
           for (;;) {
             FrameQueues::Next next = queues.Pop(&chunk, /*wait=*/false);
@@ -460,6 +491,9 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
               next = queues.Pop(&chunk, /*wait=*/true);
             }
             if (next == FrameQueues::Next::kDone) break;
+            for (const RecordedRank& r : chunk.ranks) {
+              RETURN_IF_ERROR(out.AddRecorded(r.rank, r.writer));
+            }
             if (!chunk.entries.empty()) {
               RETURN_IF_ERROR(sink.OnBytes(chunk.entries.data(), chunk.entries.size(), 0));
             }
@@ -499,6 +533,21 @@ Status WriterPlanOutput::Add(uint32_t rank, uint32_t tensor, uint64_t local_offs
                              bool owner) {
   if (rank >= writers_.size()) return Internal("layout names rank beyond the plan writers");
   return writers_[rank].Add(tensor, local_offset, canonical_offset, xor_bytes, owner);
+}
+
+Status PlanOutput::AddRecorded(uint32_t rank, const WritePlanWriter& records) {
+  return WritePlanWriter::ForEachRecorded(
+      records.records(), records.version(),
+      [&](uint32_t tensor, uint64_t local, uint64_t canonical, std::span<const uint8_t> bytes,
+          bool owner) {
+        if (AddShort(rank, tensor, local, canonical, bytes, owner)) return Status::Ok();
+        return Add(rank, tensor, local, canonical, bytes, owner);
+      });
+}
+
+Status WriterPlanOutput::AddRecorded(uint32_t rank, const WritePlanWriter& records) {
+  if (rank < writers_.size() && writers_[rank].AppendFrom(records)) return Status::Ok();
+  return PlanOutput::AddRecorded(rank, records);
 }
 
 StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManifest& m,
@@ -581,9 +630,10 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
     return "tensor '" + m.tensors[fr.tensor].name + "' frame at offset " +
            std::to_string(fr.frame->offset);
   };
-  auto sink_for = [&](const FrameRef& fr) {
+  // The frame's sink into `into` (the output, or a walker thread's RecordingOutput).
+  auto sink_for = [&](const FrameRef& fr, PlanOutput& into) {
     auto it = dense.find(fr.tensor);
-    return PlanSink(*layouts[fr.tensor], fr.tensor, fr.frame->offset, out,
+    return PlanSink(*layouts[fr.tensor], fr.tensor, fr.frame->offset, into,
                     it == dense.end() ? nullptr : &it->second);
   };
   auto account = [&](const DecodeResult& r) {
@@ -594,7 +644,7 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
   // the output.
   auto plan_frame = [&](XorDecoder& d, std::span<const uint8_t> input,
                         const FrameRef& fr) -> Status {
-    PlanSink sink = sink_for(fr);
+    PlanSink sink = sink_for(fr, out);
     ASSIGN_OR_RETURN(DecodeResult r,
                      DecodeDeltaFrame(d, input, fr.frame->length, opt.max_window_log, sink,
                                       where(fr), fr.frame->xor_digest));
@@ -603,8 +653,10 @@ StatusOr<PlanStats> BuildSyncPlans(const DeltaManifest& m, ObjectStore& store,
     return Status::Ok();
   };
   if (opt.decode_threads >= 2) {
-    RETURN_IF_ERROR(DecodePipelined(windows, opt, *decoder, fetch, where, sink_for, account,
-                                    plan_frame, &stats));
+    RETURN_IF_ERROR(DecodePipelined(windows, opt, *decoder, out,
+                                    static_cast<uint32_t>(ranks.size()),
+                                    static_cast<uint32_t>(m.tensors.size()), fetch, where, sink_for,
+                                    account, plan_frame, &stats));
   } else {
     std::future<StatusOr<std::string>> next;
     if (!windows.empty() && opt.prefetch) next = std::async(std::launch::async, fetch, windows[0]);

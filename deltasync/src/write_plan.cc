@@ -5,14 +5,16 @@
 
 namespace deltakv::deltasync {
 
-namespace {
-constexpr uint32_t kMaxRecordLength = 1u << 31;
-}  // namespace
+namespace {}  // namespace
 
 WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors,
                                  uint32_t version)
-    : buf_(buffer), tensors_(std::move(tensors)), version_(version) {
+    : buf_(buffer),
+      tensors_(std::move(tensors)),
+      tensor_count_(static_cast<uint32_t>(tensors_.size())),
+      version_(version) {
   pos_ = sizeof(PlanHeader) + tensors_.size() * sizeof(PlanTensor);
+  begin_ = pos_;
   if (version_ != kPlanVersion && version_ != kPlanVersionCompact) {
     status_ = InvalidArgument("plan version " + std::to_string(version_) + " is not 1 or 2");
     return;
@@ -30,7 +32,7 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
                             std::span<const uint8_t> bytes, bool owner) {
   if (TryAddShort(tensor, local_offset, canonical_offset, bytes, owner)) return Status::Ok();
   if (!status_.ok()) return status_;
-  if (tensor >= tensors_.size())
+  if (tensor >= tensor_count_)
     return InvalidArgument("plan record names tensor " + std::to_string(tensor));
   while (!bytes.empty()) {
     uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(bytes.size(), kMaxRecordLength));
@@ -72,8 +74,114 @@ Status WritePlanWriter::Add(uint32_t tensor, uint64_t local_offset, uint64_t can
   return Status::Ok();
 }
 
+WritePlanWriter::WritePlanWriter(std::span<uint8_t> buffer, uint32_t tensor_count, uint32_t version)
+    : buf_(buffer), tensor_count_(tensor_count), version_(version) {
+  if (version_ != kPlanVersion && version_ != kPlanVersionCompact) {
+    status_ = InvalidArgument("plan version " + std::to_string(version_) + " is not 1 or 2");
+  }
+}
+
+WritePlanWriter WritePlanWriter::RecordsOnly(std::span<uint8_t> buffer, uint32_t tensor_count,
+                                             uint32_t version) {
+  return WritePlanWriter(buffer, tensor_count, version);
+}
+
+Status WritePlanWriter::NextRecorded(std::span<const uint8_t> records, uint32_t version,
+                                     uint64_t* at, uint32_t* tensor, uint64_t* shift,
+                                     PlanRecord* rec, std::span<const uint8_t>* bytes, bool* more) {
+  const uint64_t size = records.size();
+  for (;;) {
+    *more = *at < size;
+    if (!*more) return Status::Ok();
+    if (size - *at < 8) return InvalidArgument("recorded plan records end inside a record");
+    const uint8_t* p = records.data() + *at;
+    const uint64_t w = LoadLE64(p);
+    uint64_t head = 0, length = 0, local = 0;
+    bool owner = false;
+    if (version == kPlanVersion) {
+      if (size - *at < sizeof(PlanRecord)) {
+        return InvalidArgument("recorded plan records end inside a record");
+      }
+      PlanRecord r;
+      std::memcpy(&r, p, sizeof(r));
+      *tensor = r.tensor;
+      length = r.length;
+      local = r.local_offset;
+      *shift = r.canonical_offset - r.local_offset;
+      owner = (r.flags & kPlanRecordOwner) != 0;
+      head = sizeof(PlanRecord);
+    } else {
+      const uint64_t kind = w & 3;
+      if (kind == kPlanKindTensor) {
+        if (size - *at < 16) return InvalidArgument("recorded plan records end inside a record");
+        *tensor = static_cast<uint32_t>(w >> 32);
+        *shift = LoadLE64(p + 8);
+        *at += 16;
+        continue;
+      }
+      if (*tensor == UINT32_MAX) {
+        return InvalidArgument("recorded plan change record before any tensor record");
+      }
+      owner = (w & kOwnerBit) != 0;
+      if (kind == kPlanKindShort) {
+        length = ((w >> 3) & 63) + 1;
+        local = w >> 9;
+        head = 8;
+      } else if (kind == kPlanKindLong) {
+        if (size - *at < 16) return InvalidArgument("recorded plan records end inside a record");
+        length = w >> 32;
+        local = LoadLE64(p + 8);
+        head = 16;
+      } else {
+        return InvalidArgument("recorded plan record of invalid kind 3");
+      }
+    }
+    if (length == 0 || Align8(length) > size - *at - head) {
+      return InvalidArgument("recorded plan records end inside a record");
+    }
+    *rec = PlanRecord{*tensor,        static_cast<uint32_t>(length), local,
+                      local + *shift, owner ? kPlanRecordOwner : 0u, 0};
+    *bytes = records.subspan(*at + head, length);
+    *at += head + Align8(length);
+    return Status::Ok();
+  }
+}
+
+bool WritePlanWriter::AppendFrom(const WritePlanWriter& source) {
+  if (!status_.ok() || !source.status_.ok() || source.version_ != version_ ||
+      source.tensor_count_ != tensor_count_ || pos_ > buf_.size()) {
+    return false;
+  }
+  const std::span<const uint8_t> in = source.records();
+  if (in.size() > buf_.size() - pos_) return false;
+  if (last_line_ != nullptr) {
+    // The lines each record touches, as CountRecordLines counts them when records are added.
+    uint64_t at = 0, shift = 0;
+    uint32_t tensor = UINT32_MAX;
+    for (;;) {
+      PlanRecord rec;
+      std::span<const uint8_t> bytes;
+      bool more = false;
+      if (!NextRecorded(in, version_, &at, &tensor, &shift, &rec, &bytes, &more).ok()) {
+        return false;  // not written by a writer: refused whole
+      }
+      if (!more) break;
+      CountRecordLines(rec.tensor, rec.local_offset, rec.length);
+    }
+  }
+  std::memcpy(buf_.data() + pos_, in.data(), in.size());
+  pos_ += in.size();
+  records_ += source.records_;
+  if (source.tensor_ != UINT32_MAX) {
+    tensor_ = source.tensor_;
+    shift_ = source.shift_;
+  }
+  return true;
+}
+
 StatusOr<uint64_t> WritePlanWriter::Finish() {
   RETURN_IF_ERROR(status_);
+  if (begin_ == 0) return FailedPrecondition("a records-only plan writer has no header to write");
   PlanHeader h{kPlanMagic, version_, static_cast<uint32_t>(tensors_.size()), records_, pos_, 0};
   std::memcpy(buf_.data(), &h, sizeof(h));
   return pos_;

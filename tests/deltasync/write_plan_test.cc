@@ -212,6 +212,156 @@ TEST_P(WritePlanVersions, TryAddShortWritesWhatAddWrites) {
   EXPECT_EQ(std::memcmp(a.span().data(), b.span().data(), *fu), 0);
 }
 
+// Records prepared in RecordsOnly writers (as walker threads prepare them) and appended whole
+// with AppendFrom give the plan that adding the same pieces directly gives: the same records in
+// order, count and touched lines; ForEachRecorded replays exactly those pieces.
+TEST_P(WritePlanVersions, RecordedRecordsAppendAsTheirPiecesWould) {
+  std::vector<PlanTensor> tensors = {{0, 0, 1 << 24, 0, 0}, {1, 0, 1 << 24, 0, 0}};
+  struct Piece {
+    uint32_t tensor;
+    uint64_t local, canonical;
+    std::vector<uint8_t> bytes;
+    bool owner;
+    bool operator==(const Piece&) const = default;
+  };
+  std::mt19937 rng(21);
+  std::vector<Piece> pieces;
+  uint64_t at = 0;
+  for (int i = 0; i < 900; ++i) {
+    const size_t n = rng() % 10 == 0 ? 65 + rng() % 200 : 1 + rng() % 64;
+    std::vector<uint8_t> bytes(n);
+    for (auto& x : bytes) x = static_cast<uint8_t>(rng() | 1);
+    const uint32_t t = (i / 100) % 2;
+    pieces.push_back({t, at, at + (i / 300) * 4096, bytes, rng() % 3 != 0});
+    at += n + rng() % 80;
+  }
+  Buffer direct_buf(1 << 20), appended_buf(1 << 20);
+  WritePlanWriter direct(direct_buf.span(), tensors, GetParam());
+  WritePlanWriter appended(appended_buf.span(), tensors, GetParam());
+  std::vector<uint64_t> direct_last(2, 0), appended_last(2, 0);
+  uint64_t direct_lines = 0, appended_lines = 0;
+  direct.CountLines(direct_last.data(), &direct_lines);
+  appended.CountLines(appended_last.data(), &appended_lines);
+  // Chunks of 1 to 60 pieces, each recorded into a fresh RecordsOnly writer.
+  for (size_t i = 0; i < pieces.size();) {
+    const size_t end = std::min(pieces.size(), i + 1 + rng() % 60);
+    Buffer chunk(1 << 16);
+    WritePlanWriter rec = WritePlanWriter::RecordsOnly(chunk.span(), 2, GetParam());
+    std::vector<Piece> replayed;
+    for (size_t k = i; k < end; ++k) {
+      const Piece& p = pieces[k];
+      ASSERT_TRUE(direct.Add(p.tensor, p.local, p.canonical, p.bytes, p.owner).ok());
+      ASSERT_TRUE(rec.Add(p.tensor, p.local, p.canonical, p.bytes, p.owner).ok());
+    }
+    ASSERT_TRUE(WritePlanWriter::ForEachRecorded(
+                    rec.records(), rec.version(),
+                    [&](uint32_t t, uint64_t local, uint64_t canonical,
+                        std::span<const uint8_t> bytes, bool owner) {
+                      replayed.push_back({t, local, canonical,
+                                          std::vector<uint8_t>(bytes.begin(), bytes.end()), owner});
+                      return Status::Ok();
+                    })
+                    .ok());
+    EXPECT_EQ(replayed, std::vector<Piece>(pieces.begin() + i, pieces.begin() + end));
+    ASSERT_TRUE(appended.AppendFrom(rec));
+    i = end;
+  }
+  EXPECT_EQ(appended.record_count(), direct.record_count());
+  EXPECT_EQ(appended_lines, direct_lines);
+  EXPECT_EQ(appended_last, direct_last);
+  auto collect = [](std::span<uint8_t> plan) {
+    std::vector<Piece> out;
+    auto reader = WritePlanReader::Open(plan);
+    EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+    if (!reader.ok()) return out;
+    EXPECT_TRUE(reader
+                    ->ForEach([&](const PlanRecord& r, std::span<uint8_t> bytes) {
+                      out.push_back({r.tensor, r.local_offset, r.canonical_offset,
+                                     std::vector<uint8_t>(bytes.begin(), bytes.end()),
+                                     (r.flags & kPlanRecordOwner) != 0});
+                      return Status::Ok();
+                    })
+                    .ok());
+    return out;
+  };
+  auto used = appended.Finish();
+  auto direct_used = direct.Finish();
+  ASSERT_TRUE(used.ok() && direct_used.ok());
+  EXPECT_EQ(collect(appended_buf.span().first(*used)), pieces);
+  EXPECT_EQ(collect(direct_buf.span().first(*direct_used)), pieces);
+  // A writer appended to after AppendFrom continues the plan: version 2 knows the current
+  // tensor record.
+  const std::vector<uint8_t> one(1, 9);
+  Buffer more_buf(1 << 20);
+  WritePlanWriter more(more_buf.span(), tensors, GetParam());
+  Buffer chunk(4096);
+  WritePlanWriter rec = WritePlanWriter::RecordsOnly(chunk.span(), 2, GetParam());
+  ASSERT_TRUE(rec.Add(1, 100, 5100, one, true).ok());
+  ASSERT_TRUE(more.AppendFrom(rec));
+  ASSERT_TRUE(more.TryAddShort(1, 200, 5200, one, false));  // same tensor and shift
+  auto more_used = more.Finish();
+  ASSERT_TRUE(more_used.ok());
+  EXPECT_EQ(collect(more_buf.span().first(*more_used)),
+            (std::vector<Piece>{{1, 100, 5100, one, true}, {1, 200, 5200, one, false}}));
+}
+
+// AppendFrom refuses, writing nothing, records that do not fit, another version or tensor
+// count, and a failed writer; a records-only writer has no header to finish.
+TEST_P(WritePlanVersions, AppendFromRefusesWhatItCannotTakeWhole) {
+  std::vector<PlanTensor> tensors = {{0, 0, 1 << 20, 0, 0}};
+  const std::vector<uint8_t> bytes(40, 3);
+  Buffer chunk(4096);
+  WritePlanWriter rec = WritePlanWriter::RecordsOnly(chunk.span(), 1, GetParam());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(rec.Add(0, i * 100, i * 100, bytes, true).ok());
+  EXPECT_EQ(rec.Finish().status().code(), StatusCode::kFailedPrecondition);
+  const uint64_t fixed = WritePlanWriter::FixedBytes(1);
+  Buffer small(fixed + rec.records().size() - 8);
+  WritePlanWriter tight(small.span(), tensors, GetParam());
+  EXPECT_FALSE(tight.AppendFrom(rec));
+  EXPECT_EQ(tight.record_count(), 0u);
+  EXPECT_EQ(tight.remaining(), small.span().size() - fixed);
+  Buffer exact(fixed + rec.records().size());
+  WritePlanWriter fits(exact.span(), tensors, GetParam());
+  EXPECT_TRUE(fits.AppendFrom(rec));
+  EXPECT_EQ(fits.remaining(), 0u);
+  Buffer big(1 << 16);
+  WritePlanWriter other_version(big.span(), tensors, GetParam() == 1 ? 2 : 1);
+  EXPECT_FALSE(other_version.AppendFrom(rec));
+  WritePlanWriter two_tensors(big.span(), {tensors[0], tensors[0]}, GetParam());
+  EXPECT_FALSE(two_tensors.AppendFrom(rec));
+  Buffer tiny(8);
+  WritePlanWriter failed(tiny.span(), tensors, GetParam());
+  ASSERT_FALSE(failed.status().ok());
+  EXPECT_FALSE(failed.AppendFrom(rec));
+}
+
+// ForEachRecorded refuses bytes that are not whole records.
+TEST(WritePlan, ForEachRecordedRefusesBrokenRecords) {
+  auto count = [](std::vector<uint64_t> words, uint32_t version, size_t drop = 0) {
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(words.data()),
+                                   words.size() * 8 - drop);
+    size_t n = 0;
+    Status s = WritePlanWriter::ForEachRecorded(
+        bytes, version, [&](uint32_t, uint64_t, uint64_t, std::span<const uint8_t>, bool) {
+          ++n;
+          return Status::Ok();
+        });
+    return s.ok() ? static_cast<int>(n) : -1;
+  };
+  const uint64_t tensor0 = kPlanKindTensor;  // tensor 0, then its shift word
+  const uint64_t short2 = kPlanKindShort | (uint64_t{1} << 3) | (uint64_t{64} << 9);  // 2 bytes
+  EXPECT_EQ(count({tensor0, 0, short2, 0xABCD}, 2), 1);
+  EXPECT_EQ(count({}, 2), 0);
+  EXPECT_EQ(count({short2, 0xABCD}, 2), -1);                 // a change before any tensor record
+  EXPECT_EQ(count({tensor0, 0, 3, 0}, 2), -1);               // kind 3
+  EXPECT_EQ(count({tensor0, 0, short2}, 2), -1);             // its bytes missing
+  EXPECT_EQ(count({tensor0, 0, short2, 0xABCD}, 2, 4), -1);  // cut inside its padding
+  EXPECT_EQ(count({tensor0}, 2), -1);                        // a tensor record cut short
+  const uint64_t long0 = kPlanKindLong | (uint64_t{0} << 32);
+  EXPECT_EQ(count({tensor0, 0, long0, 8}, 2), -1);        // a long record of length 0
+  EXPECT_EQ(count({uint64_t{2} << 32, 8, 0, 0}, 1), -1);  // version 1: a header cut short
+}
+
 TEST_P(WritePlanVersions, CountLinesCountsEachRecordsLinesOnceAcrossWriters) {
   // Records through TryAddShort and Add (long runs too) at increasing offsets per tensor, in two
   // writers that share one count as the parts of one rank's plan do: the count is the number of

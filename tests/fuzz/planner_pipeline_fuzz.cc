@@ -174,6 +174,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   MemoryStore store_one(object_name, object), store_many(object_name, object);
   PieceOutput out_one;
   PlanPartsOutput out_many(2, static_cast<uint32_t>(m.tensors.size()), part_bytes, /*lend=*/true);
+  out_many.takes_records = in.Next(2) == 0;  // walkers route and record, or stream bytes
   auto r_one = BuildSyncPlans(m, store_one, ranks, out_one, one);
   auto r_many = BuildSyncPlans(m, store_many, ranks, out_many, many);
   if (r_one.ok() != r_many.ok()) std::abort();

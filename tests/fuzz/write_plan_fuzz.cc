@@ -7,6 +7,11 @@
 //    WritePlanWriter in both versions, through TryAddShort where it applies and Add otherwise,
 //    into a buffer that may fill up: the reader gives back exactly the changes the writer took,
 //    in order (the list is the reference), and the two versions agree.
+// 3. The same changes recorded in chunks into RecordsOnly writers (as walker threads record
+//    them) replay exactly (ForEachRecorded) and, appended whole with AppendFrom, give a plan
+//    with exactly those changes, records and touched lines; and the input itself, read as
+//    recorded records of either version, is refused or walked inside its bytes.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +123,9 @@ size_t RoundTrip(const std::vector<Change>& changes, const std::vector<PlanTenso
   return taken;
 }
 
+void Recorded(const std::vector<Change>& changes, const std::vector<PlanTensor>& tensors,
+              uint32_t version, FuzzInput<4>& in);
+
 void WriteAndRead(const uint8_t* data, size_t size) {
   FuzzInput<4> in{data, size};
   const std::vector<PlanTensor> tensors = {{0, 0, uint64_t{1} << 62, 0, 0},
@@ -145,12 +153,100 @@ void WriteAndRead(const uint8_t* data, size_t size) {
   const size_t v1 = RoundTrip(changes, tensors, kPlanVersion, capacity);
   const size_t v2 = RoundTrip(changes, tensors, kPlanVersionCompact, capacity);
   if (v2 < v1) std::abort();  // compact records never take more room
+  for (uint32_t version : {kPlanVersion, kPlanVersionCompact}) {
+    Recorded(changes, tensors, version, in);
+  }
+}
+
+// Part 3: `changes` recorded in chunks and appended whole, against the same changes added one
+// by one.
+void Recorded(const std::vector<Change>& changes, const std::vector<PlanTensor>& tensors,
+              uint32_t version, FuzzInput<4>& in) {
+  size_t capacity = WritePlanWriter::FixedBytes(tensors.size());  // every change fits
+  for (const Change& c : changes) capacity += WritePlanWriter::RecordBytes(c.bytes.size()) + 16;
+  std::vector<uint64_t> direct_words(capacity / 8), appended_words(capacity / 8);
+  WritePlanWriter direct(std::span(reinterpret_cast<uint8_t*>(direct_words.data()), capacity),
+                         tensors, version);
+  WritePlanWriter appended(std::span(reinterpret_cast<uint8_t*>(appended_words.data()), capacity),
+                           tensors, version);
+  std::vector<uint64_t> direct_last(tensors.size()), appended_last(tensors.size());
+  uint64_t direct_lines = 0, appended_lines = 0;
+  direct.CountLines(direct_last.data(), &direct_lines);
+  appended.CountLines(appended_last.data(), &appended_lines);
+  for (size_t i = 0; i < changes.size();) {
+    const size_t end = std::min(changes.size(), i + 1 + in.Next(40));
+    std::vector<uint64_t> chunk_words(capacity / 8);
+    WritePlanWriter rec = WritePlanWriter::RecordsOnly(
+        std::span(reinterpret_cast<uint8_t*>(chunk_words.data()), capacity),
+        static_cast<uint32_t>(tensors.size()), version);
+    for (size_t k = i; k < end; ++k) {
+      const Change& c = changes[k];
+      if (!direct.Add(c.tensor, c.local, c.canonical, c.bytes, c.owner).ok()) std::abort();
+      if (!rec.TryAddShort(c.tensor, c.local, c.canonical, c.bytes, c.owner) &&
+          !rec.Add(c.tensor, c.local, c.canonical, c.bytes, c.owner).ok()) {
+        std::abort();
+      }
+    }
+    size_t k = i;
+    const Status replayed = WritePlanWriter::ForEachRecorded(
+        rec.records(), version,
+        [&](uint32_t tensor, uint64_t local, uint64_t canonical, std::span<const uint8_t> bytes,
+            bool owner) {
+          if (k >= end) std::abort();
+          const Change& c = changes[k++];
+          if (tensor != c.tensor || local != c.local || canonical != c.canonical ||
+              owner != c.owner || bytes.size() != c.bytes.size() ||
+              std::memcmp(bytes.data(), c.bytes.data(), bytes.size()) != 0) {
+            std::abort();
+          }
+          return Status::Ok();
+        });
+    if (!replayed.ok() || k != end) std::abort();
+    if (!appended.AppendFrom(rec)) std::abort();
+    i = end;
+  }
+  if (appended.record_count() != direct.record_count() || appended_lines != direct_lines ||
+      appended_last != direct_last) {
+    std::abort();
+  }
+  auto used = appended.Finish();
+  if (!used.ok()) std::abort();
+  auto r =
+      WritePlanReader::Open(std::span(reinterpret_cast<uint8_t*>(appended_words.data()), *used));
+  if (!r.ok()) std::abort();
+  size_t k = 0;
+  const Status walked = r->ForEach([&](const PlanRecord& p, std::span<uint8_t> bytes) {
+    if (k >= changes.size()) std::abort();
+    const Change& c = changes[k++];
+    if (p.tensor != c.tensor || p.local_offset != c.local || p.canonical_offset != c.canonical ||
+        (p.flags == kPlanRecordOwner) != c.owner || bytes.size() != c.bytes.size() ||
+        std::memcmp(bytes.data(), c.bytes.data(), bytes.size()) != 0) {
+      std::abort();
+    }
+    return Status::Ok();
+  });
+  if (!walked.ok() || k != changes.size()) std::abort();
+}
+
+// Part 3: the input read as recorded records: refused with InvalidArgument, or walked with
+// every record's bytes inside the input.
+void ReadAsRecorded(const uint8_t* data, size_t size) {
+  std::span<const uint8_t> bytes(data, size);
+  for (uint32_t version : {kPlanVersion, kPlanVersionCompact}) {
+    const Status s = WritePlanWriter::ForEachRecorded(
+        bytes, version, [&](uint32_t, uint64_t, uint64_t, std::span<const uint8_t> b, bool) {
+          if (b.empty() || b.data() < data || b.data() + b.size() > data + size) std::abort();
+          return Status::Ok();
+        });
+    if (!s.ok() && s.code() != StatusCode::kInvalidArgument) std::abort();
+  }
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ReadAsPlan(data, size);
+  ReadAsRecorded(data, size);
   WriteAndRead(data, size);
   return 0;
 }

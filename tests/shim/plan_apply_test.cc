@@ -406,11 +406,20 @@ class PieceOutput final : public PlanOutput {
     callers.insert(std::this_thread::get_id());
     return Status::Ok();
   }
+  // With `records`, walker threads route pieces themselves and this output replays their
+  // records (PlanOutput's default AddRecorded).
+  bool TakesRecorded() override { return records; }
+  Status AddRecorded(uint32_t rank, const WritePlanWriter& w) override {
+    ++recorded_calls;
+    return PlanOutput::AddRecorded(rank, w);
+  }
   std::vector<Piece> Sorted() const {
     std::vector<Piece> v = pieces;
     std::sort(v.begin(), v.end());
     return v;
   }
+  bool records = false;
+  uint64_t recorded_calls = 0;
   std::vector<Piece> pieces;
   std::set<std::thread::id> callers;
 };
@@ -425,16 +434,25 @@ TEST(PlanApply, PipelinedPlanningHandsOverTheSamePieces) {
   auto m = ParseDeltaManifest(ReadAll(f.tmp / "d12/manifest.json"));
   ASSERT_TRUE(m.ok());
   RankTensorTables ranks = f.Tables();
-  auto plan = [&](const PlannerOptions& o) {
+  int recorded_any = 0;
+  auto plan = [&](const PlannerOptions& o, bool records = false) {
     PieceOutput out;
+    out.records = records;
     auto store = MakeFileStore(f.tmp / "d12");
     auto stats = BuildSyncPlans(*m, *store, ranks, out, o);
     EXPECT_TRUE(stats.ok()) << stats.status().ToString();
     EXPECT_EQ(out.callers, std::set<std::thread::id>{std::this_thread::get_id()});
+    // Records come from walker threads only (the calling thread plans straight into the
+    // output; it may have walked every frame itself).
+    if (!records || o.decode_threads < 2) {
+      EXPECT_EQ(out.recorded_calls, 0u);
+    }
+    recorded_any += out.recorded_calls > 0;
     return out.Sorted();
   };
   const auto one = plan({});
   ASSERT_GT(one.size(), 50u);
+  EXPECT_EQ(plan({}, /*records=*/true), one);
   for (unsigned threads : {2u, 3u, 5u}) {
     for (uint64_t budget : {uint64_t{1}, uint64_t{1} << 20}) {
       for (uint64_t window : {uint64_t{700}, uint64_t{1} << 20}) {
@@ -445,11 +463,93 @@ TEST(PlanApply, PipelinedPlanningHandsOverTheSamePieces) {
         opt.first_fetch_window_bytes = window;
         EXPECT_EQ(plan(opt), one) << "threads " << threads << " budget " << budget << " window "
                                   << window;
+        EXPECT_EQ(plan(opt, /*records=*/true), one)
+            << "records, threads " << threads << " budget " << budget << " window " << window;
         auto engine = f.Slice(f.tmp / "v1");
         Status s = SyncOnce(f, f.tmp / "d12", engine, /*part_bytes=*/256, opt);
         ASSERT_TRUE(s.ok()) << s.ToString();
         EXPECT_EQ(engine, f.Slice(f.tmp / "v2")) << "threads " << threads;
       }
+    }
+  }
+  EXPECT_GT(recorded_any, 0) << "no walker thread routed a frame in 12 pipelined plans";
+}
+
+// Plans written whole into one version 2 writer per rank (WriterPlanOutput, which takes
+// walkers' records and appends them with WritePlanWriter::AppendFrom) hold the same records,
+// record counts and touched lines with any number of decode threads.
+TEST(PlanApply, PipelinedRecordsAppendToTheSamePlans) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.MakeV1V2Delta(0.3, 512));
+  auto m = ParseDeltaManifest(ReadAll(f.tmp / "d12/manifest.json"));
+  ASSERT_TRUE(m.ok());
+  RankTensorTables ranks = f.Tables();
+  auto tables = PlanTensorTables(*m, ranks);
+  ASSERT_TRUE(tables.ok());
+  using Record = std::tuple<uint32_t, uint32_t, uint64_t, uint64_t, uint32_t, std::string>;
+  struct Planned {
+    std::vector<Record> records;  // sorted
+    std::vector<uint64_t> counts, touched;
+  };
+  auto plan = [&](unsigned threads) {
+    Planned out;
+    std::vector<Buffer> buffers;
+    for (size_t r = 0; r < kWorld; ++r) buffers.emplace_back(8 << 20);
+    std::vector<WritePlanWriter> writers;
+    std::vector<std::vector<uint64_t>> last(kWorld);
+    out.touched.assign(kWorld, 0);
+    for (size_t r = 0; r < kWorld; ++r) {
+      writers.emplace_back(buffers[r].span(), (*tables)[r], kPlanVersionCompact);
+      last[r].assign((*tables)[r].size(), 0);
+      writers[r].CountLines(last[r].data(), &out.touched[r]);
+    }
+    PlannerOptions opt;
+    opt.decode_threads = threads;
+    opt.fetch_window_bytes = opt.first_fetch_window_bytes = 4096;
+    auto store = MakeFileStore(f.tmp / "d12");
+    auto stats = BuildSyncPlans(*m, *store, ranks, writers, opt);
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    for (size_t r = 0; r < kWorld; ++r) {
+      out.counts.push_back(writers[r].record_count());
+      auto used = writers[r].Finish();
+      EXPECT_TRUE(used.ok());
+      if (!used.ok()) continue;
+      auto reader = WritePlanReader::Open(buffers[r].span().first(*used));
+      EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+      if (!reader.ok()) continue;
+      EXPECT_TRUE(reader
+                      ->ForEach([&](const PlanRecord& rec, std::span<uint8_t> bytes) {
+                        out.records.emplace_back(static_cast<uint32_t>(r), rec.tensor,
+                                                 rec.local_offset, rec.canonical_offset, rec.flags,
+                                                 std::string(bytes.begin(), bytes.end()));
+                        return Status::Ok();
+                      })
+                      .ok());
+    }
+    std::sort(out.records.begin(), out.records.end());
+    return out;
+  };
+  const Planned one = plan(1);
+  ASSERT_GT(one.records.size(), 50u);
+  for (unsigned threads : {2u, 3u, 5u}) {
+    const Planned many = plan(threads);
+    EXPECT_EQ(many.records, one.records) << "threads " << threads;
+    EXPECT_EQ(many.counts, one.counts) << "threads " << threads;
+    // Frames the calling thread walks itself come out of frame order, so a line shared by two
+    // frames' records may be counted twice: at least the distinct lines, at most every
+    // record's lines (the exact count of AppendFrom is checked in write_plan_test).
+    for (size_t r = 0; r < kWorld; ++r) {
+      std::set<std::pair<uint32_t, uint64_t>> distinct;
+      uint64_t all = 0;
+      for (const Record& rec : many.records) {
+        if (std::get<0>(rec) != r) continue;
+        const uint64_t first = std::get<2>(rec) / 64;
+        const uint64_t last = (std::get<2>(rec) + std::get<5>(rec).size() - 1) / 64;
+        for (uint64_t l = first; l <= last; ++l) distinct.insert({std::get<1>(rec), l});
+        all += last - first + 1;
+      }
+      EXPECT_GE(many.touched[r], distinct.size()) << "threads " << threads;
+      EXPECT_LE(many.touched[r], all) << "threads " << threads;
     }
   }
 }

@@ -7,10 +7,13 @@
 // an XorDecoder into runs of nonzero XOR bytes; each run is split by the tensor's layout into
 // per-rank pieces (rank, local offset, canonical offset) and handed to a PlanOutput. With
 // decode_threads >= 2, walker threads decode frames (each its own, in frame order, across window
-// boundaries) and stream their runs in chunks to the calling thread, which routes them as they
-// arrive and decodes frames itself whenever it has nothing to route, so fetching, walking and
-// planning overlap. Memory is bounded by two fetch windows, PlannerOptions::queued_chunk_bytes
-// of chunks and what the output keeps: the planner never holds an object, a tensor or a plan.
+// boundaries), route each frame's runs into per-rank records themselves (WritePlanWriter::
+// RecordsOnly) and queue those in chunks to the calling thread, which hands each chunk to the
+// output as it arrives (PlanOutput::AddRecorded, in frame order) and decodes and routes frames
+// itself whenever it has nothing to hand over, so fetching, walking and planning overlap and
+// routing runs on every thread. Memory is bounded by two fetch windows,
+// PlannerOptions::queued_chunk_bytes of chunks and what the output keeps: the planner never
+// holds an object, a tensor or a plan.
 // Tensors shorter than kFullVerifyBelowBytes are planned in full (every byte, XOR zero where
 // unchanged) and flagged, so ranks can return full-checksum partial sums for them.
 //
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -78,16 +82,17 @@ struct PlannerOptions {
   bool prefetch = true;
   // Threads the planner decodes on. 1: decode on the calling thread, straight into the output.
   // N >= 2: N - 1 walker threads decode frames (each with its own decoder, taking frames in
-  // order, at most 4N ahead of the one being planned) and stream their runs in chunks of about
-  // 64 KiB to the calling thread, which hands them to the PlanOutput; a fetch thread reads the
-  // windows. Whenever the calling thread has no chunk to plan, it decodes the next frame no
-  // walker has taken itself, straight into the output, so all N threads decode. Walkers move on
-  // to the next window's frames as soon as its bytes are in, without waiting for the window
-  // before to be planned. An output error stops the walkers and is returned.
+  // order, at most 4N ahead of the one being planned), route their runs into per-rank records
+  // and queue those in chunks of at most 64 KiB per rank to the calling thread, which hands
+  // them to the PlanOutput (AddRecorded); a fetch thread reads the windows. Whenever the
+  // calling thread has no chunk to hand over, it decodes the next frame no walker has taken
+  // itself, straight into the output, so all N threads decode and route. Walkers move on to the
+  // next window's frames as soon as its bytes are in, without waiting for the window before to
+  // be planned. An output error stops the walkers and is returned.
   unsigned decode_threads = 1;
-  // With decode_threads >= 2: the most bytes of decoded chunks waiting to be planned, all
-  // frames together (the frame being planned may always have 4 chunks waiting). This and two
-  // fetch windows bound the planner's memory.
+  // With decode_threads >= 2: the most bytes of routed records waiting to be handed to the
+  // output, all frames together (the frame being handed over may always have 4 chunks
+  // waiting). This and two fetch windows bound the planner's memory.
   uint64_t queued_chunk_bytes = 8ull << 20;
   // Which frames to fetch: called with (manifest tensor index, frame's canonical offset, frame's
   // canonical length); a frame it rejects is neither read nor decoded (its pieces go nowhere).
@@ -112,8 +117,9 @@ struct PlannerOptions {
 // (index into PlanTensorTables' tables). Pieces arrive in no particular order across tensors
 // and frames; within one frame they arrive in increasing canonical order (with decode_threads
 // >= 2 another frame's pieces may come between them), and the pieces of one run (one per rank
-// that holds it) come together. All calls come from the calling thread. An error stops the
-// planner.
+// that holds it) come together. An output that takes records (TakesRecorded) gets a walker
+// thread's stretch of a frame rank by rank instead (AddRecorded). All calls come from the
+// calling thread, except those to a WalkerView. An error stops the planner.
 class PlanOutput {
  public:
   virtual ~PlanOutput() = default;
@@ -139,6 +145,24 @@ class PlanOutput {
   // (the default).
   virtual WritePlanWriter* LendWriter(uint32_t /*rank*/) { return nullptr; }
   virtual const uint64_t* LendGeneration() { return nullptr; }
+  // With decode_threads >= 2: true if walker threads may route their frames' pieces
+  // themselves, into per-rank records that reach this output through AddRecorded (false, the
+  // default: walkers hand their nonzero bytes to the calling thread, which routes them into
+  // Add/AddShort as described above).
+  virtual bool TakesRecorded() { return false; }
+  // For an output that takes records: what a walker thread's routing hands its pieces to, a
+  // view of this output ending in `records` (the walker's recorder), or nullptr (the default)
+  // to hand them to `records` directly. The view is used by that walker thread alone, for one
+  // frame. An output that transforms pieces before passing them on does the same in its view,
+  // and AddRecorded then takes what the view passed on.
+  virtual std::unique_ptr<PlanOutput> WalkerView(PlanOutput& /*records*/) { return nullptr; }
+  // Rank `rank`'s pieces of a stretch of one frame, routed on a walker thread into `records`,
+  // a WritePlanWriter::RecordsOnly writer in plan version 2 for as many tensors as the rank's
+  // table: the pieces Add/AddShort would have received for that rank, in the same order. Called
+  // on the calling thread, frame by frame in frame order, each stretch's ranks in increasing
+  // order. An output that keeps plans appends them whole (WritePlanWriter::AppendFrom); the
+  // default replays each piece through AddShort/Add.
+  virtual Status AddRecorded(uint32_t rank, const WritePlanWriter& records);
 };
 
 // A PlanOutput into one WritePlanWriter per rank (whole plans in caller buffers).
@@ -157,6 +181,8 @@ class WriterPlanOutput final : public PlanOutput {
     return rank < writers_.size() ? &writers_[rank] : nullptr;
   }
   const uint64_t* LendGeneration() override { return &generation_; }
+  bool TakesRecorded() override { return true; }
+  Status AddRecorded(uint32_t rank, const WritePlanWriter& records) override;
 
  private:
   std::vector<WritePlanWriter>& writers_;

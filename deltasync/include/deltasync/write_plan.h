@@ -118,7 +118,29 @@ class WritePlanWriter {
   // InvalidArgument status().
   WritePlanWriter(std::span<uint8_t> buffer, std::vector<PlanTensor> tensors,
                   uint32_t version = kPlanVersion);
+  // A writer of records only, for a plan of `tensor_count` tensors: no header or table (the
+  // records start at the buffer's first byte and Finish fails), to be appended to a plan by
+  // AppendFrom or replayed by ForEachRecorded. Records may be prepared so on other threads.
+  static WritePlanWriter RecordsOnly(std::span<uint8_t> buffer, uint32_t tensor_count,
+                                     uint32_t version = kPlanVersionCompact);
   Status status() const { return status_; }
+  uint32_t version() const { return version_; }
+  // The records appended so far (for a RecordsOnly writer, all its bytes).
+  std::span<const uint8_t> records() const {
+    return std::span<const uint8_t>(buf_).subspan(begin_, pos_ - begin_);
+  }
+  // Appends every record of `source` (another writer of the same version and tensor count,
+  // e.g. a RecordsOnly one), as the Add calls that made them would have, in one copy: the
+  // records, their count, the lines they touch (CountLines) and, in version 2, the current
+  // tensor record. False, having written nothing, when they do not all fit, the versions or
+  // tensor counts differ, or either writer has failed.
+  bool AppendFrom(const WritePlanWriter& source);
+  // Calls fn(tensor, local_offset, canonical_offset, std::span<const uint8_t> bytes, owner) ->
+  // Status for each change record of `records` (the bytes a writer of `version` appended, as
+  // records() gives them), in order; the first error is returned. InvalidArgument for bytes
+  // that are not whole records.
+  template <typename F>
+  static Status ForEachRecorded(std::span<const uint8_t> records, uint32_t version, F&& fn);
   // Appends one run; runs longer than 2^31 bytes are split.
   Status Add(uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner);
@@ -141,7 +163,7 @@ class WritePlanWriter {
                                           uint64_t canonical_offset, std::span<const uint8_t> bytes,
                                           bool owner) {
     const size_t n = bytes.size();
-    if (n - 1 >= kShortBytes || tensor >= tensors_.size() || pos_ > buf_.size() || !status_.ok()) {
+    if (n - 1 >= kShortBytes || tensor >= tensor_count_ || pos_ > buf_.size() || !status_.ok()) {
       return false;
     }
     // Header words are stored straight into the buffer (a record built on the stack and
@@ -183,6 +205,8 @@ class WritePlanWriter {
   // long one 16 + the padded length, and either 16 more when it starts a new tensor record).
   uint64_t remaining() const { return pos_ > buf_.size() ? 0 : buf_.size() - pos_; }
   static constexpr uint64_t RecordBytes(uint64_t n) { return kMaxRecordOverhead + Align8(n); }
+  // The longest record: Add splits longer runs.
+  static constexpr uint64_t kMaxRecordLength = uint64_t{1} << 31;
   // The most bytes a record takes besides its padded data, in either version.
   static constexpr uint64_t kMaxRecordOverhead = sizeof(PlanRecord);
   // Bytes the header and a table of `tensors` entries take before the first record.
@@ -212,9 +236,19 @@ class WritePlanWriter {
     shift_ = shift;
     return out + 16;
   }
+  WritePlanWriter(std::span<uint8_t> buffer, uint32_t tensor_count, uint32_t version);
+  // The next record of `records` from `at` (advanced past it): false at the end; a change
+  // record's fields in *rec and its bytes in *bytes; tensor records only update *tensor and
+  // *shift. InvalidArgument status for a truncated or invalid record.
+  static Status NextRecorded(std::span<const uint8_t> records, uint32_t version, uint64_t* at,
+                             uint32_t* tensor, uint64_t* shift, PlanRecord* rec,
+                             std::span<const uint8_t>* bytes, bool* more);
+
   std::span<uint8_t> buf_;
   std::vector<PlanTensor> tensors_;
+  uint32_t tensor_count_ = 0;  // tensors_.size(), or a RecordsOnly writer's count
   uint32_t version_;
+  uint64_t begin_ = 0;  // where the records start: after the table, or 0 (RecordsOnly)
   uint64_t pos_ = 0;
   uint64_t records_ = 0;
   // Version 2: the tensor and shift of the last tensor record (none yet: an impossible tensor).
@@ -224,6 +258,22 @@ class WritePlanWriter {
   uint64_t* touched_ = nullptr;
   Status status_;
 };
+
+template <typename F>
+Status WritePlanWriter::ForEachRecorded(std::span<const uint8_t> records, uint32_t version,
+                                        F&& fn) {
+  uint64_t at = 0, shift = 0;
+  uint32_t tensor = UINT32_MAX;
+  for (;;) {
+    PlanRecord rec;
+    std::span<const uint8_t> bytes;
+    bool more = false;
+    RETURN_IF_ERROR(NextRecorded(records, version, &at, &tensor, &shift, &rec, &bytes, &more));
+    if (!more) return Status::Ok();
+    RETURN_IF_ERROR(fn(rec.tensor, rec.local_offset, rec.canonical_offset, bytes,
+                       (rec.flags & kPlanRecordOwner) != 0));
+  }
+}
 
 // A validated view of a plan. Record data spans point into the buffer.
 class WritePlanReader {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,16 @@ class NodePlanOutput final : public deltasync::PlanOutput {
       : out_(out), slice_(slice), last_(tensors, UINT64_MAX) {}
   Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner) override;
+  // Walker threads renumber and re-own their pieces themselves, through a NodePlanOutput of
+  // their own in front of their records (one run's pieces come together there), and the
+  // records, already in local ranks, pass straight on. REQUIRES: `out` has no walker view.
+  bool TakesRecorded() override { return out_.TakesRecorded(); }
+  std::unique_ptr<deltasync::PlanOutput> WalkerView(deltasync::PlanOutput& records) override {
+    return std::make_unique<NodePlanOutput>(records, slice_, last_.size());
+  }
+  Status AddRecorded(uint32_t local_rank, const deltasync::WritePlanWriter& records) override {
+    return out_.AddRecorded(local_rank, records);
+  }
 
  private:
   deltasync::PlanOutput& out_;

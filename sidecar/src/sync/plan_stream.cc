@@ -168,6 +168,20 @@ bool PlanStreamer::AddShort(uint32_t r, uint32_t tensor, uint64_t local_offset,
   return rs.writer && rs.writer->TryAddShort(tensor, local_offset, canonical_offset, bytes, owner);
 }
 
+Status PlanStreamer::AddRecorded(uint32_t r, const deltasync::WritePlanWriter& records) {
+  if (r >= ranks_.size()) return Internal("layout names rank beyond the registered ranks");
+  RankStream& rs = ranks_[r];
+  if (records.records().empty()) return Status::Ok();
+  if (!rs.writer) RETURN_IF_ERROR(OpenPart(r));
+  if (rs.writer->AppendFrom(records)) return Status::Ok();
+  if (rs.writer->record_count() > 0) {
+    RETURN_IF_ERROR(SendPart(r, /*last=*/false));
+    RETURN_IF_ERROR(OpenPart(r));
+    if (rs.writer->AppendFrom(records)) return Status::Ok();
+  }
+  return PlanOutput::AddRecorded(r, records);
+}
+
 Status PlanStreamer::Finish() {
   for (uint32_t r = 0; r < ranks_.size(); ++r) {
     if (!ranks_[r].writer) RETURN_IF_ERROR(OpenPart(r));

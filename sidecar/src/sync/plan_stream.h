@@ -73,6 +73,10 @@ class PlanStreamer final : public deltasync::PlanOutput {
     return rank < ranks_.size() && ranks_[rank].writer ? &*ranks_[rank].writer : nullptr;
   }
   const uint64_t* LendGeneration() override { return &lend_generation_; }
+  // Appends the records whole to the rank's open part, or to a new one when they do not fit
+  // what is left of it; records larger than a whole part go piece by piece (Add).
+  bool TakesRecorded() override { return true; }
+  Status AddRecorded(uint32_t rank, const deltasync::WritePlanWriter& records) override;
   // Sends every rank its last part.
   Status Finish();
 
