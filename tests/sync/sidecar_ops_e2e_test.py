@@ -95,6 +95,28 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
             if j["msg"].startswith(("sync ", "verify ", "scrub ")):
                 self.assertIn("sync_id", j)
 
+    def test_credentials_in_a_location_never_reach_logs_or_records(self):
+        c = self.cluster(tp=1)
+        secret = "s3cr3t-pw"
+        sid = c.sync("v2", f"http://user:{secret}@127.0.0.1:1/deltas/d12")
+        rec = c.wait(sid)
+        self.assertEqual(rec["state"], "aborted")
+        self.assertEqual(rec["delta"], "http://***@127.0.0.1:1/deltas/d12")
+        vrec = c.verify(f"https://admin:{secret}@127.0.0.1:1/ckpt")
+        verify = vrec["id"]
+        self.assertEqual(vrec["checkpoint"], "https://***@127.0.0.1:1/ckpt")
+        # Local paths and volume references are shown as given.
+        ok = c.sync("v2", self.t("d12"))
+        self.assertEqual(c.wait(ok)["delta"], self.t("d12"))
+        status = json.dumps(c.status())
+        records = json.dumps([http("GET", f"{c.url}/v1/syncs/{i}")[1] for i in (sid, verify)])
+        self.assertEqual(self.terminate(c), 0)
+        with open(os.path.join(self.run_dir, "sidecar.log")) as f:
+            log = f.read()
+        for where, text in (("log", log), ("status", status), ("records", records)):
+            self.assertNotIn(secret, text, where)
+        self.assertIn("http://***@127.0.0.1:1/deltas/d12", log)
+
     def segments(self, c):
         return {f for f in os.listdir("/dev/shm") if f.startswith(c.shm)}
 

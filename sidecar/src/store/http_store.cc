@@ -34,17 +34,6 @@ std::optional<uint64_t> ContentRangeStart(std::string_view value) {
   return ParseUint(value.substr(0, value.find('-')));
 }
 
-// A location fit for messages: "user:password@" becomes "***@", a query or fragment "...".
-std::string Redact(const std::string& location) {
-  const size_t query = location.find_first_of("?#");
-  std::string out = location.substr(0, query);
-  const size_t sep = out.find("://");
-  const size_t start = sep == std::string::npos ? 0 : sep + 3;
-  const size_t at = out.substr(0, out.find('/', start)).rfind('@');
-  if (at != std::string::npos && at >= start) out.replace(start, at - start, "***");
-  return query == std::string::npos ? out : out + "...";
-}
-
 enum class Want { kHead, kRange, kObject };
 
 // Why the callbacks ended a transfer early (libcurl then reports CURLE_WRITE_ERROR).
@@ -374,15 +363,15 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::strin
   const std::string shown = scheme + (userinfo.empty() ? "" : "***@") + host + prefix;
 
   if (query != std::string::npos) {
-    return InvalidArgument("delta location '" + Redact(location) +
+    return InvalidArgument("delta location '" + RedactLocation(location) +
                            "' has a query or fragment; objects are read as <location>/<name>");
   }
   if (host.empty() || host[0] == ':') {
-    return InvalidArgument("delta location '" + Redact(location) + "' has no host");
+    return InvalidArgument("delta location '" + RedactLocation(location) + "' has no host");
   }
   for (char c : url) {
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
-      return InvalidArgument("delta location '" + Redact(location) +
+      return InvalidArgument("delta location '" + RedactLocation(location) +
                              "' has a space or control character (percent-encode it)");
     }
   }
@@ -417,9 +406,21 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
   if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
     return OpenHttpStore(location, http);
   }
-  return InvalidArgument("delta location '" + Redact(location) +
+  return InvalidArgument("delta location '" + RedactLocation(location) +
                          "' must be an absolute path, file://..., http://..., https://... or "
                          "vol://...");
+}
+
+std::string RedactLocation(const std::string& location) {
+  // Local paths are shown as they are, and so are vol:// references ('@' names a digest).
+  const size_t sep = location.find("://");
+  if (sep == std::string::npos || StartsWithNoCase(location, "vol://")) return location;
+  const size_t query = location.find_first_of("?#");
+  std::string out = location.substr(0, query);
+  const size_t start = sep + 3;
+  const size_t at = out.substr(0, out.find('/', start)).rfind('@');
+  if (at != std::string::npos && at >= start) out.replace(start, at - start, "***");
+  return query == std::string::npos ? out : out + "...";
 }
 
 }  // namespace deltakv::sidecar

@@ -48,6 +48,10 @@ struct HttpStoreOptions {
 
 enum class VolumeView { kDelta, kFiles };
 
+// A store location fit for logs, messages and job records: "user:password@" becomes "***@", a
+// query or fragment "...".
+std::string RedactLocation(const std::string& location);
+
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
                                                             const HttpStoreOptions& http = {},
                                                             const std::string& volume_store = "",

@@ -1,5 +1,7 @@
 #include "sync/group_convergence.h"
 
+#include "store/open_store.h"
+
 namespace deltakv::sidecar {
 
 void GroupConvergence::Set(std::string state, std::string reason,
@@ -13,7 +15,7 @@ void GroupConvergence::Set(std::string state, std::string reason,
     j["latest"] = {{"key", latest->key},
                    {"version", latest->version},
                    {"parent", latest->parent},
-                   {"delta", latest->delta}};
+                   {"delta", RedactLocation(latest->delta)}};
   }
   std::lock_guard<std::mutex> lock(mu_);
   state_ = std::move(j);

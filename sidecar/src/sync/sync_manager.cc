@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "log/log.h"
+#include "store/open_store.h"
 
 namespace deltakv::sidecar {
 
@@ -231,9 +232,9 @@ void SyncManager::WorkerLoop() {
     log::ScopedContext log_context(std::move(context));
     const std::string kind_name(JobKindName(request.kind));
     if (request.kind == JobKind::kSync) {
-      log::Info("sync started", {{"delta", request.delta}});
+      log::Info("sync started", {{"delta", RedactLocation(request.delta)}});
     } else if (request.kind == JobKind::kVerify) {
-      log::Info("verify started", {{"checkpoint", request.checkpoint}});
+      log::Info("verify started", {{"checkpoint", RedactLocation(request.checkpoint)}});
     } else {
       log::Info("scrub started");
     }

@@ -1,5 +1,7 @@
 #include "sync/sync_record.h"
 
+#include "store/open_store.h"
+
 namespace deltakv::sidecar {
 
 const char* SyncStateName(SyncState s) {
@@ -64,7 +66,7 @@ nlohmann::json SyncRecord::ToJson() const {
   nlohmann::json j = {{"id", id},
                       {"kind", JobKindName(request.kind)},
                       {"version", request.version},
-                      {"delta", request.delta},
+                      {"delta", RedactLocation(request.delta)},
                       {"state", SyncStateName(state)},
                       {"parent_version", parent_version},
                       {"phase_ms", phase_ms},
@@ -78,7 +80,7 @@ nlohmann::json SyncRecord::ToJson() const {
                       {"created_unix", created_unix},
                       {"total_ms", total_ms}};
   if (request.kind != JobKind::kSync) {
-    j["checkpoint"] = request.checkpoint;
+    j["checkpoint"] = RedactLocation(request.checkpoint);
     j["rate_bytes_per_s"] = request.rate_bytes_per_s;
     j["tensors_checked"] = tensors_checked;
     j["bytes_checked"] = bytes_checked;
