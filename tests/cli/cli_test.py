@@ -168,6 +168,23 @@ class CliTest(unittest.TestCase):
         p = run("frame", "scan", bad, expect=2)
         self.assertIn("bad.zst", p.stderr)
 
+    def test_json_output_with_bytes_that_are_not_utf8(self):
+        # File names (and the messages that quote them) need not be UTF-8: --json still prints
+        # one valid JSON line, with U+FFFD in their place.
+        shard = os.path.join(ROOT, "tests", "deltasync", "data", "vectors", "delta", "shard-00000.zst")
+        odd = self.t(os.fsdecode(b"p\xff.zst"))
+        write(odd, read(shard))
+        s = json.loads(run("frame", "scan", odd, "--json").stdout)
+        self.assertEqual(s["frames"], 2)
+        bad = self.t(os.fsdecode(b"q\xfe.zst"))
+        write(bad, read(shard)[:-3])
+        # stderr quotes the name as it is: read the output as bytes.
+        p = subprocess.run([DELTAKV, "frame", "scan", bad, "--json"], capture_output=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        e = json.loads(p.stdout.decode("utf-8"))
+        self.assertFalse(e["ok"])
+        self.assertIn("q\ufffd.zst", json.dumps(e, ensure_ascii=False))
+
     def test_header_change_round_trip(self):
         out = self.fresh("out23")
         run("apply", "--parent", self.t("v2"), "--delta", self.t("d23"), "--out", out)
@@ -255,6 +272,20 @@ class CliTest(unittest.TestCase):
         run("publish", "--parent", "a", "--new", "b", "--out", "c", "--frame-mib", "0", expect=1)
         run("checkpoint", "generate", "--out", self.t("moe-bad"), "--experts", "2000", expect=1)
         self.assertFalse(os.path.exists(self.t("moe-bad")))
+        # An unsigned option takes decimal digits within 64 bits: a sign or an overflow is a
+        # value of the wrong type, not a value wrapped around.
+        for value in ("-1", "99999999999999999999", "+5", "0x10", "1.5"):
+            p = run("checkpoint", "generate", "--out", self.t("neg"), "--size-mib", value,
+                    expect=1)
+            self.assertIn("--size-mib", p.stderr)
+            self.assertFalse(os.path.exists(self.t("neg")))
+        run("sidecar", "--token-file", self.t("none"), "--max-body-bytes", "-1", "--print-config",
+            expect=1)
+        for flag, value in (("--cache-bytes", "abc"), ("--memory-bytes", "-5"),
+                            ("--readahead", "64XB"), ("--readahead-inflight", "1.5M")):
+            p = run("volume", "--store", self.t("vstore"), "mount", "ns/m:t", self.t("mnt"), flag,
+                    value, expect=1)
+            self.assertIn(flag, p.stderr)
 
     def test_io_errors_exit_3(self):
         run("apply", "--parent", self.t("v1"), "--delta", self.t("missing"), "--out",

@@ -28,7 +28,9 @@ int ReportError(std::string_view command, const Status& s, bool json) {
   return ExitCodeFor(s);
 }
 
-void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
+void PrintJson(const nlohmann::json& j) {
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+}
 
 std::string HumanBytes(uint64_t bytes) {
   char buf[64];

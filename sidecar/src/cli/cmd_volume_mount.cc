@@ -35,6 +35,16 @@ StatusOr<uint64_t> ParseSize(const std::string& what, const std::string& text, b
                          "' (use B, KiB, MiB, GiB or TiB)");
 }
 
+// A size option's check at parse time (a value that is not a size is a usage error, exit 1).
+CLI::Validator SizeText(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        StatusOr<uint64_t> n = ParseSize(what, text, nullptr);
+        return n.ok() ? std::string() : std::string(n.status().message());
+      },
+      "");
+}
+
 std::string DefaultCacheDir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/deltakv/chunks";
@@ -73,14 +83,18 @@ void AddVolumeMountOptions(CLI::App& cmd, VolumeMountArgs& a) {
                  "Chunk cache directory (default $XDG_CACHE_HOME/deltakv/chunks or "
                  "~/.cache/deltakv/chunks)");
   cmd.add_option("--cache-bytes", a.cache_bytes, "Bound on the chunk cache on disk")
+      ->check(SizeText("--cache-bytes"))
       ->capture_default_str();
   cmd.add_option("--memory-bytes", a.memory_bytes, "Bound on the in-memory chunk cache")
+      ->check(SizeText("--memory-bytes"))
       ->capture_default_str();
   cmd.add_option("--readahead", a.readahead,
                  "Chunks to prefetch past a sequential read, or bytes with a unit (64MiB); 0 = off")
+      ->check(SizeText("--readahead"))
       ->capture_default_str();
   cmd.add_option("--readahead-inflight", a.readahead_inflight,
                  "Bound on the bytes being prefetched at once")
+      ->check(SizeText("--readahead-inflight"))
       ->capture_default_str();
   cmd.add_option("--readahead-threads", a.readahead_threads, "Prefetch threads")
       ->check(CLI::Range(1, 64))

@@ -1,7 +1,36 @@
 // deltakv: the command-line entry point. Each subcommand lives in its own cmd_*.cc file.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "cli/cli_common.h"
+
+namespace {
+
+// CLI11 reads "-1" into an unsigned option by wrapping it around (and a number past 64 bits as
+// the largest one): every unsigned option takes decimal digits that fit 64 bits, or it is a
+// usage error (exit 1) like any value of the wrong type.
+void CheckUnsignedOptions(CLI::App& app) {
+  static const CLI::Validator kUnsigned(
+      [](std::string& text) -> std::string {
+        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+          return "'" + text + "' is not a non-negative integer";
+        }
+        errno = 0;
+        (void)std::strtoull(text.c_str(), nullptr, 10);
+        return errno == ERANGE ? "'" + text + "' does not fit 64 bits" : std::string();
+      },
+      "");
+  for (CLI::Option* o : app.get_options()) {
+    if (o->get_type_name() == "UINT") o->check(kUnsigned);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    CheckUnsignedOptions(*sub);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -19,6 +48,7 @@ int main(int argc, char** argv) {
   deltakv::cli::AddBenchCommands(app, &rc);
   deltakv::cli::AddPlanCommand(app, &rc);
   deltakv::cli::AddVolumeCommands(app, &rc);
+  CheckUnsignedOptions(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -65,7 +65,7 @@ std::string DecisionToJson(const GroupDecision& d) {
     j["delta"] = d.delta;
     j["commit_at_unix_ns"] = d.commit_at_unix_ns;
   }
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<GroupDecision> ParseDecision(std::string_view text) {
@@ -86,9 +86,12 @@ StatusOr<GroupDecision> ParseDecision(std::string_view text) {
 }
 
 std::string LatestToJson(const LatestCommit& l) {
-  return json{{"key", l.key},       {"version", l.version}, {"parent", l.parent},
-              {"delta", l.delta},   {"unix", l.unix}}
-      .dump();
+  return json{{"key", l.key},
+              {"version", l.version},
+              {"parent", l.parent},
+              {"delta", l.delta},
+              {"unix", l.unix}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<LatestCommit> ParseLatest(std::string_view text) {

@@ -48,7 +48,7 @@ bool AllDigits(std::string_view s) {
 std::string PeerPrepareToJson(const PeerPrepare& p) {
   return json{
       {"sync_key", p.sync_key}, {"version", p.version}, {"delta", p.delta}, {"attempt", p.attempt}}
-      .dump();
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<int64_t> SyncKeyAttempt(std::string_view key) {
@@ -89,7 +89,7 @@ StatusOr<PeerPrepare> ParsePeerPrepare(std::string_view text) {
 std::string MemberToJson(const MemberRecord& m) {
   json j = {{"node", m.node}, {"pid", m.pid}, {"started_unix", m.started_unix}};
   if (!m.peer_url.empty()) j["peer_url"] = m.peer_url;
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<MemberRecord> ParseMember(std::string_view text) {
@@ -106,7 +106,8 @@ StatusOr<MemberRecord> ParseMember(std::string_view text) {
 }
 
 std::string CoordinatorToJson(const CoordinatorRecord& c) {
-  return json{{"node", c.node}, {"peer_url", c.peer_url}, {"unix", c.unix}}.dump();
+  return json{{"node", c.node}, {"peer_url", c.peer_url}, {"unix", c.unix}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<CoordinatorRecord> ParseCoordinator(std::string_view text) {

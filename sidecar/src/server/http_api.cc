@@ -15,7 +15,8 @@ using Json = nlohmann::json;
 
 void SendJson(httplib::Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump() + "\n", "application/json");
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                  "application/json");
 }
 
 void SendError(httplib::Response& res, int status, const std::string& code,
