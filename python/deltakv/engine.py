@@ -9,8 +9,10 @@
 
 The background thread stages each sync and, once the sidecar decides COMMIT, calls pause,
 writes the new bytes into the registered tensors, calls derived(name, regions) per changed
-tensor (regions: a new numpy uint64 array of shape (n, 2), one (offset, length) row per touched
-region of the tensor's local bytes, adjacent regions merged), bumps policy_version and calls
+tensor (regions: a new numpy uint64 array of shape (n, 2), one (offset, length) row per written
+region of the tensor's local bytes: every changed byte, and maybe unchanged ones, since changes
+at most 32 bytes apart are written as one region and a tensor below 4096 canonical bytes is
+written whole; adjacent regions merged), bumps policy_version and calls
 resume. A callback that raises or returns a false value (False, numpy's False, 0) fails the
 commit (see deltakv.h for what the handle then reports); None or a true value is success.
 Callbacks run on the handle's thread with the GIL held; in poll mode the commit, and with it

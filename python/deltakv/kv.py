@@ -15,6 +15,7 @@ arrays are kept alive by the client. Keys are numpy arrays of shape (n, 2), dtyp
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -137,8 +138,36 @@ def _layout_args(layout: Layout) -> Dict[str, Any]:
     return args
 
 
+def _unsigned(values: Any, dtype: Any, what: str) -> np.ndarray:
+    """`values` as a contiguous array of `dtype` (an unsigned integer type): integers only,
+    each in the type's range (ValueError otherwise; never a silent cast or wrap-around)."""
+    try:
+        a = np.asarray(values)
+    except OverflowError:
+        raise ValueError(f"{what}: an integer out of range") from None
+    if a.dtype.kind == "O":
+        flat = a.reshape(-1)
+        try:
+            ints = [operator.index(v) for v in flat]
+        except TypeError:
+            raise TypeError(f"{what} must be integers") from None
+        lo, hi = (min(ints), max(ints)) if ints else (0, 0)
+    elif a.dtype.kind in "iu":
+        lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    elif a.size == 0:
+        lo = hi = 0
+    else:
+        raise TypeError(f"{what} must be integers, not {a.dtype}")
+    limit = int(np.iinfo(dtype).max)
+    if lo < 0 or hi > limit:
+        raise ValueError(f"{what} must be integers in 0..{limit}")
+    if a.dtype.kind == "O":
+        return np.array([operator.index(v) for v in a.reshape(-1)], dtype=dtype).reshape(a.shape)
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
 def _keys(keys: Any) -> np.ndarray:
-    a = np.ascontiguousarray(keys, dtype=np.uint64)
+    a = _unsigned(keys, np.uint64, "keys")
     if a.ndim == 1 and a.shape[0] == 2:
         a = a.reshape(1, 2)
     if a.ndim != 2 or a.shape[1] != 2:
@@ -147,42 +176,64 @@ def _keys(keys: Any) -> np.ndarray:
 
 
 def _blocks(blocks: Any) -> np.ndarray:
-    return np.ascontiguousarray(blocks, dtype=np.uint64).reshape(-1)
+    return _unsigned(blocks, np.uint64, "blocks").reshape(-1)
 
 
 def chain_keys(context: KeyContext, tokens: Any, block_tokens: int,
                parent: Optional[Tuple[int, int]] = None) -> np.ndarray:
     """Keys of the full blocks of `tokens` (docs/KEYS.md); `parent` continues a chain."""
-    t = np.ascontiguousarray(tokens, dtype=np.uint32).reshape(-1)
-    p = None if parent is None else (int(parent[0]), int(parent[1]))
+    t = _unsigned(tokens, np.uint32, "tokens").reshape(-1)
+    p = None if parent is None else tuple(int(x) for x in _keys(parent)[0])
     return _native.chain_keys(context, t, block_tokens, p)
 
 
 def engine_hash_keys(context: KeyContext, hashes: Union[bytes, Sequence[bytes], Sequence[int]],
                      hash_bytes: Optional[int] = None) -> np.ndarray:
-    """Keys of engine block hashes: bytes (vLLM's 32-byte hashes) or ints (8 bytes, little
-    endian), each already covering its block's prefix."""
+    """Keys of engine block hashes, each already covering its block's prefix, converted as
+    docs/KEYS.md §5 says: bytes as they are (vLLM's 32-byte hashes); an int of 64 bits (from
+    -2**63 to 2**64 - 1: Python's hash(), 64-bit engine hashes) modulo 2**64 as 8 bytes little
+    endian; a larger non-negative int (below 2**256) as 32 bytes big endian; a str of hex
+    digits (SGLang) as the bytes it encodes. All of one call must convert to one length;
+    ValueError otherwise, TypeError for another type."""
     if isinstance(hashes, (bytes, bytearray, memoryview)):
         if hash_bytes is None:
             raise ValueError("hash_bytes is required with concatenated hashes")
         raw = bytes(hashes)
     else:
-        items = list(hashes)
-        if items and isinstance(items[0], (int, np.integer)):
-            raw = b"".join(int(h).to_bytes(8, "little", signed=int(h) < 0) for h in items)
-            hash_bytes = 8
-        else:
-            sizes = {len(h) for h in items}  # type: ignore[arg-type]
-            if len(sizes) > 1:
-                raise ValueError(f"hashes of different lengths: {sorted(sizes)}")
-            hash_bytes = sizes.pop() if sizes else (hash_bytes or 32)
-            raw = b"".join(bytes(h) for h in items)  # type: ignore[arg-type]
+        items = [_engine_hash_bytes(h) for h in hashes]
+        sizes = {len(h) for h in items}
+        if len(sizes) > 1:
+            raise ValueError(f"hashes of different lengths: {sorted(sizes)}")
+        hash_bytes = sizes.pop() if sizes else (hash_bytes or 32)
+        raw = b"".join(items)
     return _native.engine_hash_keys(context, raw, int(hash_bytes))
+
+
+def _engine_hash_bytes(h: Any) -> bytes:
+    """One engine hash as the bytes its key hashes (docs/KEYS.md §5)."""
+    if isinstance(h, (bytes, bytearray, memoryview)):
+        return bytes(h)
+    if isinstance(h, str):
+        try:
+            return bytes.fromhex(h)
+        except ValueError:
+            raise ValueError(f"engine hash {h!r} is not a string of hex digits") from None
+    try:
+        n = operator.index(h)
+    except TypeError:
+        raise TypeError(f"an engine hash must be bytes, an int or a hex str, not "
+                        f"{type(h).__name__}") from None
+    if -(1 << 63) <= n < (1 << 64):
+        return (n & ((1 << 64) - 1)).to_bytes(8, "little")
+    if (1 << 64) <= n < (1 << 256):
+        return n.to_bytes(32, "big")
+    raise ValueError(f"engine hash {n} is neither a 64-bit integer nor a non-negative one "
+                     f"below 2**256")
 
 
 def token_fingerprint(tokens: Any) -> int:
     """The 64-bit fingerprint of one block's tokens (docs/KEYS.md §6)."""
-    return _native.token_fingerprint(np.ascontiguousarray(tokens, dtype=np.uint32).reshape(-1))
+    return _native.token_fingerprint(_unsigned(tokens, np.uint32, "tokens").reshape(-1))
 
 
 class KvClient:
@@ -232,6 +283,8 @@ class KvClient:
 
     def remove(self, key: Any) -> None:
         k = _keys(key)
+        if k.shape[0] != 1:
+            raise ValueError(f"remove takes one key (lo, hi), not {k.shape[0]}")
         self._c.remove(int(k[0, 0]), int(k[0, 1]))
 
     # The handle API (as the C ABI).

@@ -19,6 +19,13 @@ using deltakv::InvalidArgument;
 using deltakv::Status;
 using deltakv::shim::RunC;
 
+// No versioned struct ends in padding (deltakv_base.h).
+static_assert(sizeof(deltakv_engine_params) ==
+              offsetof(deltakv_engine_params, staging_reserve_bytes) + sizeof(uint64_t));
+static_assert(sizeof(deltakv_callbacks) == offsetof(deltakv_callbacks, derived) + sizeof(void*));
+static_assert(sizeof(deltakv_sync_stats) ==
+              offsetof(deltakv_sync_stats, pause_us) + sizeof(uint64_t));
+
 // Both structs as of ABI 1: every caller passes at least this much.
 // ABI 1 ended at attach_timeout_ms; the global slice fields came later and default to 0.
 constexpr size_t kEngineParamsV1Size = offsetof(deltakv_engine_params, first_global_rank);

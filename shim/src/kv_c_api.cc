@@ -67,6 +67,14 @@ constexpr size_t kParamsV1Size =
 // Stats: the header (struct_size, version) must be there.
 constexpr size_t kStatsHeaderSize = offsetof(deltakv_kv_stats, lookups);
 
+// No versioned struct ends in padding (deltakv_base.h): a later field always lands past sizeof,
+// where a newer caller's nonzero byte is seen.
+static_assert(sizeof(deltakv_kv_key_context) ==
+              offsetof(deltakv_kv_key_context, reserved0) + sizeof(uint32_t));
+static_assert(sizeof(deltakv_kv_client_params) ==
+              offsetof(deltakv_kv_client_params, reserved1) + sizeof(uint32_t));
+static_assert(sizeof(deltakv_kv_stats) ==
+              offsetof(deltakv_kv_stats, pool_copy_out_gb_per_s) + sizeof(double));
 // Array element types of the ABI keep their size (callers index arrays of them).
 static_assert(sizeof(deltakv_kv_key) == 16 && sizeof(deltakv_kv_event) == 32);
 // Store outcomes pass through by value.

@@ -114,6 +114,55 @@ def test_keys_match_the_documented_vectors():
         deltakv.chain_keys(deltakv.KeyContext(tp_rank=3, tp_size=2), [1, 2], 2)
 
 
+def test_engine_hashes_convert_as_documented():
+    # docs/KEYS.md §5: a 64-bit int is 8 bytes little endian modulo 2**64, a larger one 32 bytes
+    # big endian (the digest it holds), a hex str the bytes it encodes.
+    ctx = deltakv.KeyContext()
+    digest = bytes(range(1, 33))
+
+    def same(a, b):
+        assert np.array_equal(deltakv.engine_hash_keys(ctx, a), deltakv.engine_hash_keys(ctx, b))
+
+    same([-2], [bytes.fromhex("feffffffffffffff")])
+    same([2**64 - 1], [b"\xff" * 8])
+    same([int.from_bytes(digest, "big")], [digest])
+    same([digest.hex()], [digest])
+    same([np.int64(5)], [(5).to_bytes(8, "little")])
+    with pytest.raises(ValueError, match="different lengths"):
+        deltakv.engine_hash_keys(ctx, [1, 2**64])
+    for bad in ([-(2**63) - 1], [2**256], ["not hex"]):
+        with pytest.raises(ValueError):
+            deltakv.engine_hash_keys(ctx, bad)
+    with pytest.raises(TypeError):
+        deltakv.engine_hash_keys(ctx, [1.5])
+
+
+def test_integer_arguments_are_checked_not_cast():
+    # Tokens, keys and blocks are unsigned integers of their width: anything else is refused
+    # (ValueError or TypeError), never wrapped around or truncated.
+    ctx = deltakv.KeyContext()
+    for tokens in ([-1] * 4, [2**32] * 4, np.full(4, -1, np.int64), np.full(4, 2**40, np.int64)):
+        with pytest.raises(ValueError, match="tokens"):
+            deltakv.chain_keys(ctx, tokens, 4)
+        with pytest.raises(ValueError, match="tokens"):
+            deltakv.token_fingerprint(tokens)
+    with pytest.raises(TypeError, match="tokens"):
+        deltakv.chain_keys(ctx, [1.5, 2, 3, 4], 4)
+    assert np.array_equal(deltakv.chain_keys(ctx, np.arange(1, 5, dtype=np.int64), 4),
+                          deltakv.chain_keys(ctx, [1, 2, 3, 4], 4))
+    from deltakv import kv
+    for keys in ([[-1, -1]], [[2**64, 0]], np.array([[1.5, 2]])):
+        with pytest.raises((ValueError, TypeError), match="keys"):
+            kv._keys(keys)
+    for blocks in ([-1], [2**64], [1.5]):
+        with pytest.raises((ValueError, TypeError), match="blocks"):
+            kv._blocks(blocks)
+    assert kv._keys(np.zeros((0, 2), np.int64)).shape == (0, 2)
+    client = kv.KvClient.__new__(kv.KvClient)  # remove checks its key before the client
+    with pytest.raises(ValueError, match="one key"):
+        client.remove(np.zeros((0, 2)))
+
+
 def test_opening_errors(sidecar_factory):
     with pytest.raises(deltakv.NotFoundError, match="kv-block-bytes"):
         deltakv.KvClient(deltakv.CrossLayer(np.zeros((2, BLOCK), np.uint8)),

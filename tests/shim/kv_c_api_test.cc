@@ -913,12 +913,12 @@ TEST_F(KvCApiTest, PoolEventsReportOtherClientsAndOldParamsStillOpen) {
   // A caller built against version 1 of the params struct: it ended at open_timeout_ms, and
   // its sizeof (136) took the 4 bytes after it as padding, which such a caller may leave
   // uninitialized; the fields after them are not the caller's.
-  static_assert(offsetof(deltakv_kv_client_params, reserved) ==
+  static_assert(offsetof(deltakv_kv_client_params, reserved0) ==
                 offsetof(deltakv_kv_client_params, open_timeout_ms) + sizeof(uint32_t));
-  static_assert(sizeof(void*) != 8 || offsetof(deltakv_kv_client_params, reserved) == 132);
+  static_assert(sizeof(void*) != 8 || offsetof(deltakv_kv_client_params, reserved0) == 132);
   deltakv_kv_client_params old = Params(layout);
-  old.struct_size = offsetof(deltakv_kv_client_params, reserved) + sizeof(uint32_t);
-  old.reserved = 0xdeadbeef;
+  old.struct_size = offsetof(deltakv_kv_client_params, reserved0) + sizeof(uint32_t);
+  old.reserved0 = 0xdeadbeef;
   old.pool_events = 1;
   deltakv_kv_client* writer = nullptr;
   ASSERT_EQ(deltakv_kv_client_open(&old, &writer), DELTAKV_OK) << LastError();

@@ -92,7 +92,10 @@ typedef struct deltakv_engine_params {
   uint64_t staging_reserve_bytes;
 } deltakv_engine_params;
 
-/* A changed byte range of a registered tensor, in rank-local bytes. */
+/* A byte range of a registered tensor that a sync wrote, in rank-local bytes. The ranges cover
+ * every changed byte and may include unchanged ones: changes at most 32 bytes apart are
+ * written (and reported) as one range, a tensor below 4096 canonical bytes is written whole,
+ * and adjacent ranges are merged. */
 typedef struct deltakv_region {
   uint64_t offset;
   uint64_t length;

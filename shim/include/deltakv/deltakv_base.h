@@ -21,10 +21,11 @@
  * fields; the library reads the first struct_size bytes, uses its own defaults for fields past
  * them, and rejects with DELTAKV_ERR_INVALID_ARGUMENT a struct_size below the struct's first
  * version, or a larger struct (from a newer header) whose bytes past the fields this library
- * knows are not all zero. Elements of arrays (keys, regions, layers, pieces, events) have a
- * fixed size forever; a change to one gives a new function. Output structs that the library
- * fills (deltakv_kv_stats, deltakv_sync_stats) carry struct_size the same way: the library
- * fills at most that many bytes.
+ * knows are not all zero. No struct ends in padding: what would be padding is a field named
+ * reserved*, which the library ignores, so a later field is always appended past sizeof. Elements
+ * of arrays (keys, regions, layers, pieces, events) have a fixed size forever; a change to one
+ * gives a new function. Output structs that the library fills (deltakv_kv_stats,
+ * deltakv_sync_stats) carry struct_size the same way: the library fills at most that many bytes.
  *
  * Versions. DELTAKV_VERSION_* is the release the header belongs to; deltakv_version() is the
  * release of the library loaded at run time. DELTAKV_ABI_VERSION is the number of the binary

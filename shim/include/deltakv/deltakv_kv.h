@@ -102,6 +102,8 @@ typedef struct deltakv_kv_key_context {
   const char* adapter_id;        /* LoRA / adapter identity */
   const char* salt;              /* cache salt or tenant id (isolation) */
   int32_t hash_kind;             /* deltakv_kv_hash_kind */
+  uint32_t reserved0;            /* ignored: the padding up to sizeof, named so that a later
+                                    field is appended after it (deltakv_base.h) */
 } deltakv_kv_key_context;
 
 /* Every field absent, XXH3. (Inline: the struct is the caller's.) */
@@ -116,6 +118,7 @@ static inline deltakv_kv_key_context deltakv_kv_default_key_context(void) {
   c.adapter_id = NULL;
   c.salt = NULL;
   c.hash_kind = DELTAKV_KV_HASH_XXH3;
+  c.reserved0 = 0;
   return c;
 }
 
@@ -218,12 +221,14 @@ typedef struct deltakv_kv_client_params {
   /* Ignored. Version 1 of this struct ended at open_timeout_ms with 4 bytes of padding
    * (sizeof 136 on 64-bit targets); this word keeps those bytes, which a version-1 caller
    * may leave uninitialized, apart from the fields added later. */
-  uint32_t reserved;
+  uint32_t reserved0;
   /* Added in version 2 of this struct (read only when struct_size covers it). Nonzero: also
-   * report what every other process did to the pool (stored, evicted, removed; from the
-   * pool's event feed), with their origin_pid; events the feed overwrote before this client
-   * read them are counted in deltakv_kv_stats.events_lost. 0 = this client's own actions. */
+   * report what every other client of the pool did (stored, evicted, removed; from the
+   * pool's event feed: other processes' clients and this process's other clients), with their
+   * origin_pid; events the feed overwrote before this client read them are counted in
+   * deltakv_kv_stats.events_lost. 0 = this client's own actions. */
   uint32_t pool_events;
+  uint32_t reserved1; /* ignored: the padding up to sizeof (deltakv_base.h) */
 } deltakv_kv_client_params;
 
 /* Defaults: struct_size set, pool "deltakv.kv", backend "cpu" with 2 threads, no layout.
@@ -247,8 +252,9 @@ static inline deltakv_kv_client_params deltakv_kv_client_default_params(void) {
   p.max_keys_per_call = 0;
   p.max_queued_events = 0;
   p.open_timeout_ms = 0;
-  p.reserved = 0;
+  p.reserved0 = 0;
   p.pool_events = 0;
+  p.reserved1 = 0;
   return p;
 }
 
@@ -371,7 +377,8 @@ deltakv_status deltakv_kv_store_free(deltakv_kv_store_handle* store);
 /* ---- Events and stats -------------------------------------------------------------------- */
 
 /* What happened to a block. A client reports its own actions, and with params.pool_events
- * those of every other process of the pool too; deltakv_kv_event.origin_pid says whose. */
+ * those of every other client of the pool too; deltakv_kv_event.origin_pid says which process
+ * caused it. */
 typedef enum deltakv_kv_event_kind {
   DELTAKV_KV_EVENT_STORED = 0,  /* a store published the block */
   DELTAKV_KV_EVENT_EVICTED = 1, /* a prepare_store evicted it to make room (also reported for
@@ -386,13 +393,14 @@ typedef struct deltakv_kv_event {
   int32_t kind;      /* deltakv_kv_event_kind */
   uint32_t raw_kind; /* the library's own code of the kind (equals `kind` for named kinds) */
   deltakv_kv_key key;
-  uint32_t origin_pid; /* the process that caused it (this process: the client's own action) */
+  uint32_t origin_pid; /* the process that caused it (this process's pid: the client's own
+                          action, or with pool_events another client of this process) */
   uint32_t reserved;   /* 0 */
 } deltakv_kv_event;
 
 /* Moves up to `capacity` queued events (oldest first) into `out`; *count receives how many.
  * Events are kept until drained: call again while *count == capacity. This client's own
- * actions are reported, and with params.pool_events those of every other process of the pool
+ * actions are reported, and with params.pool_events those of every other client of the pool
  * too (read from the pool's event feed when this is called). INVALID_ARGUMENT for a NULL
  * `out` or capacity 0. */
 deltakv_status deltakv_kv_drain_events(deltakv_kv_client* client, deltakv_kv_event* out,
@@ -462,7 +470,7 @@ typedef struct deltakv_kv_stats {
   uint64_t pool_chunks_touched;
   double occupancy; /* pool_ready_slots / pool_capacity_slots */
   /* Version 2. */
-  uint64_t pool_events;          /* events of other processes reported (params.pool_events) */
+  uint64_t pool_events;          /* events of other clients reported (params.pool_events) */
   uint64_t events_lost;          /* pool events overwritten or never written before read */
   uint64_t pool_loads_completed; /* blocks loaded by every process */
   uint64_t pool_bytes_in;        /* engine -> host, every process */
