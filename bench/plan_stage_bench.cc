@@ -19,6 +19,15 @@
 //                   the output lends, PlanOutput::LendWriter) and hands the rest to the
 //                   output's AddShort/Add; its parts must equal the two stages' byte for byte,
 //                   with the same records and touched lines.
+//   walker_route    the planner's routing as a walker thread runs it with --decode-threads
+//                   >= 2: the same PlanSink into per-rank records (RecordsOutput, chunks of at
+//                   most 64 KiB per rank, in buffers reused once appended, as the planner
+//                   reuses them), on every walker thread in parallel.
+//   plan_append     what is then left on the one planning thread: appending each chunk's
+//                   records whole to the parts (PlanOutput::AddRecorded, as PlanStreamer does);
+//                   its parts must hold the planner's records, record and line counts.
+//                   planner_vs_append is the planner's time over this: how much less serial
+//                   work per changed byte the planning thread does when walkers route.
 //   plan_transport  moving each part to its rank: the sidecar takes an arena from its rank's
 //                   pool (shm/plan_arena.h: a consumed arena rewritten under a new generation,
 //                   its pages still mapped; created on the first sync), touches the pages the
@@ -472,6 +481,23 @@ class PartOutput final : public PlanOutput {
   }
   const uint64_t* LendGeneration() override { return &generation_; }
 
+  // As PlanStreamer::AddRecorded: a walker thread's records appended whole to the open part,
+  // or to a new one, or piece by piece when they do not fit a whole part.
+  bool TakesRecorded() override { return true; }
+  Status AddRecorded(uint32_t r, const WritePlanWriter& recorded) override {
+    if (r >= ranks_.size()) return Internal("layout names rank beyond the plan writers");
+    RankParts& rp = ranks_[r];
+    if (recorded.records().empty()) return Status::Ok();
+    if (!rp.writer) Open(rp);
+    if (rp.writer->AppendFrom(recorded)) return Status::Ok();
+    if (rp.writer->record_count() > 0) {
+      RETURN_IF_ERROR(Close(rp));
+      Open(rp);
+      if (rp.writer->AppendFrom(recorded)) return Status::Ok();
+    }
+    return PlanOutput::AddRecorded(r, recorded);
+  }
+
   Status Finish() {
     for (RankParts& rp : ranks_) {
       if (!rp.writer) Open(rp);
@@ -540,6 +566,30 @@ bool SameParts(const PartOutput& a, const PartOutput& b) {
     }
   }
   return true;
+}
+
+// Every record of the finished parts, rank by rank in order: (rank, local, canonical, owner,
+// bytes). Parts that differ only in where one ends or in repeated tensor records give the same.
+std::vector<std::tuple<uint32_t, uint64_t, uint64_t, bool, std::string>> RecordsOf(
+    const PartOutput& out) {
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t, bool, std::string>> records;
+  for (uint32_t r = 0; r < out.ranks().size(); ++r) {
+    const RankParts& rp = out.ranks()[r];
+    for (size_t i = 0; i < rp.used.size(); ++i) {
+      std::vector<uint64_t> copy(rp.buffers[i].begin(), rp.buffers[i].end());
+      auto reader = WritePlanReader::Open(
+          std::span<uint8_t>(reinterpret_cast<uint8_t*>(copy.data()), rp.used[i]));
+      if (!reader.ok()) Fail("a finished part does not open: " + reader.status().ToString());
+      Check(reader->ForEach([&](const deltasync::PlanRecord& rec, std::span<uint8_t> bytes) {
+        records.emplace_back(r, rec.local_offset, rec.canonical_offset,
+                             (rec.flags & deltasync::kPlanRecordOwner) != 0,
+                             std::string(bytes.begin(), bytes.end()));
+        return Status::Ok();
+      }),
+            "reading a finished part");
+    }
+  }
+  return records;
 }
 
 Status AppendAll(const RecordingOutput& pieces, PartOutput& out) {
@@ -830,6 +880,55 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
     Fail(w.name + ": the planner's parts differ from those of the mapping and records stages");
   }
 
+  // With decode threads >= 2 the routing runs on the walker threads, into per-rank records
+  // (deltasync::RecordsOutput, chunks of at most 64 KiB per rank), and the planning thread
+  // only appends those to the parts (PlanOutput::AddRecorded): walker_route is the first (on
+  // every walker thread, in parallel), plan_append the second (the one serial step per changed
+  // byte). Their parts must hold the planner's records, record and line counts.
+  // As in the planner, the buffers of appended records come back for the walkers to reuse:
+  // each repetition hands the previous one's back first.
+  std::vector<std::vector<deltasync::RecordedRank>> chunks;
+  deltasync::RecordBufferPool buffers(size_t{1} << 20);
+  Best walker_route;
+  for (int rep = 0; rep <= flags.reps; ++rep) {
+    for (auto& c : chunks) {
+      for (deltasync::RecordedRank& r : c) buffers.Give(std::move(r));
+    }
+    chunks.clear();
+    deltasync::RecordsOutput recorder(
+        world, 1,
+        [&](std::vector<deltasync::RecordedRank> c) {
+          chunks.push_back(std::move(c));
+          return Status::Ok();
+        },
+        &buffers);
+    Timer t;
+    Check(RouteAll(d, layout, recorder), "walker route");
+    Check(recorder.Send(), "walker route");
+    const Span s = t.Stop();
+    if (rep > 0) walker_route.Add(s);
+  }
+  PartOutput appended(world, parts.capacity(), table, flags.plan_version);
+  Best plan_append;
+  for (int rep = 0; rep <= flags.reps; ++rep) {
+    appended.Reset();
+    Timer t;
+    for (const std::vector<deltasync::RecordedRank>& chunk : chunks) {
+      for (const deltasync::RecordedRank& r : chunk) {
+        Check(appended.AddRecorded(r.rank, r.writer), "plan append");
+      }
+    }
+    Check(appended.Finish(), "plan append parts");
+    const Span s = t.Stop();
+    if (rep > 0) plan_append.Add(s);
+  }
+  if (RecordsOf(appended) != RecordsOf(routed) || appended.records() != routed.records() ||
+      appended.touched_lines() != routed.touched_lines()) {
+    Fail(w.name + ": the appended records differ from the planner's");
+  }
+  uint64_t chunk_count = 0;
+  for (const auto& c : chunks) chunk_count += c.size();
+
   uint64_t plan_bytes = 0, part_count = 0;
   for (const RankParts& rp : parts.ranks()) {
     part_count += rp.used.size();
@@ -936,7 +1035,8 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
   const double baseline_ns = baseline.cpu * 1e9 / changed;
   for (double v : {mapping.cpu, records.cpu, planner.cpu, transport.cpu, stage.cpu, baseline.cpu,
                    mapping.wall, records.wall, planner.wall, transport.wall, stage.wall,
-                   baseline.wall, transport_unamortized.cpu}) {
+                   baseline.wall, transport_unamortized.cpu, walker_route.cpu, plan_append.cpu,
+                   walker_route.wall, plan_append.wall}) {
     if (!Finite(v)) Fail(w.name + ": a stage has no valid time");
   }
   nlohmann::json stages = {
@@ -945,12 +1045,20 @@ void RunWorkload(const Flags& flags, const Workload& w, double density, uint64_t
       {"plan_records",
        StageJson(records, d.changed, parts.records(), static_cast<double>(plan_bytes))},
       {"planner", StageJson(planner, d.changed, routed.records(), static_cast<double>(plan_bytes))},
+      {"walker_route",
+       StageJson(walker_route, d.changed, routed.records(), static_cast<double>(plan_bytes))},
+      {"plan_append",
+       StageJson(plan_append, d.changed, appended.records(), static_cast<double>(plan_bytes))},
       {"plan_transport",
        StageJson(transport, d.changed, parts.records(), static_cast<double>(plan_bytes))},
       {"rank_stage",
        StageJson(stage, d.changed, staged_records, static_cast<double>(staged_bytes))},
   };
   stages["plan_records"]["parts"] = part_count;
+  stages["walker_route"]["rank_chunks"] = chunk_count;
+  // How much of the planner's serial work per changed byte is left on the planning thread
+  // when walkers route: the planner's time over plan_append's.
+  stages["plan_append"]["planner_vs_append"] = planner.cpu / plan_append.cpu;
   stages["plan_transport"]["parts"] = part_count;
   stages["plan_transport"]["sidecar_ns_per_changed_byte"] = transport_sidecar.cpu * 1e9 / changed;
   stages["plan_transport"]["rank_ns_per_changed_byte"] = transport_rank.cpu * 1e9 / changed;

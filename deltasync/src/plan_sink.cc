@@ -178,9 +178,29 @@ Status RecordsOutput::Send() {
   return send_(std::move(chunk));
 }
 
+std::unique_ptr<uint64_t[]> RecordBufferPool::Take(uint64_t bytes) {
+  if (bytes <= RecordsOutput::kChunkBytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      std::unique_ptr<uint64_t[]> b = std::move(free_.back());
+      free_.pop_back();
+      return b;
+    }
+  }
+  return std::make_unique_for_overwrite<uint64_t[]>(std::max(bytes, RecordsOutput::kChunkBytes) /
+                                                    8);
+}
+
+void RecordBufferPool::Give(RecordedRank&& r) {
+  if (r.buffer == nullptr || r.writer.capacity() != RecordsOutput::kChunkBytes) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.size() < keep_) free_.push_back(std::move(r.buffer));
+}
+
 std::unique_ptr<RecordedRank> RecordsOutput::NewWriter(uint32_t rank, uint64_t room) const {
   const uint64_t bytes = (std::max(kChunkBytes, room) + 7) & ~uint64_t{7};
-  auto buffer = std::make_unique_for_overwrite<uint64_t[]>(bytes / 8);
+  auto buffer =
+      pool_ != nullptr ? pool_->Take(bytes) : std::make_unique_for_overwrite<uint64_t[]>(bytes / 8);
   const std::span<uint8_t> span(reinterpret_cast<uint8_t*>(buffer.get()), bytes);
   return std::make_unique<RecordedRank>(RecordedRank{
       rank, std::move(buffer), WritePlanWriter::RecordsOnly(span, tensors_, kPlanVersionCompact)});

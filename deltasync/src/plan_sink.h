@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -113,6 +114,23 @@ struct RecordedRank {
   WritePlanWriter writer;
 };
 
+// Record buffers of RecordsOutput::kChunkBytes handed back once their records were appended,
+// for walker threads to reuse (a fresh buffer costs page faults). Thread-safe; keeps at most
+// `keep` buffers.
+class RecordBufferPool {
+ public:
+  explicit RecordBufferPool(size_t keep) : keep_(keep) {}
+  // A buffer of at least `bytes` (a multiple of 8): a kept one when it is large enough.
+  std::unique_ptr<uint64_t[]> Take(uint64_t bytes);
+  // Keeps the buffer of `r` if it is a chunk-sized one and there is room.
+  void Give(RecordedRank&& r);
+
+ private:
+  std::mutex mu_;
+  size_t keep_;
+  std::vector<std::unique_ptr<uint64_t[]>> free_;
+};
+
 // The PlanOutput a walker thread routes a frame into (PlanOutput::TakesRecorded): the pieces go
 // into one WritePlanWriter::RecordsOnly writer (plan version 2) per rank that holds any, and
 // the writers that hold records go to `send` as one chunk, in rank order, whenever one of them
@@ -123,8 +141,9 @@ class RecordsOutput final : public PlanOutput {
   static constexpr uint64_t kChunkBytes = 64 << 10;
   using SendFn = std::function<Status(std::vector<RecordedRank>)>;
   // `ranks` and `tensors`: the plans' rank and tensor counts.
-  RecordsOutput(uint32_t ranks, uint32_t tensors, SendFn send)
-      : tensors_(tensors), send_(std::move(send)), writers_(ranks) {}
+  // `pool` (optional) supplies the buffers.
+  RecordsOutput(uint32_t ranks, uint32_t tensors, SendFn send, RecordBufferPool* pool = nullptr)
+      : tensors_(tensors), send_(std::move(send)), pool_(pool), writers_(ranks) {}
 
   Status Add(uint32_t rank, uint32_t tensor, uint64_t local_offset, uint64_t canonical_offset,
              std::span<const uint8_t> xor_bytes, bool owner) override;
@@ -153,6 +172,7 @@ class RecordsOutput final : public PlanOutput {
 
   uint32_t tensors_;
   SendFn send_;
+  RecordBufferPool* pool_;
   std::vector<std::unique_ptr<RecordedRank>> writers_;
   uint64_t generation_ = 0;
 };

@@ -328,6 +328,10 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
   if (frames.empty()) return Status::Ok();
   const size_t walkers = std::min<size_t>(opt.decode_threads - 1, frames.size());
   const bool records = out.TakesRecorded();
+  // Record buffers come back once appended: as many as the queues may hold, and the walkers'
+  // open ones.
+  RecordBufferPool buffers(opt.queued_chunk_bytes / RecordsOutput::kChunkBytes +
+                           4 * ranks * (walkers + 1));
   // Walkers claim frames up to `ahead` beyond the one being planned, so one that finishes a
   // short frame goes on to the next while another still walks a long one.
   const size_t ahead = 4 * (walkers + 1);
@@ -388,12 +392,15 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
       StatusOr<DecodeResult> r = DecodeResult{};
       if (records) {
         // Routed here, into records (through the output's walker view, if it has one).
-        RecordsOutput recorded(ranks, tensors, [&](std::vector<RecordedRank> chunk_ranks) {
-          RunChunk chunk;
-          chunk.ranks = std::move(chunk_ranks);
-          if (!queues.Push(i, std::move(chunk))) return Internal("planning stopped");
-          return Status::Ok();
-        });
+        RecordsOutput recorded(
+            ranks, tensors,
+            [&](std::vector<RecordedRank> chunk_ranks) {
+              RunChunk chunk;
+              chunk.ranks = std::move(chunk_ranks);
+              if (!queues.Push(i, std::move(chunk))) return Internal("planning stopped");
+              return Status::Ok();
+            },
+            &buffers);
         std::unique_ptr<PlanOutput> view = out.WalkerView(recorded);
         PlanSink sink = sink_for(item.ref, view ? *view : recorded);
         r = DecodeDeltaFrame(**d, input, f.length, opt.max_window_log, sink, where(item.ref),
@@ -491,8 +498,9 @@ Status DecodePipelined(const std::vector<FetchWindow>& windows, const PlannerOpt
               next = queues.Pop(&chunk, /*wait=*/true);
             }
             if (next == FrameQueues::Next::kDone) break;
-            for (const RecordedRank& r : chunk.ranks) {
+            for (RecordedRank& r : chunk.ranks) {
               RETURN_IF_ERROR(out.AddRecorded(r.rank, r.writer));
+              buffers.Give(std::move(r));
             }
             if (!chunk.entries.empty()) {
               RETURN_IF_ERROR(sink.OnBytes(chunk.entries.data(), chunk.entries.size(), 0));

@@ -154,18 +154,25 @@ bool WritePlanWriter::AppendFrom(const WritePlanWriter& source) {
   }
   const std::span<const uint8_t> in = source.records();
   if (in.size() > buf_.size() - pos_) return false;
-  if (last_line_ != nullptr) {
+  if (last_line_ != nullptr && source.begin_ == 0 && source.last_line_ == nullptr) {
+    // The lines of each run of one tensor's records, as CountRecordLines would have counted
+    // them record by record.
+    for (const LineSpan& span : source.spans_) {
+      *touched_ += span.touched - (last_line_[span.tensor] == span.first + 1 ? 1 : 0);
+      last_line_[span.tensor] = span.last + 1;
+    }
+  } else if (last_line_ != nullptr) {
     // The lines each record touches, as CountRecordLines counts them when records are added.
+    // (The source's records were written by a writer: they parse.)
     uint64_t at = 0, shift = 0;
     uint32_t tensor = UINT32_MAX;
     for (;;) {
       PlanRecord rec;
       std::span<const uint8_t> bytes;
       bool more = false;
-      if (!NextRecorded(in, version_, &at, &tensor, &shift, &rec, &bytes, &more).ok()) {
-        return false;  // not written by a writer: refused whole
+      if (!NextRecorded(in, version_, &at, &tensor, &shift, &rec, &bytes, &more).ok() || !more) {
+        break;
       }
-      if (!more) break;
       CountRecordLines(rec.tensor, rec.local_offset, rec.length);
     }
   }

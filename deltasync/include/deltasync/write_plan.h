@@ -204,6 +204,8 @@ class WritePlanWriter {
   // exactly RecordBytes(n) in version 1; in version 2 a short record takes 8 + the padded length, a
   // long one 16 + the padded length, and either 16 more when it starts a new tensor record).
   uint64_t remaining() const { return pos_ > buf_.size() ? 0 : buf_.size() - pos_; }
+  // The buffer's size.
+  uint64_t capacity() const { return buf_.size(); }
   static constexpr uint64_t RecordBytes(uint64_t n) { return kMaxRecordOverhead + Align8(n); }
   // The longest record: Add splits longer runs.
   static constexpr uint64_t kMaxRecordLength = uint64_t{1} << 31;
@@ -222,12 +224,31 @@ class WritePlanWriter {
     return kPlanKindShort | (owner ? kOwnerBit : 0) | (n - 1) << 3 | local_offset << 9;
   }
   // The lines of a record of `n` bytes at `local_offset` of `tensor`, if CountLines asked.
+  // A RecordsOnly writer keeps the same count per run of records of one tensor (LineSpan),
+  // for AppendFrom to carry over without reading the records again.
   void CountRecordLines(uint32_t tensor, uint64_t local_offset, uint64_t n) {
-    if (last_line_ == nullptr) return;
     const uint64_t first = local_offset / 64, last = (local_offset + n - 1) / 64;
-    *touched_ += last - first + 1 - (last_line_[tensor] == first + 1 ? 1 : 0);
-    last_line_[tensor] = last + 1;
+    if (last_line_ != nullptr) {
+      *touched_ += last - first + 1 - (last_line_[tensor] == first + 1 ? 1 : 0);
+      last_line_[tensor] = last + 1;
+    } else if (begin_ == 0) {
+      if (spans_.empty() || spans_.back().tensor != tensor) [[unlikely]] {
+        spans_.push_back({tensor, first, last, last - first + 1});
+      } else {
+        LineSpan& span = spans_.back();
+        span.touched += last - first + 1 - (span.last == first ? 1 : 0);
+        span.last = last;
+      }
+    }
   }
+  // Records of one tensor in a row: their first record's first line, their last record's last
+  // line, and the lines they touch, one that a record shares with the one before it counted once.
+  struct LineSpan {
+    uint32_t tensor;
+    uint64_t first;
+    uint64_t last;
+    uint64_t touched;
+  };
   // Version 2: writes a tensor record at `out`, makes it the current one, returns the end.
   uint8_t* PutTensorRecord(uint8_t* out, uint32_t tensor, uint64_t shift) {
     StoreLE64(out, kPlanKindTensor | uint64_t{tensor} << 32);
@@ -256,6 +277,7 @@ class WritePlanWriter {
   uint64_t shift_ = 0;
   uint64_t* last_line_ = nullptr;  // CountLines' arrays, if it was called
   uint64_t* touched_ = nullptr;
+  std::vector<LineSpan> spans_;  // a RecordsOnly writer's line counts
   Status status_;
 };
 
