@@ -25,7 +25,8 @@ StatusOr<std::unique_ptr<XorDecoder>> MakeXorDecoder(std::string_view name) {
   // The sparse walker is the default: its memory does not depend on the decoded size.
   if (name.empty() || name == "walker" || name == "sparse-walker") return MakeSparseWalkerDecoder();
   if (name == "libzstd") return MakeLibzstdXorDecoder();
-  return InvalidArgument("unknown decoder '" + std::string(name) + "' (known: walker, libzstd)");
+  return InvalidArgument("unknown decoder '" + std::string(name) +
+                         "' (known: walker, also called sparse-walker, and libzstd)");
 }
 
 namespace {

@@ -164,17 +164,12 @@ bool WritePlanWriter::AppendFrom(const WritePlanWriter& source) {
   } else if (last_line_ != nullptr) {
     // The lines each record touches, as CountRecordLines counts them when records are added.
     // (The source's records were written by a writer: they parse.)
-    uint64_t at = 0, shift = 0;
-    uint32_t tensor = UINT32_MAX;
-    for (;;) {
-      PlanRecord rec;
-      std::span<const uint8_t> bytes;
-      bool more = false;
-      if (!NextRecorded(in, version_, &at, &tensor, &shift, &rec, &bytes, &more).ok() || !more) {
-        break;
-      }
-      CountRecordLines(rec.tensor, rec.local_offset, rec.length);
-    }
+    (void)ForEachRecorded(
+        in, version_,
+        [&](uint32_t tensor, uint64_t local, uint64_t, std::span<const uint8_t> bytes, bool) {
+          CountRecordLines(tensor, local, bytes.size());
+          return Status::Ok();
+        });
   }
   std::memcpy(buf_.data() + pos_, in.data(), in.size());
   pos_ += in.size();
