@@ -82,8 +82,10 @@ Status WriteFileAtomic(const std::string& path, std::string_view text) {
 }
 
 StatusOr<StagingDir> StagingDir::Create(const std::string& target) {
+  if (target.empty()) return InvalidArgument("output path is empty");
   std::error_code ec;
-  if (std::filesystem::exists(target, ec)) {
+  // A symlink counts as existing, dangling or not (the rename would replace it).
+  if (std::filesystem::exists(std::filesystem::symlink_status(target, ec))) {
     return FailedPrecondition("output '" + target + "' already exists; refusing to overwrite");
   }
   std::filesystem::path parent = std::filesystem::path(target).parent_path();
@@ -115,7 +117,7 @@ Status StagingDir::Commit() {
     close(fd);
   }
   std::error_code ec;
-  if (std::filesystem::exists(target_, ec)) {
+  if (std::filesystem::exists(std::filesystem::symlink_status(target_, ec))) {
     return FailedPrecondition("output '" + target_ + "' appeared while it was being written");
   }
   if (rename(temp_.c_str(), target_.c_str()) != 0) {

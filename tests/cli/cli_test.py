@@ -365,6 +365,15 @@ class CliTest(unittest.TestCase):
             expect=3)
         self.assertFalse(os.path.exists(self.t("m-bad")))
         self.assertFalse([f for f in os.listdir(self.tmp) if f.startswith("m-bad")])
+        # A symlink is an existing output, dangling or not; an empty output path is refused.
+        link = self.fresh("dangling")
+        os.symlink(self.t("no-such-target"), link)
+        p = run("apply", "--parent", self.t("v1"), "--delta", self.t("d12"), "--out", link,
+                expect=2)
+        self.assertIn("already exists", p.stderr)
+        self.assertTrue(os.path.islink(link))
+        self.assertFalse(os.path.exists(self.t("no-such-target")))
+        run("apply", "--parent", self.t("v1"), "--delta", self.t("d12"), "--out", "", expect=2)
 
     def test_unsafe_file_names_are_refused_when_written(self):
         # A checkpoint whose file name the manifests cannot carry is refused by every writer,

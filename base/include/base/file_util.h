@@ -24,10 +24,12 @@ Status WriteFileAtomic(const std::string& path, std::string_view text);
 // A directory built under a temporary sibling name ("<target>.partial.<pid>") and renamed to
 // `target` by Commit(). If the object is destroyed without Commit(), the temporary directory
 // and everything in it is removed, so no output that looks complete is ever left behind.
-// Commit() fails with FailedPrecondition if `target` already exists.
+// Commit() fails with FailedPrecondition if `target` already exists (a symlink, dangling or
+// not, counts).
 class StagingDir {
  public:
-  // Creates the temporary directory. IoError on failure; FailedPrecondition if target exists.
+  // Creates the temporary directory. IoError on failure; FailedPrecondition if target exists
+  // (a symlink counts); InvalidArgument for an empty target.
   static StatusOr<StagingDir> Create(const std::string& target);
   StagingDir(StagingDir&& other) noexcept;
   StagingDir& operator=(StagingDir&&) = delete;
