@@ -6,11 +6,12 @@
 // any that is pinned, being written, or changed since. A policy never changes slot state, so a
 // wrong guess costs a retry, never a pinned block.
 //
-// LruEvictionPolicy is sampled LRU (as Redis does it): it scans a window of `sample_window`
-// slots starting at a cursor shared by all processes (PoolHeader.evict_cursor), and returns the
-// unpinned READY slots in it oldest first. With sample_window >= slot_count it is exact LRU; with
-// a smaller window an eviction costs O(window) instead of O(capacity), and a victim is among the
-// oldest of the window. A FREE slot in the window is returned first (it costs nothing to take).
+// LruEvictionPolicy is sampled LRU (as Redis does it): it scans a window of max(sample_window,
+// 4 * wanted) slots (at most the used ones) starting at a cursor shared by all processes
+// (PoolHeader.evict_cursor), and returns the unpinned READY slots in it oldest first; the
+// cursor moves by the window. With a window >= slot_count it is exact LRU; with a smaller one
+// an eviction costs O(window) instead of O(capacity), and a victim is among the oldest of the
+// window. A FREE slot in the window is returned first (it costs nothing to take).
 //
 // Thread-safety: a policy object is used by one SlotPool; SlotPool calls it from any of its
 // threads concurrently, so implementations must be thread-safe (LruEvictionPolicy keeps no
