@@ -52,7 +52,8 @@ EVERYTHING = render.merge_values(REQUIRED, {
     "multiNode": {"group": "llama-70b", "node": "node-b", "members": ["node-a", "node-b"],
                   "etcdEndpoints": ["http://etcd-0.etcd:2379", "http://10.0.0.7:2379"],
                   "prepareTimeoutMs": 120000, "inDoubtTimeoutMs": 0, "commitMarginMs": 200,
-                  "reportTimeoutMs": 5000, "peerUrl": "http://node-b.example.com:8470",
+                  "reportTimeoutMs": 5000, "decisionPollMs": 25,
+                  "peerUrl": "http://node-b.example.com:8470",
                   "groupTokenSecret": {"name": "llama-70b-group", "key": "group-token"},
                   "topology": {"format": "deltakv.topology/1", "world": 4, "tp": 4, "pp": 1,
                                "nodes": {"node-a": [0, 1], "node-b": [2, 3]}}},
@@ -524,7 +525,8 @@ def test_extra_args_may_not_repeat_the_charts_flags(extra, message):
         render.render(values)
 
 
-PEER_FLAGS = ("--group-commit-margin-ms", "--group-report-timeout-ms", "--topology",
+PEER_FLAGS = ("--group-commit-margin-ms", "--group-report-timeout-ms", "--group-decision-poll-ms",
+              "--topology",
               "--peer-url", "--group-token-file")
 GROUP_FLAGS = ("--group", "--node", "--group-members", "--etcd-endpoints",
                "--group-prepare-timeout-ms", "--group-in-doubt-timeout-ms")
@@ -779,6 +781,8 @@ def test_misspelled_value_is_refused(typo):
     {"multiNode": {"commitMarginMs": -1}},
     {"multiNode": {"reportTimeoutMs": 600001}},
     {"multiNode": {"reportTimeoutMs": "2000"}},
+    {"multiNode": {"decisionPollMs": 9}},
+    {"multiNode": {"decisionPollMs": 60001}},
     {"multiNode": {"peerUrl": "https://10.0.0.1:8470"}},
     {"multiNode": {"peerUrl": "http://10.0.0.1"}},
     {"multiNode": {"peerUrl": "http://user@10.0.0.1:8470"}},
@@ -857,6 +861,8 @@ def test_defaults_alone_do_not_render():
     ({"multiNode": {"commitMarginMs": 0}}, "multiNode.commitMarginMs is used with multiNode.group"),
     ({"multiNode": {"reportTimeoutMs": 100}},
      "multiNode.reportTimeoutMs is used with multiNode.group"),
+    ({"multiNode": {"decisionPollMs": 50}},
+     "multiNode.decisionPollMs is used with multiNode.group"),
     ({"multiNode": {"topology": TOPOLOGY}},
      "multiNode.topology is used with multiNode.group: the topology describes the ranks"),
     ({"multiNode": {"peerUrl": "http://10.0.0.1:8470"}},
@@ -942,7 +948,9 @@ def test_explicit_peer_url_and_peer_timeouts():
     assert "POD_IP" not in env_of(sidecar)
     assert arg_value(args, "--group-commit-margin-ms") == "200"
     assert arg_value(args, "--group-report-timeout-ms") == "5000"
-    for flag in ("--group-commit-margin-ms", "--group-report-timeout-ms", "--topology"):
+    assert arg_value(args, "--group-decision-poll-ms") == "25"
+    for flag in ("--group-commit-margin-ms", "--group-report-timeout-ms",
+                 "--group-decision-poll-ms", "--topology"):
         assert arg_value(container(pod_spec(MULTI_NODE), "sidecar")["args"], flag) is None
     # Zero is a value of its own, not "unset".
     values = render.merge_values(MULTI_NODE, {"multiNode": {"commitMarginMs": 0,
@@ -1008,7 +1016,8 @@ def test_sidecar_token_as_group_token_from_an_existing_secret():
 
 @pytest.mark.parametrize("extra", [["--topology=/x.json"], ["--peer-url=http://a:1"],
                                    ["--group-token-file=/t"], ["--group-commit-margin-ms=1"],
-                                   ["--group-report-timeout-ms=1"]])
+                                   ["--group-report-timeout-ms=1"],
+                                   ["--group-decision-poll-ms=50"]])
 def test_extra_args_may_not_give_peer_flags(extra):
     with pytest.raises(helm.HelmRenderError, match=re.escape(f"{extra[0].split('=')[0]} is refused")):
         render.render(with_required(sidecar={"extraArgs": extra}))

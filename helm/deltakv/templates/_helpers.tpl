@@ -71,8 +71,8 @@ which may repeat a flag of the chart's or be --token (the token comes from the S
 {{- $flag := first (splitList "=" .) }}
 {{- if eq $flag "--token" }}
 {{- fail "sidecar.extraArgs: --token is refused: the sidecar reads the token from the Secret's file (token.*)" }}
-{{- else if has $flag (list "--group" "--node" "--group-members" "--etcd-endpoints" "--group-prepare-timeout-ms" "--group-in-doubt-timeout-ms" "--group-commit-margin-ms" "--group-report-timeout-ms" "--topology" "--peer-url" "--group-token-file") }}
-{{- fail (printf "sidecar.extraArgs: %s is refused: the group comes from multiNode.* (group, node, members, etcdEndpoints, prepareTimeoutMs, inDoubtTimeoutMs, commitMarginMs, reportTimeoutMs, topology, peerUrl, groupTokenSecret)" $flag) }}
+{{- else if has $flag (list "--group" "--node" "--group-members" "--etcd-endpoints" "--group-prepare-timeout-ms" "--group-in-doubt-timeout-ms" "--group-commit-margin-ms" "--group-report-timeout-ms" "--group-decision-poll-ms" "--topology" "--peer-url" "--group-token-file") }}
+{{- fail (printf "sidecar.extraArgs: %s is refused: the group comes from multiNode.* (group, node, members, etcdEndpoints, prepareTimeoutMs, inDoubtTimeoutMs, commitMarginMs, reportTimeoutMs, decisionPollMs, topology, peerUrl, groupTokenSecret)" $flag) }}
 {{- else if has $flag $taken }}
 {{- fail (printf "sidecar.extraArgs: %s is set by the chart: use the chart's value for it" $flag) }}
 {{- end }}
@@ -171,6 +171,9 @@ which may repeat a flag of the chart's or be --token (the token comes from the S
 {{- end }}
 {{- if not (kindIs "invalid" .reportTimeoutMs) }}
 - {{ printf "--group-report-timeout-ms=%v" (int64 .reportTimeoutMs) | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .decisionPollMs) }}
+- {{ printf "--group-decision-poll-ms=%v" (int64 .decisionPollMs) | quote }}
 {{- end }}
 {{- if .topology }}
 - {{ printf "--topology=%s" (include "deltakv.topologyFile" $) | quote }}
@@ -303,7 +306,7 @@ release is one node, so one replica. The sidecar checks the same at start (docs/
 {{- end -}}
 {{- end -}}
 {{- else -}}
-{{- range $key := list "prepareTimeoutMs" "inDoubtTimeoutMs" "commitMarginMs" "reportTimeoutMs" -}}
+{{- range $key := list "prepareTimeoutMs" "inDoubtTimeoutMs" "commitMarginMs" "reportTimeoutMs" "decisionPollMs" -}}
 {{- if not (kindIs "invalid" (index $m $key)) -}}
 {{- fail (printf "multiNode.%s is used with multiNode.group" $key) -}}
 {{- end -}}
