@@ -26,8 +26,9 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         for c in self.clusters:
             c.stop()
 
-    def cluster(self, env=None, **kw):
-        c = e2e.Cluster(self.run_dir, self.t("v1"), sidecar_args=["--log-format", "json"], **kw)
+    def cluster(self, env=None, sidecar_args=(), **kw):
+        c = e2e.Cluster(self.run_dir, self.t("v1"),
+                        sidecar_args=["--log-format", "json", *sidecar_args], **kw)
         self.clusters.append(c)
         if env is not None:
             self.restart_sidecar(c, env)
@@ -116,6 +117,31 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         for where, text in (("log", log), ("status", status), ("records", records)):
             self.assertNotIn(secret, text, where)
         self.assertIn("http://***@127.0.0.1:1/deltas/d12", log)
+
+    def test_bodies_of_any_content_type_up_to_the_limit(self):
+        # curl -d sends application/x-www-form-urlencoded: such a body is read as JSON like any
+        # other, up to --max-body-bytes (65536 by default), not refused above 8 KiB.
+        import urllib.error, urllib.request
+        c = self.cluster(tp=1, sidecar_args=["--max-body-bytes", "65536"])
+
+        def post(body, ctype):
+            req = urllib.request.Request(c.url + "/v1/sync", data=body, method="POST", headers={
+                "Authorization": "Bearer " + TOKEN, "Content-Type": ctype})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        body = json.dumps({"version": "v2", "delta": self.t("d12")}).encode()
+        padded = body + b" " * (20000 - len(body))
+        code, rec = post(padded, "application/x-www-form-urlencoded")
+        self.assertEqual(code, 202, rec)
+        self.assertEqual(c.wait(rec["id"])["state"], "live")
+        code, err = post(body + b" " * 70000, "application/x-www-form-urlencoded")
+        self.assertEqual((code, err["error"]["code"]), (413, "RESOURCE_EXHAUSTED"), err)
+        code, err = post(b"{" + b" " * 20000, "text/plain")
+        self.assertEqual(code, 400, err)
 
     def segments(self, c):
         return {f for f in os.listdir("/dev/shm") if f.startswith(c.shm)}

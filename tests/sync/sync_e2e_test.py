@@ -139,9 +139,11 @@ class Cluster:
         e = dict(os.environ)
         e.pop("DELTAKV_FAULT_STALL", None)
         e.update(env or {})
+        # A small body limit unless the test gives its own.
+        body_limit = [] if "--max-body-bytes" in self.sidecar_args else ["--max-body-bytes", "4096"]
         self.sidecar = subprocess.Popen(
             [DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--port-file", port_file,
-             "--token-file", self.token_file, "--shm-name", self.shm, "--max-body-bytes", "4096",
+             "--token-file", self.token_file, "--shm-name", self.shm, *body_limit,
              *self.sidecar_args],
             env=e, stderr=open(os.path.join(self.tmp, "sidecar.log"), "ab"))
         deadline = time.time() + 20

@@ -98,6 +98,26 @@ void HttpApi::Routes() {
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
+  // POST bodies are read through a content reader: the library's own body reading refuses a
+  // form-encoded body (curl -d's default content type) above 8 KiB whatever the payload limit,
+  // and every body here is JSON whatever its declared type.
+  auto post = [&s](const char* path,
+                   std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+    s.Post(path, [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                                const httplib::ContentReader& read) {
+      httplib::Request with_body = req;
+      // Past the payload limit the library stops the read with 413 (set_error_handler).
+      if (!read([&](const char* data, size_t n) {
+            with_body.body.append(data, n);
+            return true;
+          })) {
+        if (res.status != 413) SendError(res, 400, "INVALID_ARGUMENT", "request body not read");
+        return;
+      }
+      handler(with_body, res);
+    });
+  };
+
   // Syncs, verifies and scrubs are jobs: 202 with an id, polled at /v1/syncs/{id}.
   auto submit = [this](httplib::Response& res, SyncRequest r) {
     if (shutting_down_.load()) {
@@ -113,7 +133,7 @@ void HttpApi::Routes() {
     res.set_header("Location", "/v1/syncs/" + *id);
     SendJson(res, 202, {{"id", *id}, {"state", "queued"}});
   };
-  s.Post("/v1/sync", [this, submit](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/sync", [this, submit](const httplib::Request& req, httplib::Response& res) {
     Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
       return SendError(res, 400, "INVALID_ARGUMENT", "body must be a JSON object");
@@ -155,20 +175,20 @@ void HttpApi::Routes() {
     }
     return true;
   };
-  s.Post("/v1/peer/prepare",
-         [this, peer_post_ok](const httplib::Request& req, httplib::Response& res) {
-           if (!peer_post_ok(req, res)) return;
-           if (shutting_down_.load()) {
-             res.set_header("Retry-After", "10");
-             return SendError(res, 503, "UNAVAILABLE", "sidecar shutting down");
-           }
-           auto p = ParsePeerPrepare(req.body);
-           if (!p.ok()) return SendError(res, 400, "INVALID_ARGUMENT", p.status().message());
-           PeerSyncAnswer a = options_.peer->Prepare(*p);
-           SendJson(res, a.http_status, a.body);
-         });
-  s.Post("/v1/peer/decided", [this, peer_post_ok](const httplib::Request& req,
-                                                  httplib::Response& res) {
+  post("/v1/peer/prepare",
+       [this, peer_post_ok](const httplib::Request& req, httplib::Response& res) {
+         if (!peer_post_ok(req, res)) return;
+         if (shutting_down_.load()) {
+           res.set_header("Retry-After", "10");
+           return SendError(res, 503, "UNAVAILABLE", "sidecar shutting down");
+         }
+         auto p = ParsePeerPrepare(req.body);
+         if (!p.ok()) return SendError(res, 400, "INVALID_ARGUMENT", p.status().message());
+         PeerSyncAnswer a = options_.peer->Prepare(*p);
+         SendJson(res, a.http_status, a.body);
+       });
+  post("/v1/peer/decided", [this, peer_post_ok](const httplib::Request& req,
+                                                httplib::Response& res) {
     if (!peer_post_ok(req, res)) return;
     Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (!body.is_object() || !body.contains("sync_key") || !body["sync_key"].is_string() ||
@@ -198,7 +218,7 @@ void HttpApi::Routes() {
     r.rate_bytes_per_s = static_cast<uint64_t>(it->get<double>() * 1e9);
     return true;
   };
-  s.Post("/v1/verify", [submit, read_rate](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/verify", [submit, read_rate](const httplib::Request& req, httplib::Response& res) {
     Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
       return SendError(res, 400, "INVALID_ARGUMENT", "body must be a JSON object");
@@ -213,8 +233,7 @@ void HttpApi::Routes() {
     if (!read_rate(body, r, res)) return;
     submit(res, std::move(r));
   });
-  s.Post("/v1/scrub", [this, submit, read_rate](const httplib::Request& req,
-                                                httplib::Response& res) {
+  post("/v1/scrub", [this, submit, read_rate](const httplib::Request& req, httplib::Response& res) {
     Json body = req.body.empty() ? Json::object()
                                  : Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
