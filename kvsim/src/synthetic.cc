@@ -143,9 +143,11 @@ void DelayFrom(std::vector<TraceRequest>& turns, size_t k, double delta) {
 }
 
 void AddSubagents(Gen& g, Trace& t) {
+  const uint32_t n = 1 + g.rng.Below(3);
+  // Room for the subagents first: `root` lives in t.conversations, which must not move.
+  t.conversations.reserve(t.conversations.size() + n);
   std::vector<TraceRequest>& root = t.conversations[0].turns;
   const uint32_t turns = static_cast<uint32_t>(root.size());
-  const uint32_t n = 1 + g.rng.Below(3);
   std::vector<int32_t> after;
   for (uint32_t s = 0; s < n; ++s) after.push_back(static_cast<int32_t>(g.rng.Below(turns - 1)));
   std::sort(after.begin(), after.end());

@@ -133,7 +133,15 @@ StatusOr<Trace> ParseWekaTrace(std::string_view text, std::string_view file,
   }
   ASSIGN_OR_RETURN(json j, ParseJsonText(text, file, first_line));
   const RecordLines lines = LocateWekaRecords(text, first_line);
-  auto at = [&](const char* key) { return JsonField(file, lines.Key(key)); };
+  auto at = [&](const std::string& key) { return JsonField(file, lines.Key(key)); };
+  // An unknown top-level key is reported on its own line.
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (kTraceFields.count(it.key()) == 0) {
+        return at(it.key()).Error("trace", "unknown field '" + it.key() + "'");
+      }
+    }
+  }
   RETURN_IF_ERROR(JsonField(file, first_line).CheckObject(j, "trace", kTraceFields));
   Trace t;
   t.file = std::string(file);

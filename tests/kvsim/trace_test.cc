@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "kvsim/synthetic.h"
 #include "kvsim/theoretical_hit.h"
@@ -83,6 +84,15 @@ TEST(WekaTrace, ErrorsNameTheLineOfTheirRecord) {
       "{\"id\":\"x\",\n\"block_size\":0,\"hash_id_scope\":\"local\",\"requests\":[]}", "k.json");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("k.json:2: trace.block_size"), std::string::npos)
+      << t.status().message();
+  // An unknown top-level key names its own line.
+  t = ParseWekaTrace(
+      "{\"id\":\"x\",\n\"block_size\":64,\n\"hash_id_scope\":\"local\",\n\"requests\":[],\n"
+      "\"colour\":1}",
+      "u.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("u.json:5: trace: unknown field 'colour'"),
+            std::string::npos)
       << t.status().message();
   // In a .jsonl file, lines count from the trace's own line.
   t = ParseWekaTrace(kHead + R"({"t":0,"type":"n","in":1}]})", "h.jsonl", {}, 7);
@@ -484,6 +494,31 @@ TEST(Synthetic, IsDeterministic) {
   EXPECT_EQ(h, 0x0e754b81d5ca0b87ull) << std::hex << h;
   o.seed = 43;
   EXPECT_NE(WriteWekaTrace(GenerateSyntheticCorpus(o)->traces[0]), WriteWekaTrace(a->traces[0]));
+}
+
+// Subagents of small-scale traces (the subagents' conversations were appended while the root
+// turns were still in use through a reference into the same vector): every setting generates,
+// and what it generates parses back with the same anchors.
+TEST(Synthetic, SubagentsAtEveryScale) {
+  for (const auto& [traces, seed, scale, fraction] :
+       std::vector<std::tuple<uint32_t, uint64_t, double, double>>{
+           {2, 2, 0.01, 0.5}, {5, 2, 0.02, 0.5}, {5, 2, 0.05, 0.5}, {8, 3, 1.0, 1.0}}) {
+    SyntheticOptions o;
+    o.traces = traces;
+    o.seed = seed;
+    o.scale = scale;
+    o.subagent_fraction = fraction;
+    auto a = GenerateSyntheticCorpus(o);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    for (const Trace& t : a->traces) {
+      auto again = ParseWekaTrace(WriteWekaTrace(t), t.file);
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      ASSERT_EQ(again->conversations.size(), t.conversations.size());
+      for (size_t c = 1; c < t.conversations.size(); ++c) {
+        EXPECT_EQ(again->conversations[c].join_before, t.conversations[c].join_before);
+      }
+    }
+  }
 }
 
 // Measured against the published statistics of the kv-cache-tester v8 corpus (docs/TRACES.md).
