@@ -198,6 +198,8 @@ StatusOr<Trace> ParseWekaTrace(std::string_view text, std::string_view file,
   }
   // Anchors: spawned by the last root turn before the entry (none: dropped), joined by the
   // first later root turn that starts when the subagent has ended (none: background).
+  // Room for every conversation first: `turns` lives in t.conversations, which must not move.
+  t.conversations.reserve(1 + subagents.size());
   t.conversations.push_back(std::move(root));
   const std::vector<TraceRequest>& turns = t.conversations[0].turns;
   for (size_t s = 0; s < subagents.size(); ++s) {

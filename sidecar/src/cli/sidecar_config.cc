@@ -334,7 +334,10 @@ Status ApplyConfigJson(const nlohmann::json& j, const std::string& source,
                        std::set<std::string>& from_file) {
   if (!j.is_object()) return InvalidArgument("config '" + source + "' is not a JSON object");
   const auto& keys = SidecarKeys();
-  for (const auto& [name, value] : j.items()) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    // Plain references, not a structured binding: lambdas below capture them.
+    const std::string& name = it.key();
+    const nlohmann::json& value = it.value();
     const SidecarKey* k = nullptr;
     for (const SidecarKey& c : keys) {
       if (name == c.name) k = &c;
