@@ -121,17 +121,10 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
     def test_bodies_of_any_content_type_up_to_the_limit(self):
         # curl -d sends application/x-www-form-urlencoded: such a body is read as JSON like any
         # other, up to --max-body-bytes (65536 by default), not refused above 8 KiB.
-        import urllib.error, urllib.request
         c = self.cluster(tp=1, sidecar_args=["--max-body-bytes", "65536"])
 
         def post(body, ctype):
-            req = urllib.request.Request(c.url + "/v1/sync", data=body, method="POST", headers={
-                "Authorization": "Bearer " + TOKEN, "Content-Type": ctype})
-            try:
-                with urllib.request.urlopen(req, timeout=30) as r:
-                    return r.status, json.loads(r.read())
-            except urllib.error.HTTPError as e:
-                return e.code, json.loads(e.read())
+            return http("POST", c.url + "/v1/sync", raw=body, token=TOKEN, content_type=ctype)
 
         body = json.dumps({"version": "v2", "delta": self.t("d12")}).encode()
         padded = body + b" " * (20000 - len(body))

@@ -24,11 +24,15 @@ def write(path, data):
         f.write(data)
 
 
-def http(method, url, body=None, token=None, raw=None):
+def http(method, url, body=None, token=None, raw=None, content_type=None):
+    """(status, parsed JSON or bytes). A body is sent as urllib sends it
+    (application/x-www-form-urlencoded) unless content_type says otherwise."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(url, data=data, method=method)
     if token:
         req.add_header("Authorization", "Bearer " + token)
+    if content_type:
+        req.add_header("Content-Type", content_type)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             text = r.read()

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "log/log.h"
+
 namespace deltakv::cli {
 
 int ExitCodeFor(const Status& s) {
@@ -28,9 +30,7 @@ int ReportError(std::string_view command, const Status& s, bool json) {
   return ExitCodeFor(s);
 }
 
-void PrintJson(const nlohmann::json& j) {
-  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
-}
+void PrintJson(const nlohmann::json& j) { std::cout << log::JsonText(j) << std::endl; }
 
 std::string HumanBytes(uint64_t bytes) {
   char buf[64];

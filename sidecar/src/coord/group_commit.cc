@@ -316,7 +316,7 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
   if (fields.is_object()) {
     for (const auto& [k, v] : fields.items()) mine_json[k] = v;
   }
-  const std::string mine = mine_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string mine = log::JsonText(mine_json);
   bool prepared = false;
   bool woken = false;  // by a peer's notice
   Status last;
@@ -435,10 +435,8 @@ StatusOr<GroupDecision> GroupCommit::PrepareAndAwait(const std::string& key,
 }
 
 Status GroupCommit::PublishPause(const std::string& key, const NodePause& pause) {
-  return etcd_->Put(
-      Key(key + "/resumed/" + options_.node),
-      NodePauseJson(pause).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-      lease_.load());
+  return etcd_->Put(Key(key + "/resumed/" + options_.node), log::JsonText(NodePauseJson(pause)),
+                    lease_.load());
 }
 
 StatusOr<GroupPauseView> GroupCommit::AwaitPauses(const std::string& key) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "log/log.h"
+
 namespace deltakv::sidecar {
 namespace {
 
@@ -65,7 +67,7 @@ std::string DecisionToJson(const GroupDecision& d) {
     j["delta"] = d.delta;
     j["commit_at_unix_ns"] = d.commit_at_unix_ns;
   }
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return log::JsonText(j);
 }
 
 StatusOr<GroupDecision> ParseDecision(std::string_view text) {
@@ -86,12 +88,11 @@ StatusOr<GroupDecision> ParseDecision(std::string_view text) {
 }
 
 std::string LatestToJson(const LatestCommit& l) {
-  return json{{"key", l.key},
-              {"version", l.version},
-              {"parent", l.parent},
-              {"delta", l.delta},
-              {"unix", l.unix}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return log::JsonText(json{{"key", l.key},
+                            {"version", l.version},
+                            {"parent", l.parent},
+                            {"delta", l.delta},
+                            {"unix", l.unix}});
 }
 
 StatusOr<LatestCommit> ParseLatest(std::string_view text) {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/percent_encode.h"
+#include "log/log.h"
 
 namespace deltakv::sidecar {
 namespace {
@@ -46,9 +47,10 @@ bool AllDigits(std::string_view s) {
 }  // namespace
 
 std::string PeerPrepareToJson(const PeerPrepare& p) {
-  return json{
-      {"sync_key", p.sync_key}, {"version", p.version}, {"delta", p.delta}, {"attempt", p.attempt}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return log::JsonText(json{{"sync_key", p.sync_key},
+                            {"version", p.version},
+                            {"delta", p.delta},
+                            {"attempt", p.attempt}});
 }
 
 StatusOr<int64_t> SyncKeyAttempt(std::string_view key) {
@@ -89,7 +91,7 @@ StatusOr<PeerPrepare> ParsePeerPrepare(std::string_view text) {
 std::string MemberToJson(const MemberRecord& m) {
   json j = {{"node", m.node}, {"pid", m.pid}, {"started_unix", m.started_unix}};
   if (!m.peer_url.empty()) j["peer_url"] = m.peer_url;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return log::JsonText(j);
 }
 
 StatusOr<MemberRecord> ParseMember(std::string_view text) {
@@ -106,8 +108,7 @@ StatusOr<MemberRecord> ParseMember(std::string_view text) {
 }
 
 std::string CoordinatorToJson(const CoordinatorRecord& c) {
-  return json{{"node", c.node}, {"peer_url", c.peer_url}, {"unix", c.unix}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return log::JsonText(json{{"node", c.node}, {"peer_url", c.peer_url}, {"unix", c.unix}});
 }
 
 StatusOr<CoordinatorRecord> ParseCoordinator(std::string_view text) {

@@ -46,7 +46,7 @@ std::string TextValue(const nlohmann::json& v) {
   if (!v.is_string()) return v.dump();
   const std::string& s = v.get_ref<const std::string&>();
   if (!s.empty() && s.find_first_of(" \t\n\"=") == std::string::npos) return s;
-  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return JsonText(v);
 }
 
 }  // namespace
@@ -91,7 +91,7 @@ std::string FormatLine(Format format, Level level, std::string_view msg, const F
     for (const auto& [key, value] : fields) {
       if (key != "ts" && key != "level" && key != "msg") j[key] = value;
     }
-    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return JsonText(j);
   }
   std::string line = "deltakv sidecar: ";
   if (level != Level::kInfo) line += std::string(LevelName(level)) + ": ";

@@ -65,4 +65,12 @@ std::string FormatLine(Format format, Level level, std::string_view msg, const F
 // RFC 3339 UTC with milliseconds: "2025-01-02T03:04:05.678Z".
 std::string Rfc3339Utc(int64_t unix_ns);
 
+// `j` (a nlohmann::json or ordered_json) as compact JSON text that never throws: bytes that are
+// not UTF-8 (a file name, a message quoting one) become U+FFFD. For every JSON the sidecar and
+// the CLI print, answer or store.
+template <typename Json>
+std::string JsonText(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 }  // namespace deltakv::log

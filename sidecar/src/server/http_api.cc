@@ -7,6 +7,8 @@
 #include <optional>
 #include <sstream>
 
+#include "log/log.h"
+
 namespace deltakv::sidecar {
 
 namespace {
@@ -15,8 +17,7 @@ using Json = nlohmann::json;
 
 void SendJson(httplib::Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-                  "application/json");
+  res.set_content(log::JsonText(body) + "\n", "application/json");
 }
 
 void SendError(httplib::Response& res, int status, const std::string& code,
