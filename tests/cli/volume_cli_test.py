@@ -162,6 +162,28 @@ class VolumeCli(unittest.TestCase):
         self.assertIn("hello.txt", err["error"]["message"])
         self.assertEqual([n for n in os.listdir(self.tmp) if n.startswith("out")], [])
 
+    def test_only_writers_create_a_directory_store(self):
+        typo = self.path("stroe")
+        for args in [["ls"], ["gc"], ["show", "demo/tiny:latest"], ["rm", "demo/tiny:latest"],
+                     ["tag", "demo/tiny:latest", "x"], ["pull", "demo/tiny:latest", self.path("o")]]:
+            for store in [typo, "dir://" + typo]:
+                err = vol_json(store, *args, expect=2)
+                self.assertEqual(err["error"]["code"], "NOT_FOUND", args)
+                self.assertIn("no such directory", err["error"]["message"])
+                self.assertFalse(os.path.exists(typo), args)
+        write(self.path("file"), b"x")
+        err = vol_json(self.path("file"), "ls", expect=2)
+        self.assertEqual(err["error"]["code"], "INVALID_ARGUMENT")
+        # A sync from a store that does not exist does not create it.
+        other = self.path("other")
+        err = vol_json(other, "sync", "demo/tiny:latest", "demo/tiny", "--from", typo, expect=2)
+        self.assertEqual(err["error"]["code"], "NOT_FOUND")
+        self.assertFalse(os.path.exists(typo))
+        # push creates the store (and the directories above it).
+        nested = self.path("a", "b", "store")
+        vol_json(nested, "push", self.small_dir(), "demo/tiny", "--tag", "latest", "-q")
+        self.assertEqual(vol_json(nested, "ls")["volumes"][0]["name"], "tiny")
+
     def test_remove_restore_and_gc(self):
         a = self.small_dir("a")
         b = self.path("b")
@@ -292,6 +314,7 @@ class VolumeCli(unittest.TestCase):
         import concurrent.futures
         stop = False
         gcs = {"ran": 0}
+        os.makedirs(self.store)  # gc runs on the store from the start; only pushes create it
 
         def gc_loop():
             while not stop:

@@ -591,8 +591,18 @@ TEST(S3StoreSigV4Test, BotocoreComputesTheSameSignatures) {
 
 TEST(OpenVolumeStoreUrlTest, SchemesAndConfigErrors) {
   TempDir dir;
-  auto d = OpenVolumeStoreUrl(dir / "store");
+  // Readers of a directory store that does not exist get NotFound and create nothing.
+  const std::string missing = dir / "store";
+  EXPECT_TRUE(Fails(OpenVolumeStoreUrl(missing).status(), StatusCode::kNotFound, "no such"));
+  EXPECT_TRUE(Fails(OpenVolumeStoreUrl("dir://" + missing).status(), StatusCode::kNotFound,
+                    "no such"));
+  EXPECT_FALSE(std::filesystem::exists(missing));
+  auto d = OpenVolumeStoreUrl(missing, StoreDir::kCreate);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(std::filesystem::is_directory(missing));
+  EXPECT_TRUE(OpenVolumeStoreUrl(missing).ok());
+  EXPECT_TRUE(Fails(OpenVolumeStoreUrl("dir://relative").status(), StatusCode::kInvalidArgument,
+                    "absolute"));
   EXPECT_TRUE(Fails(OpenVolumeStoreUrl("s3://Bad_Bucket").status(), StatusCode::kInvalidArgument,
                     "bucket"));
   EXPECT_TRUE(Fails(OpenVolumeStoreUrl("ftp://x").status(), StatusCode::kInvalidArgument, "ftp"));

@@ -79,11 +79,14 @@ class Progress {
 
 std::string Digest(const std::string& hex) { return "sha256:" + hex; }
 
-StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenStore(const Common& c) {
+// The store of `c`; only commands that write a new version (`creates`) create a directory
+// store that does not exist yet.
+StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenStore(const Common& c, bool creates) {
   if (c.store.empty()) {
     return InvalidArgument("no volume store: pass --store URL or set DELTAKV_VOLUME_STORE");
   }
-  return sidecar::OpenVolumeStoreUrl(c.store);
+  return sidecar::OpenVolumeStoreUrl(
+      c.store, creates ? sidecar::StoreDir::kCreate : sidecar::StoreDir::kMustExist);
 }
 
 // Parses NS/NAME (no tag or digest).
@@ -146,7 +149,8 @@ CLI::App* Add(CLI::App& group, const std::shared_ptr<Common>& common, int* rc, c
   cmd->add_flag("-q,--quiet", common->quiet, "No progress lines on stderr");
   cmd->callback([common, rc, name, body] {
     const std::string what = std::string("volume ") + name;
-    auto store = OpenStore(*common);
+    const std::string_view command = name;
+    auto store = OpenStore(*common, command == "push" || command == "sync");
     if (!store.ok()) {
       *rc = ReportError(what, store.status(), common->json);
       return;
