@@ -237,11 +237,15 @@ class VolumeCli(unittest.TestCase):
         vol(self.store, "rm", r["ref"], "-q")
         p = vol(self.store, "ls")
         self.assertEqual(p.stdout.splitlines()[-1], "2 volumes, 1 live version, 1 tag, 1 removed")
+        # The removed version's tag is shown beside it.
+        self.assertIn(f"  @sha256:{r['digest'][7:]}  removed at ", p.stdout)
+        self.assertTrue([line for line in p.stdout.splitlines()
+                         if r["digest"][7:] in line and line.endswith("  tags: prod")], p.stdout)
         self.assertEqual(json.loads(vol(self.store, "ls", "--json").stdout)["volumes"][0]["name"], "a")
 
     def test_retention_days_flag(self):
         a = self.small_dir("a")
-        r = vol_json(self.store, "push", a, "demo/a", "-q")
+        r = vol_json(self.store, "push", a, "demo/a", "--tag", "keep", "-q")
         removed = vol_json(self.store, "rm", r["ref"], "--retention-days", "0.5")
         self.assertEqual(removed["restorable_until"] - removed["removed_at"], 43200)
         # The window is not stored with the version: each command applies its own.
@@ -266,6 +270,10 @@ class VolumeCli(unittest.TestCase):
         self.assertEqual((gc["chunks_deleted"], gc["versions_purged"]), (2, 1))
         err = vol_json(self.store, "restore", r["ref"], expect=2)
         self.assertEqual(err["error"]["code"], "NOT_FOUND")
+        # The tag outlives its purged version: ls shows it on its own line and counts it.
+        p = vol(self.store, "ls")
+        self.assertIn(f"  tag keep -> @sha256:{r['digest'][7:]}  (version purged)", p.stdout)
+        self.assertEqual(p.stdout.splitlines()[-1], "1 volume, 0 live versions, 1 tag, 0 removed")
 
     def test_sync_between_stores(self):
         src = self.path("src")

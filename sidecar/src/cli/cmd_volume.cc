@@ -419,18 +419,30 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
             tags_total += l.tags.size();
             removed_total += l.removed.size();
             std::printf("%s/%s\n", l.ns.c_str(), l.name.c_str());
-            for (const std::string& v : l.versions) {
+            // Every tag is shown: beside its version, live or removed, or on a line of its own
+            // when its version is gone (purged).
+            std::vector<bool> shown(l.tags.size(), false);
+            auto tags_of = [&](const std::string& digest) {
               std::string tags;
-              for (const auto& t : l.tags) {
-                if (t.digest == v) tags += " " + t.tag;
+              for (size_t i = 0; i < l.tags.size(); ++i) {
+                if (l.tags[i].digest != digest) continue;
+                tags += " " + l.tags[i].tag;
+                shown[i] = true;
               }
-              std::printf("  @sha256:%s%s%s\n", v.c_str(), tags.empty() ? "" : "  tags:",
-                          tags.c_str());
+              return tags.empty() ? tags : "  tags:" + tags;
+            };
+            for (const std::string& v : l.versions) {
+              std::printf("  @sha256:%s%s\n", v.c_str(), tags_of(v).c_str());
             }
             for (const auto& r : l.removed) {
-              std::printf("  @sha256:%s  removed at %lld, restorable until %lld\n",
+              std::printf("  @sha256:%s  removed at %lld, restorable until %lld%s\n",
                           r.digest.c_str(), static_cast<long long>(r.removed_at),
-                          static_cast<long long>(r.restorable_until));
+                          static_cast<long long>(r.restorable_until), tags_of(r.digest).c_str());
+            }
+            for (size_t i = 0; i < l.tags.size(); ++i) {
+              if (shown[i]) continue;
+              std::printf("  tag %s -> @sha256:%s  (version purged)\n", l.tags[i].tag.c_str(),
+                          l.tags[i].digest.c_str());
             }
           }
           std::printf("%zu volume%s, %zu live version%s, %zu tag%s, %zu removed\n", listings.size(),
