@@ -24,6 +24,7 @@ namespace deltakv::kvsim {
 namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
+constexpr double kMaxDurationS = 1e9;  // about 32 years of simulated time
 
 // The recorded end-to-start gap before `next`, whose predecessor is `prev`.
 double Gap(const TraceRequest& prev, const TraceRequest& next) {
@@ -150,6 +151,12 @@ Status Replay::Init() {
   if (o_.gpu_kv_tokens == 0) return InvalidArgument("replay: the GPU KV capacity is 0");
   if (!(o_.warmup_min >= 0 && o_.warmup_min <= o_.warmup_max && o_.warmup_max <= 1)) {
     return InvalidArgument("replay: the warmup range must satisfy 0 <= min <= max <= 1");
+  }
+  if (!(o_.duration_s > 0 && o_.duration_s <= kMaxDurationS)) {
+    return InvalidArgument("replay: duration_s must be above 0 and at most 1e9 seconds");
+  }
+  if (!(o_.idle_cap_s >= 0)) {
+    return InvalidArgument("replay: idle_cap_s must be 0 or more (infinity: no cap)");
   }
   if (o_.sim_block_bytes < 64 || o_.sim_block_bytes % 8 != 0) {
     return InvalidArgument("replay: sim_block_bytes must be a multiple of 8, >= 64");

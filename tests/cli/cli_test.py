@@ -272,6 +272,9 @@ class CliTest(unittest.TestCase):
         run("publish", "--parent", "a", "--new", "b", "--out", "c", "--frame-mib", "0", expect=1)
         run("checkpoint", "generate", "--out", self.t("moe-bad"), "--experts", "2000", expect=1)
         self.assertFalse(os.path.exists(self.t("moe-bad")))
+        for files in ("0", "100000"):
+            run("checkpoint", "generate", "--out", self.t("files-bad"), "--files", files, expect=1)
+            self.assertFalse(os.path.exists(self.t("files-bad")))
         # An unsigned option takes decimal digits within 64 bits: a sign or an overflow is a
         # value of the wrong type, not a value wrapped around.
         for value in ("-1", "99999999999999999999", "+5", "0x10", "1.5"):

@@ -137,6 +137,10 @@ class KvReplayCli(unittest.TestCase):
         run("bench", "agentx", "--synthetic", "2", "--model", "nope", expect=2)
         run("plan", "--model-config", os.path.join(self.tmp.name, "missing.json"), expect=3)
         run("bench", "agentx", "--synthetic", "2", "--host-kv-gib", "lots", expect=2)
+        for flag, value in (("--idle-cap-s", "-1"), ("--idle-cap-s", "nan"),
+                            ("--duration-s", "0"), ("--duration-s", "-5"), ("--duration-s", "inf")):
+            p = run("bench", "agentx", "--synthetic", "2", flag, value, "--json", expect=2)
+            self.assertIn(flag[2:].replace("-", "_"), json.loads(p.stdout)["error"]["message"])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace deltakv::kvsim {
@@ -99,6 +101,34 @@ TEST(ReplayRules, WholeSystemIdleCapShortensLongGaps) {
   ASSERT_GE(recs.size(), 3u);
   EXPECT_NEAR(recs[1].ready_s, kStep + 10, 1e-9);          // 95 s capped at 10
   EXPECT_NEAR(recs[2].ready_s, recs[1].end_s + 10, 1e-9);  // 20 s capped at 10
+}
+
+TEST(ReplayRules, IdleCapZeroSkipsEveryGapAndBadValuesAreRefused) {
+  Corpus c;
+  c.traces.push_back(Tree({Req(0, 1, 1, 5), Req(100, 2, 1, 10), Req(130, 3, 1, 1)}));
+  auto o = Opts();
+  o.idle_cap_s = 0;
+  o.duration_s = 100;
+  auto recs = Replay(c, o);
+  ASSERT_GE(recs.size(), 3u);
+  EXPECT_NEAR(recs[1].ready_s, kStep, 1e-9);
+  EXPECT_NEAR(recs[2].ready_s, recs[1].end_s, 1e-9);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (auto [idle, duration] : {std::pair{-1.0, 100.0}, {nan, 100.0}, {10.0, 0.0},
+                                {10.0, -1.0}, {10.0, nan}, {10.0, inf}, {10.0, 2e9}}) {
+    o.idle_cap_s = idle;
+    o.duration_s = duration;
+    auto r = RunReplay(c, FixedCost(), o);
+    ASSERT_FALSE(r.ok()) << idle << " " << duration;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(idle == 10.0 ? "duration_s" : "idle_cap_s"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  o.idle_cap_s = inf;  // no cap
+  o.duration_s = 100;
+  EXPECT_TRUE(RunReplay(c, FixedCost(), o).ok());
 }
 
 TEST(ReplayRules, IdleCapDoesNotApplyWhileAnotherLaneIsBusy) {

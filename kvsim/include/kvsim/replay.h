@@ -69,6 +69,7 @@ struct RequestRecord {
 struct ReplayOptions {
   uint32_t concurrency = 16;
   double duration_s = 3600;  // simulated seconds of profiling after the warmup
+  // Longest simulated idle gap kept when nothing is queued, loading or running (0: none kept).
   double idle_cap_s = 10;
   double warmup_min = 0.25;
   double warmup_max = 0.75;
@@ -135,7 +136,8 @@ struct ReplayResult {
 };
 
 // Replays `corpus`. InvalidArgument for an empty corpus, concurrency 0, gpu_kv_tokens 0, a
-// block size that differs between traces, a warmup range outside [0, 1], or memory over
+// block size that differs between traces, a warmup range outside [0, 1], duration_s not in
+// (0, 1e9], idle_cap_s below 0 or NaN (infinity: no cap), or memory over
 // max_sim_bytes (with the sizes); errors of the pool (creating the segment) as returned.
 StatusOr<ReplayResult> RunReplay(const Corpus& corpus, const CostModel& cost,
                                  const ReplayOptions& options);

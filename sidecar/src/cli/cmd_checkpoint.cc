@@ -99,7 +99,9 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
       "generate", "Write a synthetic transformer-like checkpoint (bf16 weights, f32 norms)");
   gen->add_option("--out", o->out, "Output directory (must not exist)")->required();
   gen->add_option("--size-mib", o->size_mib, "Approximate size, MiB")->capture_default_str();
-  gen->add_option("--files", o->files, "Number of safetensors files")->capture_default_str();
+  gen->add_option("--files", o->files, "Number of safetensors files (1 to 99999)")
+      ->check(CLI::Range(1u, 99999u))
+      ->capture_default_str();
   gen->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   gen->add_option("--experts", o->experts,
                   "Mixture-of-experts layers with this many experts (stacked [E, ...] tensors); "
