@@ -6,11 +6,9 @@ namespace deltakv::kvsim {
 
 StatusOr<nlohmann::json> ParseJsonText(std::string_view text, std::string_view file,
                                        uint32_t first_line) {
-  try {
-    return nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.byte is 1-based; find its line and column.
-    const size_t pos = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
+  // "FILE:LINE:COLUMN" of the byte at `pos`.
+  auto where = [&](size_t pos) {
+    pos = std::min(pos, text.size());
     uint32_t line = first_line, col = 1;
     for (size_t i = 0; i < pos; ++i) {
       if (text[i] == '\n') {
@@ -20,14 +18,38 @@ StatusOr<nlohmann::json> ParseJsonText(std::string_view text, std::string_view f
         ++col;
       }
     }
+    return std::string(file) + ":" + std::to_string(line) + ":" + std::to_string(col);
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is 1-based.
     std::string what = e.what();
     const size_t p = what.find("parse error");
     if (p != std::string::npos) what = what.substr(p);
-    return InvalidArgument(std::string(file) + ":" + std::to_string(line) + ":" +
-                           std::to_string(col) + ": malformed JSON: " + what);
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large to represent
+    return InvalidArgument(where(e.byte > 0 ? e.byte - 1 : 0) + ": malformed JSON: " + what);
+  } catch (const nlohmann::json::exception& e) {
+    // A number too large to represent ("number overflow parsing '1e999'") comes without a
+    // position: it is the first number token spelled that way.
+    const std::string what = e.what();
+    const size_t open = what.find('\'');
+    const size_t close = open == std::string::npos ? open : what.find('\'', open + 1);
+    if (close != std::string::npos && close > open + 1) {
+      const std::string token = what.substr(open + 1, close - open - 1);
+      auto number_char = [](char c) {
+        return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+      };
+      for (size_t at = text.find(token); at != std::string_view::npos;
+           at = text.find(token, at + 1)) {
+        const size_t end = at + token.size();
+        if ((at == 0 || !number_char(text[at - 1])) &&
+            (end == text.size() || !number_char(text[end]))) {
+          return InvalidArgument(where(at) + ": malformed JSON: " + what);
+        }
+      }
+    }
     return InvalidArgument(std::string(file) + ":" + std::to_string(first_line) +
-                           ": malformed JSON: " + e.what());
+                           ": malformed JSON: " + what);
   }
 }
 
