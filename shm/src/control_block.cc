@@ -224,8 +224,7 @@ StatusOr<std::unique_ptr<ControlBlock>> ControlBlock::Create(const std::string& 
     if (compatible.ok() && options.on_existing != OnExisting::kRecreate) {
       block->segment_.set_unlink_on_destroy(options.unlink_on_destroy);
       RETURN_IF_ERROR(block->Adopt());
-      block->heartbeat_ = std::make_unique<HeartbeatThread>(&block->header_->sidecar_heartbeat,
-                                                            options.heartbeat_period);
+      block->StartSidecarHeartbeat(options.heartbeat_period);
       return block;
     }
     if (options.on_existing == OnExisting::kAdopt) {
@@ -242,8 +241,7 @@ StatusOr<std::unique_ptr<ControlBlock>> ControlBlock::Create(const std::string& 
   block->segment_ = std::move(created).value();
   RETURN_IF_ERROR(block->InitializeLayout(options, first_generation));
   RETURN_IF_ERROR(block->BecomeSidecar());
-  block->heartbeat_ = std::make_unique<HeartbeatThread>(&block->header_->sidecar_heartbeat,
-                                                        options.heartbeat_period);
+  block->StartSidecarHeartbeat(options.heartbeat_period);
   block->segment_.Publish();
   return block;
 }
@@ -332,6 +330,13 @@ AwaitOutcome ControlBlock::AwaitDecision(uint64_t sync_id, std::chrono::nanoseco
         std::chrono::duration_cast<std::chrono::nanoseconds>(left), kDecisionPollSlice);
     FutexWait(&header_->decision_seq, seen, slice);
   }
+}
+
+void ControlBlock::StartSidecarHeartbeat(std::chrono::nanoseconds period) {
+  // A sidecar that a later one replaced (it was stopped past the stale threshold) stops
+  // beating: the heartbeat is the new sidecar's, and a stopped new sidecar must look stopped.
+  heartbeat_ = std::make_unique<HeartbeatThread>(&header_->sidecar_heartbeat, period,
+                                                 [this] { return IsCurrentSidecar(); });
 }
 
 uint64_t ControlBlock::AllocateSyncId() {

@@ -132,8 +132,9 @@ PeerState CheckPeer(const PeerIdentity& peer, const Heartbeat& heartbeat,
   return CheckHeartbeat(heartbeat, options, now_ns);
 }
 
-HeartbeatThread::HeartbeatThread(Heartbeat* heartbeat, std::chrono::nanoseconds period)
-    : heartbeat_(heartbeat), period_(period) {
+HeartbeatThread::HeartbeatThread(Heartbeat* heartbeat, std::chrono::nanoseconds period,
+                                 std::function<bool()> still_owner)
+    : heartbeat_(heartbeat), period_(period), still_owner_(std::move(still_owner)) {
   Beat(heartbeat_);
   thread_ = std::thread([this] { Run(); });
 }
@@ -152,7 +153,10 @@ void HeartbeatThread::Stop() {
 
 void HeartbeatThread::Run() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, period_, [this] { return stop_; })) Beat(heartbeat_);
+  while (!cv_.wait_for(lock, period_, [this] { return stop_; })) {
+    if (still_owner_ && !still_owner_()) return;  // someone else's heartbeat now
+    Beat(heartbeat_);
+  }
 }
 
 }  // namespace deltakv::shm

@@ -213,11 +213,17 @@ StatusOr<RankHandle> ControlBlock::RegisterRank(uint32_t rank, uint32_t world_si
     }
     handle.commands_ = std::move(commands).value();
     handle.responses_ = std::move(responses).value();
-    // Beats once before the slot turns ACTIVE, so it is never judged stale on arrival.
-    handle.heartbeat_ =
-        std::make_unique<HeartbeatThread>(&s.heartbeat, attach_options_.heartbeat_period);
     SlotWord active = SlotWord::Unpack(my_word);
     active.state = SlotState::kActive;
+    // Beats once before the slot turns ACTIVE, so it is never judged stale on arrival, and
+    // only while the slot is still this registration's: a rank judged dead (stopped past the
+    // stale threshold) whose slot went to another rank must not beat for that rank.
+    handle.heartbeat_ = std::make_unique<HeartbeatThread>(
+        &s.heartbeat, attach_options_.heartbeat_period,
+        [slot = &s, registering = my_word, registered = active.Pack()] {
+          const uint64_t word = slot->state_word.load(std::memory_order_acquire);
+          return word == registering || word == registered;
+        });
     uint64_t expected = my_word;
     // Release: the fields and rings above are visible to whoever sees ACTIVE.
     if (!s.state_word.compare_exchange_strong(expected, active.Pack(), std::memory_order_seq_cst)) {
@@ -337,12 +343,13 @@ RankHandle& RankHandle::operator=(RankHandle&& other) noexcept {
 
 RankHandle::~RankHandle() { (void)Unregister(); }
 
+// A reclaimed slot may hold another rank now: its fields are not this handle's to write.
 void RankHandle::SetLivePolicyVersion(uint64_t version) {
-  if (slot_ != nullptr) slot_->live_policy_version.store(version, std::memory_order_release);
+  if (StillRegistered()) slot_->live_policy_version.store(version, std::memory_order_release);
 }
 
 void RankHandle::SetStagedSyncId(uint64_t sync_id) {
-  if (slot_ != nullptr) slot_->staged_sync_id.store(sync_id, std::memory_order_release);
+  if (StillRegistered()) slot_->staged_sync_id.store(sync_id, std::memory_order_release);
 }
 
 bool RankHandle::StillRegistered() const {

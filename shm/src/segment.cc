@@ -1,6 +1,8 @@
 #include "shm/segment.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,7 +38,27 @@ uint64_t RealtimeNs() {
 
 struct Segment::Mapping {
   bip::mapped_region region;
+  // The object this segment created (st_dev, st_ino; 0 when unknown): its name is unlinked on
+  // destruction only while it still names this object, not one a later process created under
+  // the same name after removing this one (a sidecar that replaced a stopped one, say).
+  uint64_t device = 0;
+  uint64_t inode = 0;
 };
+
+namespace {
+
+// True if `name` names the object (device, inode) now; false if it names another or none.
+bool NamesObject(const std::string& name, uint64_t device, uint64_t inode) {
+  const int fd = shm_open(("/" + name).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct stat st {};
+  const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_dev) == device &&
+                    static_cast<uint64_t>(st.st_ino) == inode;
+  close(fd);
+  return same;
+}
+
+}  // namespace
 
 std::string_view SegmentKindName(SegmentKind kind) {
   switch (kind) {
@@ -75,8 +97,13 @@ Segment& Segment::operator=(Segment&& other) noexcept {
 }
 
 void Segment::Reset() {
+  // (No mapping yet: a Create that failed half way removes what it made.)
+  if (unlink_on_destroy_ && !name_.empty() &&
+      (mapping_ == nullptr || mapping_->inode == 0 ||
+       NamesObject(name_, mapping_->device, mapping_->inode))) {
+    bip::shared_memory_object::remove(name_.c_str());
+  }
   mapping_.reset();
-  if (unlink_on_destroy_ && !name_.empty()) bip::shared_memory_object::remove(name_.c_str());
   data_ = nullptr;
   size_ = 0;
   unlink_on_destroy_ = false;
@@ -134,6 +161,11 @@ StatusOr<Segment> Segment::Create(const std::string& name, uint64_t size, Segmen
     }
     auto mapping = std::make_unique<Mapping>();
     mapping->region = bip::mapped_region(object, bip::read_write, 0, size);
+    struct stat st {};
+    if (fstat(object.get_mapping_handle().handle, &st) == 0) {
+      mapping->device = static_cast<uint64_t>(st.st_dev);
+      mapping->inode = static_cast<uint64_t>(st.st_ino);
+    }
     segment.data_ = static_cast<uint8_t*>(mapping->region.get_address());
     segment.size_ = size;
     segment.mapping_ = std::move(mapping);

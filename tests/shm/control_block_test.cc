@@ -377,6 +377,37 @@ TEST(ControlBlockTest, ReclaimedLiveRankNoticesItWasDropped) {
   EXPECT_EQ(handle.Unregister().code(), StatusCode::kFailedPrecondition);
 }
 
+// A rank judged dead whose slot went to another rank neither beats that rank's heartbeat nor
+// writes its fields.
+TEST(ControlBlockTest, ReclaimedRankLeavesTheSlotsNextOwnerAlone) {
+  const std::string name = UniqueName("ctl");
+  ScopedUnlink cleanup(name);
+  ControlBlockOptions options = SmallOptions(1);
+  options.liveness.stale_after = 1ns;  // every rank's heartbeat is stale: ReclaimDead frees it
+  options.heartbeat_period = 1h;
+  auto sidecar = ControlBlock::Create(name, options).value();
+  AttachOptions fast;
+  fast.heartbeat_period = 1ms;
+  auto engine = ControlBlock::Attach(name, fast).value();
+  RankHandle old_rank = engine->RegisterRank(0, 1).value();
+  Segment raw = Segment::Open(name, SegmentKind::kControl).value();
+  auto* slot = reinterpret_cast<RankSlot*>(raw.data() + kSlotsOffset);
+  const uint64_t first = slot->heartbeat.counter.load();
+  EXPECT_TRUE(WaitFor([&] { return slot->heartbeat.counter.load() >= first + 3; }));
+  ASSERT_EQ(sidecar->ReclaimDead().size(), 1u);
+  EXPECT_FALSE(old_rank.StillRegistered());
+  std::this_thread::sleep_for(20ms);  // at most one beat was already under way
+  const uint64_t after = slot->heartbeat.counter.load();
+  slot->live_policy_version.store(77);  // as the slot's next owner would
+  slot->staged_sync_id.store(88);
+  old_rank.SetLivePolicyVersion(5);
+  old_rank.SetStagedSyncId(6);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(slot->heartbeat.counter.load(), after);
+  EXPECT_EQ(slot->live_policy_version.load(), 77u);
+  EXPECT_EQ(slot->staged_sync_id.load(), 88u);
+}
+
 TEST(ControlBlockTest, DecisionWakesWaitingRanks) {
   const std::string name = UniqueName("ctl");
   ScopedUnlink cleanup(name);
@@ -550,6 +581,25 @@ TEST(ControlBlockTest, SupersededSidecarCannotDecide) {
   EXPECT_EQ(sidecar->DecideCommit(id).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(sidecar->DecideAbort(id).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(engine->ReadDecision(id), Decision::kPending);
+}
+
+// ... nor beat the sidecar heartbeat, which is the new sidecar's: were the new one stopped in
+// turn, the old one's beats would make it look alive to every rank.
+TEST(ControlBlockTest, SupersededSidecarStopsBeating) {
+  const std::string name = UniqueName("ctl");
+  ScopedUnlink cleanup(name);
+  ControlBlockOptions options = SmallOptions();
+  options.heartbeat_period = 1ms;
+  auto sidecar = ControlBlock::Create(name, options).value();
+  Segment raw = Segment::Open(name, SegmentKind::kControl).value();
+  auto* control = reinterpret_cast<ControlHeader*>(raw.data() + kControlHeaderOffset);
+  const uint64_t at_start = control->sidecar_heartbeat.counter.load();
+  EXPECT_TRUE(WaitFor([&] { return control->sidecar_heartbeat.counter.load() >= at_start + 5; }));
+  control->instance_generation.fetch_add(1);  // what an adopting sidecar does
+  std::this_thread::sleep_for(20ms);          // at most one beat was already under way
+  const uint64_t after = control->sidecar_heartbeat.counter.load();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(control->sidecar_heartbeat.counter.load(), after);
 }
 
 TEST(ControlBlockTest, RecreateSupersedesTheOldSegment) {

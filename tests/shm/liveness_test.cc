@@ -35,6 +35,23 @@ TEST(LivenessTest, HeartbeatThreadBeatsUntilStopped) {
   EXPECT_EQ(hb.counter.load(), after);
 }
 
+TEST(LivenessTest, HeartbeatThreadStopsBeatingOnceNotTheOwner) {
+  Heartbeat hb{};
+  std::atomic<bool> owner{true};
+  HeartbeatThread thread(&hb, 1ms, [&] { return owner.load(); });
+  EXPECT_TRUE(WaitFor([&] { return hb.counter.load() >= 5; }));
+  owner.store(false);
+  std::this_thread::sleep_for(10ms);  // at most one beat was already under way
+  const uint64_t after = hb.counter.load();
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(hb.counter.load(), after);
+  owner.store(true);  // for good: it does not start again
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(hb.counter.load(), after);
+  thread.Stop();  // still joins
+  EXPECT_FALSE(thread.running());
+}
+
 TEST(LivenessTest, StalenessFollowsTheInjectedClock) {
   Heartbeat hb{};
   const ProcessIdentity self = SelfIdentity();

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "shm_test_util.h"
@@ -51,6 +52,27 @@ TEST(SegmentTest, DestroyUnlinksOwnedName) {
   { Segment owner = CreatePublished(name); }
   EXPECT_FALSE(Segment::Exists(name));
   EXPECT_EQ(Segment::Open(name, SegmentKind::kScratch).status().code(), StatusCode::kNotFound);
+}
+
+// A segment whose name another process removed and created again (a sidecar that replaced a
+// stopped one, re-creating its plan arenas) leaves the new segment's name alone.
+TEST(SegmentTest, DestroyLeavesANameThatNowNamesAnotherSegment) {
+  const std::string name = UniqueName("seg");
+  std::optional<Segment> old_owner(CreatePublished(name));
+  old_owner->data()[200] = 1;
+  CreateOptions replace;
+  replace.if_exists = IfExists::kReplace;
+  Segment successor = Segment::Create(name, kSize, SegmentKind::kScratch, replace).value();
+  successor.Publish();
+  successor.data()[200] = 2;
+  old_owner.reset();
+  ASSERT_TRUE(Segment::Exists(name));
+  Segment seen = Segment::Open(name, SegmentKind::kScratch).value();
+  EXPECT_EQ(seen.data()[200], 2);
+  // Removed by hand meanwhile: destroying the owner is still fine, and so is a later one.
+  ASSERT_TRUE(Segment::Unlink(name).ok());
+  { Segment gone = std::move(successor); }
+  EXPECT_FALSE(Segment::Exists(name));
 }
 
 TEST(SegmentTest, CreateFailsIfExistsUnlessReplacing) {

@@ -139,6 +139,39 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
     def segments(self, c):
         return {f for f in os.listdir("/dev/shm") if f.startswith(c.shm)}
 
+    def test_a_stopped_sidecar_that_was_replaced_stops_when_it_resumes(self):
+        c = self.cluster(tp=2)
+        old = c.sidecar
+        try:
+            old.send_signal(signal.SIGSTOP)
+            time.sleep(1.5)  # past the 1 s stale threshold: judged dead, so another may adopt
+            c.start_sidecar()
+            deadline = time.time() + 20
+            while len(c.status()["ranks"]) < c.tp:
+                self.assertLess(time.time(), deadline, "the ranks never showed up")
+                time.sleep(0.05)
+            sid = c.sync("v2", self.t("d12"))  # the new sidecar's plan arenas exist now
+            self.assertEqual(c.wait(sid)["state"], "live")
+            arenas = {f for f in self.segments(c) if "-plan-" in f}
+            self.assertTrue(arenas)
+            old.send_signal(signal.SIGCONT)
+            self.assertEqual(old.wait(timeout=30), 3)
+        finally:
+            if old.poll() is None:
+                old.kill()
+                old.wait()
+        lines = self.log_lines()  # both sidecars' lines
+        stops = [j for j in lines if j["msg"] == "another sidecar took over the control segment; stopping"]
+        self.assertEqual(len(stops), 1, [j["msg"] for j in lines])
+        self.assertEqual(stops[0]["level"], "error")
+        self.assertEqual(stops[0]["shm"], c.shm)
+        # It left the new sidecar's arenas (same names) in place, and the new one goes on.
+        self.assertLessEqual(arenas, self.segments(c))
+        sid = c.sync("v3", self.t("d23"))
+        self.assertEqual(c.wait(sid)["state"], "live")
+        c.assert_serves(self, self.t("v3"))
+        self.assertEqual(self.terminate(c), 0)
+
     def test_sigterm_when_idle(self):
         c = self.cluster(tp=1)
         before = self.segments(c)

@@ -123,7 +123,7 @@ struct RankSlot {
   Heartbeat heartbeat;                        // the rank's heartbeat
   std::atomic<uint64_t> live_policy_version;  // the version the rank serves; 0 = unknown
   std::atomic<uint64_t> staged_sync_id;       // the sync the rank has staged; 0 = none
-  std::atomic<uint64_t> epoch;                // full count of claims of this slot
+  std::atomic<uint64_t> epoch;                // successful registrations in this slot
   uint64_t command_ring_offset;               // constant; sidecar → rank
   uint64_t response_ring_offset;              // constant; rank → sidecar
   // The claimant's LivenessToken and PID namespace, written right after its claim; `token_word`
@@ -337,6 +337,8 @@ class ControlBlock {
   Status Adopt();
   Status CheckMayDecide(uint64_t sync_id) const;
   Status BecomeSidecar();
+  // Starts the sidecar heartbeat, beating while this process is the current sidecar.
+  void StartSidecarHeartbeat(std::chrono::nanoseconds period);
   std::span<uint8_t> RingBytesAt(uint64_t offset, uint64_t capacity) const;
   bool Snapshot(uint32_t index, RankInfo* info) const;
 

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -110,7 +111,11 @@ class HeartbeatThread {
   static constexpr std::chrono::milliseconds kDefaultPeriod{100};
 
   HeartbeatThread() = default;
-  explicit HeartbeatThread(Heartbeat* heartbeat, std::chrono::nanoseconds period = kDefaultPeriod);
+  // Beats once now, then every `period`. With `still_owner`, each later beat first asks it and
+  // the thread stops beating for good once it says false: another process has taken the
+  // heartbeat over (this one was judged dead while stopped, say), and a heartbeat has one writer.
+  explicit HeartbeatThread(Heartbeat* heartbeat, std::chrono::nanoseconds period = kDefaultPeriod,
+                           std::function<bool()> still_owner = {});
   HeartbeatThread(const HeartbeatThread&) = delete;
   HeartbeatThread& operator=(const HeartbeatThread&) = delete;
   ~HeartbeatThread();
@@ -124,6 +129,7 @@ class HeartbeatThread {
 
   Heartbeat* heartbeat_ = nullptr;
   std::chrono::nanoseconds period_{kDefaultPeriod};
+  std::function<bool()> still_owner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // GUARDED_BY(mu_)

@@ -9,8 +9,10 @@
 // a different layout never attaches to (and never corrupts) a segment it does not understand.
 //
 // Ownership: a Segment owns its mapping; moving transfers it; destruction unmaps. The name is
-// unlinked on destruction only when `unlink_on_destroy` is set (the default for Create); the
-// mapping stays valid for every process that still has it mapped after an unlink.
+// unlinked on destruction only when `unlink_on_destroy` is set (the default for Create) and the
+// name still refers to the object this Segment created (not to one another process created
+// under the same name after removing it); the mapping stays valid for every process that still
+// has it mapped after an unlink.
 //
 // Thread-safety: the object is not synchronized; the bytes it maps are shared with other
 // processes and are accessed through the atomics of the structures laid out in them.

@@ -183,6 +183,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   }
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
+  const sidecar::ShmSyncExecutor* control = executor->get();  // owned by the manager below
   std::vector<unsigned> serving = *cores;
   sidecar::SyncManagerOptions mo;
   mo.history = 64;
@@ -226,7 +227,18 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   log::Info("listening",
             {{"addr", http.host + ":" + std::to_string(api.port())}, {"shm", o.shm_name}});
   std::thread server([&] { api.Serve(); });
-  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  bool replaced = false;
+  while (g_signals.load() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (control->Replaced()) {
+      // Stopped past the stale threshold, this sidecar was judged dead and another one adopted
+      // the control segment: its ranks, decisions and heartbeat are the new sidecar's now.
+      log::Error("another sidecar took over the control segment; stopping",
+                 {{"shm", o.shm_name}});
+      replaced = true;
+      break;
+    }
+  }
 
   // Graceful shutdown: refuse new jobs, let the running one end (aborted before its commit
   // decision, finished after it), then stop serving.
@@ -245,7 +257,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
     _exit(kExitEnvironment);
   }
   log::Info("stopped");
-  return kExitOk;
+  return replaced ? kExitEnvironment : kExitOk;
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ StatusOr<std::unique_ptr<ShmSyncExecutor>> ShmSyncExecutor::Create(
   return e;
 }
 
+bool ShmSyncExecutor::Replaced() const { return !control_->IsCurrentSidecar(); }
+
 ShmSyncExecutor::~ShmSyncExecutor() = default;
 
 std::vector<shm::PlanArenaPool*> ShmSyncExecutor::ArenaPools(uint32_t world) {

@@ -97,6 +97,9 @@ class ShmSyncExecutor final : public SyncExecutor {
     return options_.group != nullptr && !options_.group->InDoubt().empty();
   }
   nlohmann::json GroupJson() const override { return convergence_.Json(); }
+  // True once a later sidecar has taken the control segment over (this one was stopped past
+  // the stale threshold and judged dead): this process must stop.
+  bool Replaced() const;
 
  private:
   class Job;
