@@ -63,12 +63,17 @@ StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
                                                        const std::string& version, unsigned threads,
                                                        bool progress) {
   CheckpointManifest m;
+  RETURN_IF_ERROR(json_fields::CheckUtf8("version", version));
   m.version = version;
   std::vector<std::pair<size_t, const TensorInfo*>> order;
   for (size_t i = 0; i < ckpt.files().size(); ++i) {
     const SafetensorsFile& f = ckpt.files()[i];
+    RETURN_IF_ERROR(json_fields::CheckUtf8("file name", ckpt.file_names()[i]));
     m.files.push_back({ckpt.file_names()[i], f.file_size(), f.header().raw.size()});
-    for (const TensorInfo& t : f.header().tensors) order.emplace_back(i, &t);
+    for (const TensorInfo& t : f.header().tensors) {
+      RETURN_IF_ERROR(json_fields::CheckUtf8("tensor name", t.name));
+      order.emplace_back(i, &t);
+    }
   }
   m.tensors.resize(order.size());
   Progress prog("manifest", ckpt.total_tensor_bytes(), progress);
@@ -118,7 +123,7 @@ std::string CheckpointManifestToJson(const CheckpointManifest& m) {
   }
   j["files"] = std::move(files);
   j["tensors"] = ManifestTensorsToJson(m.tensors);
-  return j.dump(2) + "\n";
+  return json_fields::Dump(j, 2) + "\n";
 }
 
 Json ManifestTensorsToJson(const std::vector<ManifestTensor>& tensors) {

@@ -102,7 +102,7 @@ std::string DeltaManifestToJson(const DeltaManifest& m) {
     j["checkpoint"] = {{"files", std::move(files)},
                        {"tensors", ManifestTensorsToJson(m.checkpoint_tensors)}};
   }
-  return j.dump(1) + "\n";
+  return json_fields::Dump(j, 1) + "\n";
 }
 
 namespace {

@@ -30,7 +30,7 @@ std::string EngineTensorTableToJson(const EngineTensorTable& t) {
     j["global_rank"] = t.global_rank;
     j["global_world"] = t.global_world;
   }
-  return j.dump();
+  return json_fields::Dump(j);
 }
 
 StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text) {

@@ -1,6 +1,31 @@
 #include "json_fields.h"
 
+#include <cstdio>
+
+#include "base/utf8.h"
+
 namespace deltakv::deltasync::json_fields {
+
+Status CheckUtf8(std::string_view what, std::string_view text) {
+  if (IsValidUtf8(text)) return Status::Ok();
+  std::string shown;
+  for (char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b < 0x7F) {
+      shown += c;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", b);
+      shown += hex;
+    }
+  }
+  return InvalidArgument(std::string(what) + " '" + shown +
+                         "' is not valid UTF-8 (manifests are JSON)");
+}
+
+std::string Dump(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
 
 StatusOr<Json> Parse(std::string_view text, std::string_view what) {
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

@@ -21,6 +21,13 @@ StatusOr<std::string> String(const Json& obj, const char* key, std::string_view 
 StatusOr<uint64_t> Uint(const Json& obj, const char* key, std::string_view where);
 StatusOr<const Json*> Array(const Json& obj, const char* key, std::string_view where);
 StatusOr<const Json*> Object(const Json& obj, const char* key, std::string_view where);
+// OK if `text` is valid UTF-8 (base/utf8.h); InvalidArgument "<what> '<text, non-ASCII bytes
+// as \xNN>' is not valid UTF-8" otherwise: every name written into a manifest is checked so, as
+// JSON cannot hold it.
+Status CheckUtf8(std::string_view what, std::string_view text);
+// Dumps `j` (indent as Json::dump) without throwing: strings that are not UTF-8 (none, where
+// CheckUtf8 ran) become U+FFFD.
+std::string Dump(const Json& j, int indent = -1);
 // Like String but returns `fallback` when the key is absent.
 StatusOr<std::string> OptionalString(const Json& obj, const char* key, std::string_view where,
                                      std::string fallback);

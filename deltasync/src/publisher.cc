@@ -18,6 +18,7 @@
 #include "deltasync/checkpoint.h"
 #include "deltasync/delta_manifest.h"
 #include "deltasync/xor_digest.h"
+#include "json_fields.h"
 #include "sha256.h"
 
 namespace deltakv::deltasync {
@@ -325,6 +326,14 @@ StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
   sum.parent_version =
       opt.parent_version.empty() ? CheckpointVersionId(opt.parent_dir) : opt.parent_version;
   sum.version = opt.version.empty() ? CheckpointVersionId(opt.new_dir) : opt.version;
+  RETURN_IF_ERROR(json_fields::CheckUtf8("parent version", sum.parent_version));
+  RETURN_IF_ERROR(json_fields::CheckUtf8("version", sum.version));
+  for (const std::string& name : next.file_names()) {
+    RETURN_IF_ERROR(json_fields::CheckUtf8("file name", name));
+  }
+  for (const TensorPair& t : tensors) {
+    RETURN_IF_ERROR(json_fields::CheckUtf8("tensor name", t.info->name));
+  }
   return PublishPairs(tensors, std::move(sum), opt, &next, start);
 }
 
@@ -339,11 +348,14 @@ StatusOr<PublishSummary> PublishDeltaFromTensors(std::span<const TensorBytes> pa
   if (opt.parent_version == opt.version) {
     return InvalidArgument("parent_version and version are both '" + opt.version + "'");
   }
+  RETURN_IF_ERROR(json_fields::CheckUtf8("parent version", opt.parent_version));
+  RETURN_IF_ERROR(json_fields::CheckUtf8("version", opt.version));
   // The new set's infos, in its order; the parent's by name.
   std::vector<TensorInfo> infos(next.size());
   std::unordered_map<std::string_view, const TensorBytes*> by_name;
   auto check = [](const TensorBytes& t, const char* side) -> Status {
     if (t.name.empty()) return InvalidArgument(std::string(side) + ": a tensor has no name");
+    RETURN_IF_ERROR(json_fields::CheckUtf8(std::string(side) + " tensor name", t.name));
     uint64_t elements = 1;
     for (uint64_t d : t.shape) {
       if (d != 0 && elements > UINT64_MAX / d) {

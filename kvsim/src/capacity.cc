@@ -228,7 +228,7 @@ std::string CapacityPlanJson(const CapacityPlan& p) {
                         {"kv_host_fraction", p.kv_host_fraction}}},
                       {"flags", flags},
                       {"warnings", p.warnings}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace deltakv::kvsim

@@ -124,7 +124,7 @@ std::string ReplayArmJson(const ReplayArm& a) {
       {"pool_lookups_per_wall_s", r.pool_lookups_per_wall_s},
       {"pool_loads_per_wall_s", r.pool_loads_per_wall_s},
   };
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string RenderSvgPlot(const std::string& title, const std::vector<PlotPanel>& panels) {

@@ -256,7 +256,7 @@ std::string WriteWekaTrace(const Trace& t) {
             {"tool_tokens", t.tool_tokens},
             {"system_tokens", t.system_tokens},
             {"requests", requests}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace deltakv::kvsim

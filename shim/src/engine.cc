@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "base/utf8.h"
 #include "shim/weight_checksum.h"
 
 namespace deltakv::shim {
@@ -91,6 +92,10 @@ Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
                               const int64_t* shape, int32_t ndim, const char* layout_json) {
   if (worker_.joinable()) return FailedPrecondition("tensors must be registered before start");
   if (name == nullptr || *name == '\0') return InvalidArgument("tensor name is empty");
+  if (!IsValidUtf8(name)) {
+    return InvalidArgument("tensor name '" + std::string(name) +
+                           "' is not valid UTF-8 (checkpoint tensor names are JSON strings)");
+  }
   if (dtype == nullptr) return InvalidArgument("tensor '" + std::string(name) + "': dtype is NULL");
   auto dt = deltasync::ParseDType(dtype);
   if (!dt)

@@ -12,7 +12,8 @@ DELTAKV = None
 
 
 def run(*args, expect=0):
-    p = subprocess.run([DELTAKV, *args], capture_output=True, text=True)
+    # Output may quote names that are not UTF-8 as they are.
+    p = subprocess.run([DELTAKV, *args], capture_output=True, text=True, errors="surrogateescape")
     if p.returncode != expect:
         raise AssertionError(f"deltakv {' '.join(args)}: exit {p.returncode}, wanted {expect}\n"
                              f"stdout: {p.stdout}\nstderr: {p.stderr}")
@@ -184,6 +185,26 @@ class CliTest(unittest.TestCase):
         e = json.loads(p.stdout.decode("utf-8"))
         self.assertFalse(e["ok"])
         self.assertIn("q\ufffd.zst", json.dumps(e, ensure_ascii=False))
+
+    def test_names_a_manifest_cannot_hold_are_refused_with_nothing_written(self):
+        # A version (here the directory's name, the default) or file name that is not UTF-8
+        # cannot go into a JSON manifest: exit 2 and no output, not a crash half way.
+        odd = self.t(os.fsdecode(b"n\xe9"))
+        shutil.rmtree(odd, ignore_errors=True)
+        shutil.copytree(self.t("v2"), odd)
+        if os.path.exists(os.path.join(odd, "manifest.json")):
+            os.remove(os.path.join(odd, "manifest.json"))
+        out = self.fresh("d-odd")
+        p = run("publish", "--parent", self.t("v1"), "--new", odd, "--out", out, "--json", expect=2)
+        self.assertIn("is not valid UTF-8", json.loads(p.stdout)["error"]["message"])
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("d-odd")], [])
+        p = run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out", out,
+                "--version", os.fsdecode(b"v\xff"), expect=2)
+        self.assertFalse(os.path.exists(out))
+        run("checkpoint", "manifest", odd, expect=2)
+        self.assertFalse(os.path.exists(os.path.join(odd, "manifest.json")))
+        run("checkpoint", "manifest", odd, "--version", "v2")  # a version given: fine
+        shutil.rmtree(odd)
 
     def test_header_change_round_trip(self):
         out = self.fresh("out23")

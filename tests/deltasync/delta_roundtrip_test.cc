@@ -355,6 +355,15 @@ TEST(DeltaFromTensors, BadInputIsRefusedAndLeavesNothing) {
   PublishOptions unnamed = po;
   unnamed.version = "";
   refused({w1}, {w2}, unnamed, "required");
+  // Names a JSON manifest cannot hold.
+  refused({{"w\xff", DType::kF32, {16}, x}}, {{"w\xff", DType::kF32, {16}, y}}, po,
+          "tensor name 'w\\xff' is not valid UTF-8");
+  PublishOptions latin1 = po;
+  latin1.version = "v2\xe9";
+  refused({w1}, {w2}, latin1, "version 'v2\\xe9' is not valid UTF-8");
+  latin1 = po;
+  latin1.parent_version = "\xc0\xaf";  // an overlong '/'
+  refused({w1}, {w2}, latin1, "parent version");
 
   auto ok = PublishDeltaFromTensors(std::vector<TensorBytes>{w1}, std::vector<TensorBytes>{w2}, po);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();

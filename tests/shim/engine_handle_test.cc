@@ -106,6 +106,27 @@ TEST(EngineHandle, StatesAndVerifyAnswersTheLiveChecksum) {
   EXPECT_EQ(deltakv_engine_get_state(nullptr), DELTAKV_ENGINE_STOPPED);
 }
 
+// A tensor name must be a checkpoint name: non-empty UTF-8 (the sidecar reads the names as JSON).
+TEST(EngineHandle, TensorNamesMustBeUtf8) {
+  deltakv_engine_params p = deltakv_engine_default_params();
+  deltakv_engine* e = nullptr;
+  ASSERT_EQ(deltakv_engine_create(&p, &e), DELTAKV_OK);
+  std::vector<uint8_t> weights(64, 1);
+  int64_t shape = 64;
+  for (const char* bad : {"", "w\xff", "caf\xe9", "\xc0\xaf"}) {
+    EXPECT_EQ(deltakv_engine_register_tensor(e, bad, weights.data(), "U8", &shape, 1, nullptr),
+              DELTAKV_ERR_INVALID_ARGUMENT)
+        << bad;
+  }
+  EXPECT_NE(std::string(deltakv_last_error()).find("not valid UTF-8"), std::string::npos)
+      << deltakv_last_error();
+  EXPECT_EQ(deltakv_engine_register_tensor(e, "caf\xc3\xa9", weights.data(), "U8", &shape, 1,
+                                           nullptr),
+            DELTAKV_OK)
+      << deltakv_last_error();
+  deltakv_engine_free(e);
+}
+
 // Once started, the handle refuses new callbacks and tensors (its worker uses them) and keeps
 // the ones it has; deltakv_engine_poll writes *committed only when it succeeds.
 TEST(EngineHandle, StartedHandleRefusesCallbacksAndPollKeepsItsOutputOnError) {

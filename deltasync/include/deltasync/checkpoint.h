@@ -76,6 +76,8 @@ struct CheckpointManifest {
 
 // Computes the manifest of an opened checkpoint: reads every tensor once (in parallel on
 // `threads` threads; 0 = all CPUs). Progress goes to stderr when `progress` is set.
+// InvalidArgument if `version` or a file or tensor name is not valid UTF-8 (the manifest is
+// JSON); the reader's errors otherwise.
 StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
                                                        const std::string& version, unsigned threads,
                                                        bool progress);

@@ -54,8 +54,9 @@ struct PublishSummary {
 };
 
 // Writes the delta. InvalidArgument if the checkpoints are malformed or do not have the same
-// tensors with the same dtype and shape; FailedPrecondition if out_dir exists; IoError on a
-// write failure.
+// tensors with the same dtype and shape, or a version (given, or the default) or a file or
+// tensor name is not valid UTF-8 (the manifest is JSON); FailedPrecondition if out_dir exists;
+// IoError on a write failure.
 StatusOr<PublishSummary> PublishDelta(const PublishOptions& options);
 
 // A tensor held in memory by the caller: its bytes in the canonical (row-major) layout.
@@ -70,8 +71,9 @@ struct TensorBytes {
 // shards as PublishDelta. options.parent_dir, new_dir and include_checkpoint are not used (the
 // manifest has no checkpoint section: there are no files); parent_version and version are
 // required and must differ. Tensors are taken in `next`'s order. InvalidArgument if the sets do
-// not hold the same names with the same dtype and shape, a name is empty or repeated, or a
-// tensor's byte count does not match its dtype and shape; errors otherwise as PublishDelta.
+// not hold the same names with the same dtype and shape, a name or version is empty, repeated
+// or not valid UTF-8, or a tensor's byte count does not match its dtype and shape; errors
+// otherwise as PublishDelta.
 StatusOr<PublishSummary> PublishDeltaFromTensors(std::span<const TensorBytes> parent,
                                                  std::span<const TensorBytes> next,
                                                  const PublishOptions& options);

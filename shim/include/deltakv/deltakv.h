@@ -150,9 +150,10 @@ static inline deltakv_callbacks deltakv_default_callbacks(void) {
 deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltakv_engine** out);
 void deltakv_engine_free(deltakv_engine* engine);
 
-/* Registers one weight tensor. `dtype` uses safetensors names ("BF16", "F32", ...); `shape`
- * is the rank-local shape; `layout_json` describes how the canonical checkpoint tensor maps
- * to this rank (NULL = replicated: the local tensor is the whole canonical tensor).
+/* Registers one weight tensor. `name` is its checkpoint name (non-empty, valid UTF-8); `dtype`
+ * uses safetensors names ("BF16", "F32", ...); `shape` is the rank-local shape; `layout_json`
+ * describes how the canonical checkpoint tensor maps to this rank (NULL = replicated: the local
+ * tensor is the whole canonical tensor).
  * REQUIRES: called before deltakv_engine_start. */
 deltakv_status deltakv_engine_register_tensor(deltakv_engine* engine, const char* name,
                                               void* device_ptr, const char* dtype,
