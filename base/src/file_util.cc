@@ -35,19 +35,47 @@ StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_byt
     return ResourceExhausted("'" + path + "' is " + std::to_string(st.st_size) +
                              " bytes, more than the limit of " + std::to_string(max_bytes));
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  // Up to end of file, whatever stat said: files under /proc and /sys report a size of 0 or
+  // of a page and hold other amounts.
+  std::string out;
   size_t done = 0;
-  while (done < out.size()) {
+  out.resize(static_cast<size_t>(std::min<uint64_t>(
+      max_bytes, std::max<uint64_t>(static_cast<uint64_t>(st.st_size), 4096))));
+  for (;;) {
+    if (done == out.size()) {
+      if (done >= max_bytes) {
+        // At the limit: one more byte says whether the file is longer.
+        char extra;
+        ssize_t n;
+        do {
+          n = read(fd, &extra, 1);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) {
+          int err = errno;
+          close(fd);
+          return IoError(ErrnoMessage("read", path, err));
+        }
+        if (n > 0) {
+          close(fd);
+          return ResourceExhausted("'" + path + "' is more than the limit of " +
+                                   std::to_string(max_bytes) + " bytes");
+        }
+        break;
+      }
+      out.resize(static_cast<size_t>(std::min<uint64_t>(max_bytes, 2 * uint64_t{out.size()})));
+    }
     ssize_t n = read(fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : EIO;
+    if (n < 0) {
+      int err = errno;
       close(fd);
       return IoError(ErrnoMessage("read", path, err));
     }
+    if (n == 0) break;
     done += static_cast<size_t>(n);
   }
   close(fd);
+  out.resize(done);
   return out;
 }
 

@@ -95,6 +95,10 @@ StatusOr<RankTensorTables> ToRankTensorTables(const std::vector<EngineTensorTabl
   std::vector<bool> seen(world, false);
   for (const EngineTensorTable& t : tables) {
     if (t.world_size != world) return InvalidArgument("engine ranks disagree on the world size");
+    if (t.rank >= world) {
+      return InvalidArgument("engine rank " + std::to_string(t.rank) + " is outside the world of " +
+                             std::to_string(world));
+    }
     if (t.LayoutWorld() != tables[0].LayoutWorld() ||
         t.LayoutRank() - t.rank != tables[0].LayoutRank() - tables[0].rank) {
       return InvalidArgument("engine rank " + std::to_string(t.rank) + " names global rank " +

@@ -27,6 +27,23 @@ class FileStore final : public ObjectStore {
     ASSIGN_OR_RETURN(std::string path, PathOf(name));
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Missing(path, errno);
+    // The object's size first: a range past its end is DataLoss before any buffer is made
+    // (a hostile or corrupt length would otherwise ask for exabytes).
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      close(fd);
+      return IoError(ErrnoMessage("stat", path, err));
+    }
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    if (offset > size || length > size - offset) {
+      close(fd);
+      return DataLoss("object '" + name + "' in " + Describe() + " ends at " +
+                      std::to_string(size) + ", before byte " +
+                      (length > UINT64_MAX - offset ? std::string("2^64 or more")
+                                                    : std::to_string(offset + length)) +
+                      " (truncated?)");
+    }
     std::string out(length, '\0');
     uint64_t done = 0;
     while (done < length) {

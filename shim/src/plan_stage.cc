@@ -258,6 +258,10 @@ bool PackedAddressable(const std::vector<LocalTensor>& tensors) {
 
 Status CheckPlanRecord(const PlanRecord& rec, std::span<const PlanTensor> plan_tensors,
                        const std::vector<LocalTensor>& tensors) {
+  if (rec.tensor >= plan_tensors.size()) {
+    return InvalidArgument("plan record names plan tensor #" + std::to_string(rec.tensor) +
+                           ", the plan has " + std::to_string(plan_tensors.size()));
+  }
   uint32_t t = plan_tensors[rec.tensor].rank_tensor;
   if (t >= tensors.size()) {
     return InvalidArgument("plan names tensor #" + std::to_string(t) + ", this rank registered " +

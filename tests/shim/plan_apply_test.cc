@@ -13,7 +13,9 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
+#include "base/file_util.h"
 #include "deltasync/applier.h"
 #include "deltasync/checkpoint.h"
 #include "deltasync/delta_manifest.h"
@@ -669,6 +671,58 @@ TEST(PlanApply, UnregisteredTensorIsRefused) {
   auto r = PlanTensorTables(*m, ranks);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("engine rank 1 did not register"), std::string::npos);
+}
+
+// A range past an object's end is DataLoss without a buffer of its length being made first.
+TEST(FileStore, RangesPastTheEndAreDataLossWhateverTheirLength) {
+  TempDir tmp;
+  ASSERT_TRUE(deltakv::WriteFileAtomic(tmp / "obj", std::string(100, 'a')).ok());
+  auto store = MakeFileStore(tmp.path());
+  EXPECT_EQ(store->ReadRange("obj", 10, 90).value(), std::string(90, 'a'));
+  EXPECT_EQ(store->ReadRange("obj", 100, 0).value(), "");
+  for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{5, UINT64_MAX},
+                                {5, uint64_t{1} << 40},
+                                {0, 101},
+                                {101, 0},
+                                {uint64_t{1} << 63, 1},
+                                {UINT64_MAX, UINT64_MAX}}) {
+    auto r = store->ReadRange("obj", offset, length);
+    ASSERT_FALSE(r.ok()) << offset << " " << length;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  }
+}
+
+TEST(EngineTables, RanksOutsideTheWorldOrMissingAreRefused) {
+  const TensorLayout l = TensorLayout::Replicated({16}, DType::kU8, 2).value();
+  auto table = [&](uint32_t rank) {
+    return EngineTensorTable{rank, 2, "v1", {{"w", DType::kU8, 16, l}}};
+  };
+  auto outside = ToRankTensorTables({table(2), table(1)});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.status().message().find("outside the world"), std::string::npos)
+      << outside.status().ToString();
+  auto twice = ToRankTensorTables({table(1), table(1)});
+  EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ToRankTensorTables({table(0)}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ToRankTensorTables({}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ToRankTensorTables({table(1), table(0)}).ok());
+}
+
+TEST(PlanStage, CheckPlanRecordRefusesATensorOutsideThePlan) {
+  std::vector<uint8_t> weights(64);
+  const std::vector<shim::LocalTensor> tensors = {{"w", weights.data(), weights.size()}};
+  const std::vector<PlanTensor> plan_tensors = {{0, 0, 64, 0, 0}};
+  PlanRecord rec{};
+  rec.length = 1;
+  EXPECT_TRUE(shim::CheckPlanRecord(rec, plan_tensors, tensors).ok());
+  rec.tensor = 1;
+  Status s = shim::CheckPlanRecord(rec, plan_tensors, tensors);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("plan tensor #1"), std::string::npos) << s.ToString();
+  rec.tensor = UINT32_MAX;
+  EXPECT_EQ(shim::CheckPlanRecord(rec, plan_tensors, tensors).code(),
+            StatusCode::kInvalidArgument);
 }
 
 

@@ -13,7 +13,8 @@
 
 namespace deltakv {
 
-// Reads a whole file. IoError if it cannot be read; ResourceExhausted if larger than max_bytes.
+// Reads a whole file, up to its end (also where stat reports another size, as under /proc).
+// IoError if it cannot be read; ResourceExhausted if larger than max_bytes.
 StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes = 1ull << 30);
 
 // Writes `data` to `path` via "<path>.tmp.<pid>", fsync, rename. On failure nothing is left

@@ -54,9 +54,11 @@ std::string EngineTensorTableSegmentName(const std::string& shm_name, uint32_t r
 std::string EngineTensorTableToJson(const EngineTensorTable& t);
 StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text);
 
-// Builds the planner's per-rank tables (index = node-local rank). InvalidArgument if ranks are
-// missing or duplicated, world sizes disagree, the ranks are not consecutive global ranks of
-// one group, or a name repeats within a rank.
+// Builds the planner's per-rank tables (index = node-local rank). FailedPrecondition if no
+// table is given or fewer or more tables than the first one's world size (ranks not yet
+// registered); InvalidArgument if a rank is outside the world or duplicated, world sizes
+// disagree, the ranks are not consecutive global ranks of one group, or a name repeats within a
+// rank.
 StatusOr<RankTensorTables> ToRankTensorTables(const std::vector<EngineTensorTable>& tables);
 
 }  // namespace deltakv::deltasync

@@ -45,8 +45,9 @@ struct StagedTensor {
   }
 };
 
-// OK if the record's plan tensor names a registered tensor and its local range lies inside it;
-// InvalidArgument naming the tensor otherwise. (For backends that stage a part themselves.)
+// OK if the record's plan tensor is one of `plan_tensors`, names a registered tensor and its
+// local range lies inside it; InvalidArgument naming the tensor otherwise. (For backends that
+// stage a part themselves.)
 Status CheckPlanRecord(const deltasync::PlanRecord& rec,
                        std::span<const deltasync::PlanTensor> plan_tensors,
                        const std::vector<LocalTensor>& tensors);
