@@ -423,5 +423,20 @@ TEST(OpenStoreTest, ConnectionRefusedIsRetriedThenIoError) {
   EXPECT_TRUE(Fails(s, StatusCode::kIoError, "after 3 tries"));
 }
 
+TEST(RedactCredentials, EveryUrlInAMessage) {
+  EXPECT_EQ(RedactCredentials("checkpoint 'http://user:pw@h:1/c' has no manifest.json"),
+            "checkpoint 'http://***@h:1/c' has no manifest.json");
+  EXPECT_EQ(RedactCredentials("a https://u:p@h/x?sig=abc b s3://k:s@bucket c"),
+            "a https://***@h/x... b s3://***@bucket c");
+  EXPECT_EQ(RedactCredentials("\"http://h/p#frag\" and http://h:8/q"),
+            "\"http://h/p...\" and http://h:8/q");
+  // Nothing to hide: paths, volume digests, an '@' in a path, plain text.
+  for (const char* same : {"/data/d12 missing", "vol://ns/name@sha256:ab not found",
+                           "http://h/a@b", "no url here", "://", "x://@"}) {
+    EXPECT_EQ(RedactCredentials(same), same);
+  }
+  EXPECT_EQ(RedactCredentials("http://u:p@h"), "http://***@h");
+}
+
 }  // namespace
 }  // namespace deltakv::sidecar

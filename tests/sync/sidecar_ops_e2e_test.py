@@ -5,7 +5,8 @@ demo engine processes, as in sync_e2e_test.py (whose Cluster this reuses).
 Run: python3 tests/sync/sidecar_ops_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 """
-import argparse, json, os, re, shutil, signal, sys, tempfile, time, unittest
+import argparse, json, os, re, shutil, signal, sys, tempfile, threading, time, unittest
+import http.server as http_server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sync_e2e_test as e2e  # noqa: E402
@@ -106,11 +107,35 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         vrec = c.verify(f"https://admin:{secret}@127.0.0.1:1/ckpt")
         verify = vrec["id"]
         self.assertEqual(vrec["checkpoint"], "https://***@127.0.0.1:1/ckpt")
+        # A store that answers: errors that quote the location are redacted too.
+        served = tempfile.mkdtemp(dir=self.run_dir)
+
+        class Quiet(http_server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, directory=served, **kw)
+
+            def log_message(self, *a):
+                pass
+
+        srv = http_server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            port = srv.server_address[1]
+            missing = c.verify(f"http://user:{secret}@127.0.0.1:{port}/nope")
+            self.assertEqual(missing["state"], "failed")
+            self.assertIn(f"'http://***@127.0.0.1:{port}/nope' has no manifest.json",
+                          missing["error"])
+            gone = c.wait(c.sync("v2", f"http://u:{secret}@127.0.0.1:{port}/d?X-Sig={secret}"))
+            self.assertEqual(gone["state"], "aborted")
+        finally:
+            srv.shutdown()
+            srv.server_close()
         # Local paths and volume references are shown as given.
         ok = c.sync("v2", self.t("d12"))
         self.assertEqual(c.wait(ok)["delta"], self.t("d12"))
         status = json.dumps(c.status())
-        records = json.dumps([http("GET", f"{c.url}/v1/syncs/{i}")[1] for i in (sid, verify)])
+        records = json.dumps([http("GET", f"{c.url}/v1/syncs/{i}")[1]
+                              for i in (sid, verify, missing["id"], gone["id"])])
         self.assertEqual(self.terminate(c), 0)
         with open(os.path.join(self.run_dir, "sidecar.log")) as f:
             log = f.read()

@@ -411,6 +411,33 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
                          "vol://...");
 }
 
+std::string RedactCredentials(std::string_view text) {
+  std::string out;
+  size_t done = 0;  // text before it is in `out`
+  for (size_t sep = text.find("://"); sep != std::string_view::npos;
+       sep = text.find("://", sep + 3)) {
+    if (sep >= 3 && text.substr(sep - 3, 3) == "vol") continue;  // '@' names a digest there
+    const size_t start = sep + 3;
+    if (start < done) continue;
+    // The URL ends where its quote or the word does; its authority at the path, query or
+    // fragment.
+    const size_t url_end = std::min(text.find_first_of("'\" \n\t", start), text.size());
+    const size_t authority_end = std::min(text.find_first_of("/?#", start), url_end);
+    size_t at = text.substr(start, authority_end - start).rfind('@');
+    if (at == 0) at = std::string_view::npos;  // no user info to hide
+    const size_t query = std::min(text.find_first_of("?#", start), url_end);
+    if (at == std::string_view::npos && query == url_end) continue;
+    out.append(text.substr(done, start - done));
+    if (at != std::string_view::npos) out.append("***");
+    const size_t keep = at == std::string_view::npos ? start : start + at;  // from the '@' on
+    out.append(text.substr(keep, query - keep));
+    if (query < url_end) out.append("...");  // a query or fragment may carry a signature
+    done = url_end;
+  }
+  out.append(text.substr(done));
+  return out;
+}
+
 std::string RedactLocation(const std::string& location) {
   // Local paths are shown as they are, and so are vol:// references ('@' names a digest).
   const size_t sep = location.find("://");

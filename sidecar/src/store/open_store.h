@@ -51,6 +51,9 @@ enum class VolumeView { kDelta, kFiles };
 // A store location fit for logs, messages and job records: "user:password@" becomes "***@", a
 // query or fragment "...".
 std::string RedactLocation(const std::string& location);
+// `text` (an error message, say) with the user:password@ of every URL in it shown as ***@,
+// wherever the URL stands: the redaction of messages that quote a location as given.
+std::string RedactCredentials(std::string_view text);
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
                                                             const HttpStoreOptions& http = {},

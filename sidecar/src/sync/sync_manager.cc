@@ -267,7 +267,7 @@ void SyncManager::WorkerLoop() {
         // A scrub stopped for a sync keeps the reason Submit wrote.
         if (!(request.kind == JobKind::kScrub &&
               it->second.error.rfind("stopped for sync", 0) == 0)) {
-          it->second.error = s.message();
+          it->second.error = RedactCredentials(s.message());
         }
       }
     }
@@ -276,7 +276,8 @@ void SyncManager::WorkerLoop() {
       log::Info(kind_name + " " + SyncStateName(final_state), {{"ms", ms}});
     } else {
       log::Fields f = {{"ms", ms},
-                       {"error", it != records_.end() ? it->second.error : s.message()}};
+                       {"error", it != records_.end() ? it->second.error
+                                                      : RedactCredentials(s.message())}};
       log::Write(final_state == SyncState::kDiverged ? log::Level::kError : log::Level::kWarn,
                  kind_name + " " + SyncStateName(final_state), f);
     }
