@@ -261,9 +261,16 @@ Status TensorLayout::BuildGeometry(uint64_t experts_per_group, uint64_t expert_b
     p.shards = tp_ / p.replicas;
     p.shard_rows = p.rows / p.shards;
     p.local_row_offset = local_rows;
-    local_rows += p.shard_rows;  // <= sum of rows, which Create checked
+    // A tensor of several parts (moe_expert_part: num_parts x shape[dim] rows) may not fit.
+    if (p.shard_rows > UINT64_MAX - local_rows) {
+      return InvalidArgument(Where(spec_) + ": byte size overflows");
+    }
+    local_rows += p.shard_rows;
     if (i >= first_part && i < first_part + part_count) {
       p.canonical_row_offset = canonical_rows;
+      if (p.rows > UINT64_MAX - canonical_rows) {
+        return InvalidArgument(Where(spec_) + ": byte size overflows");
+      }
       canonical_rows += p.rows;
       if (p.shards != 1) uniform_ = false;
     }

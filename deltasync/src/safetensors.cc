@@ -302,6 +302,9 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> pref
   if (!root.is_object()) {
     return InvalidArgument("header JSON must be an object, got " + Describe(root));
   }
+  // As upstream: the object starts at the header's first byte (no whitespace or byte-order
+  // mark before it).
+  if (header.raw[0] != '{') return InvalidArgument("header does not start with '{'");
   header.tensors.reserve(root.size());
   for (const auto& [name, entry] : root.items()) {
     if (name == "__metadata__") {
@@ -373,6 +376,9 @@ StatusOr<std::string> BuildSafetensorsLayoutHeader(
     if (!names.insert(t.name).second) return InvalidArgument(where + ": name repeats");
     if (DTypeSize(t.dtype) == 0) return InvalidArgument(where + ": invalid dtype value");
     ASSIGN_OR_RETURN(uint64_t bytes, ByteSize(where, t.dtype, t.shape));
+    if (bytes > UINT64_MAX - offset) {
+      return InvalidArgument(where + ": the data section's size overflows 64 bits");
+    }
     OrderedJson entry = OrderedJson::object();
     entry["dtype"] = std::string(DTypeName(t.dtype));
     entry["shape"] = t.shape;

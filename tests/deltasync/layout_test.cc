@@ -732,6 +732,22 @@ TEST(LayoutInvalidTest, Sharded) {
                 "overflows");
 }
 
+// moe_expert_part holds num_parts x shape[dim] rows on a rank: their sum must fit too.
+TEST(LayoutInvalidTest, ExpertPartsWhoseRowsTogetherOverflow) {
+  for (const char* json :
+       {R"({"kind":"moe_expert_part","dtype":"BF16","shape":[4611686018427387904],"dim":0,)"
+        R"("num_parts":4,"part":3,"experts":1,"expert":0,"ep":1,"tp":1})",
+        R"({"kind":"moe_expert_part","dtype":"U8","shape":[4611686018427387904],"dim":0,)"
+        R"("num_parts":5,"part":4,"experts":1,"expert":0,"ep":1,"tp":1})"}) {
+    ExpectInvalid(TensorLayout::FromJson(json), "overflows");
+  }
+  // Two parts of 2^62 rows of one byte fit (2^63 bytes).
+  EXPECT_TRUE(TensorLayout::FromJson(
+                  R"({"kind":"moe_expert_part","dtype":"U8","shape":[4611686018427387904],)"
+                  R"("dim":0,"num_parts":2,"part":1,"experts":1,"expert":0,"ep":1,"tp":1})")
+                  .ok());
+}
+
 TEST(LayoutInvalidTest, UnusedFieldsMustKeepDefaults) {
   LayoutSpec spec{.kind = LayoutKind::kSharded, .dtype = DType::kBF16, .shape = {8}, .tp = 2};
   LayoutSpec ep = spec;

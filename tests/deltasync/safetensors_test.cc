@@ -349,6 +349,25 @@ TEST(SafetensorsParseTest, RejectsInvalidJson) {
   ExpectInvalid(Parse(std::string_view("{\"a\0\":1}", 8), ""), "NUL byte at header offset 3");
 }
 
+TEST(SafetensorsBuild, RefusesADataSectionOver64Bits) {
+  const std::vector<TensorDecl> big = {{"a", DType::kU8, {UINT64_MAX}}, {"b", DType::kU8, {2}}};
+  auto h = BuildSafetensorsLayoutHeader(big, {});
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("overflows 64 bits"), std::string::npos)
+      << h.status().ToString();
+  EXPECT_TRUE(BuildSafetensorsLayoutHeader({{"a", DType::kU8, {UINT64_MAX}}}, {}).ok());
+}
+
+// As upstream (safetensors' InvalidHeaderStart): nothing before the object, not even spaces or a
+// byte-order mark; spaces after it are the writers' padding.
+TEST(SafetensorsParseTest, RejectsAHeaderThatDoesNotStartWithTheObject) {
+  ExpectInvalid(Parse(" {}", ""), "header does not start with '{'");
+  ExpectInvalid(Parse("\n{}", ""), "header does not start with '{'");
+  ExpectInvalid(Parse("\xef\xbb\xbf{}", ""), "header does not start with '{'");
+  EXPECT_TRUE(Parse("{}   ", "").ok());
+}
+
 TEST(SafetensorsParseTest, RejectsJsonThatIsNotAnObject) {
   ExpectInvalid(Parse("[]", ""), "header JSON must be an object, got [] (array)");
   ExpectInvalid(Parse(R"("x")", ""), "must be an object");

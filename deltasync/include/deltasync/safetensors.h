@@ -35,7 +35,7 @@
 
 namespace deltakv::deltasync {
 
-inline constexpr uint64_t kDefaultMaxHeaderBytes = 100ull << 20;  // 100 MiB, as upstream
+inline constexpr uint64_t kDefaultMaxHeaderBytes = 100'000'000;  // upstream's limit
 
 struct TensorInfo {
   std::string name;
@@ -97,8 +97,8 @@ struct TensorToWrite {
 // back to back in the given order, "__metadata__" first when non-empty: compact JSON with the
 // fields in the order dtype, shape, data_offsets, byte for byte what the reference writer
 // produces for the same order. InvalidArgument if a tensor's data size does not match its
-// dtype and shape (or that product overflows), a name repeats, a tensor is named
-// "__metadata__", or a name or metadata string is not valid UTF-8.
+// dtype and shape (or that product, or the data section's total, overflows 64 bits), a name
+// repeats, a tensor is named "__metadata__", or a name or metadata string is not valid UTF-8.
 StatusOr<std::string> BuildSafetensorsHeader(const std::vector<TensorToWrite>& tensors,
                                              const std::map<std::string, std::string>& metadata);
 

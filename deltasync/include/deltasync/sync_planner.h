@@ -73,9 +73,9 @@ StatusOr<std::vector<std::vector<PlanTensor>>> PlanTensorTables(const DeltaManif
 struct PlannerOptions {
   std::string decoder;  // "" = default XorDecoder
   uint32_t max_window_log = 27;
-  // Frames are fetched in ranged reads of up to this many bytes (a larger frame alone). The
-  // first read is at most first_fetch_window_bytes and each next one at most twice the one
-  // before, so decoding starts after a short read whatever this bound.
+  // Frames are fetched in ranged reads of whole frames, up to a window (a larger frame alone).
+  // The first window is first_fetch_window_bytes and each next one twice the one before, up
+  // to this bound, so decoding starts after a short read whatever this bound.
   uint64_t fetch_window_bytes = 32ull << 20;
   uint64_t first_fetch_window_bytes = 1ull << 20;
   // Fetch the next window while the current one decodes.

@@ -39,7 +39,8 @@ struct TensorSums {
 
 struct ChecksumOptions {
   uint64_t rate_bytes_per_s = 0;  // 0 = as fast as the backend reads
-  uint64_t chunk_bytes = 16 << 20;  // the most bytes read between rate checks
+  // The most bytes read between rate checks (values below 4096 read 4096).
+  uint64_t chunk_bytes = 16 << 20;
   // Called between chunks; returning false stops the pass (Cancelled-like FailedPrecondition).
   std::function<bool()> keep_going;
 };
