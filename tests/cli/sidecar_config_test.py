@@ -78,9 +78,37 @@ class SidecarConfigTest(unittest.TestCase):
         out = json.loads(p.stdout)
         self.assertEqual((out["http_attempts"], out["shm_name"], out["kv_hugepages"]),
                          (9, "from-file", True))
-        # A bad value in the file does not matter when the flag overrides it.
-        p = self.run_sidecar({"http_attempts": 0}, "--http-attempts", "3")
+        # The file is checked whole: a bad value is refused even where a flag overrides it.
+        for config, flag, value in (({"http_attempts": 0}, "--http-attempts", "3"),
+                                    ({"shm_name": 5}, "--shm-name", "a"),
+                                    ({"log_format": "xml"}, "--log-format", "json"),
+                                    ({"token_file": "/no/such"}, "--token-file", self.readable)):
+            p = self.run_sidecar(config, flag, value)
+            self.assertEqual(p.returncode, 2, (config, p.stderr))
+            self.assertIn("key '" + next(iter(config)) + "'", p.stderr)
+
+    def test_token_sources(self):
+        other = os.path.join(self.tmp.name, "other")
+        with open(other, "w") as f:
+            f.write("from-the-other-file\n")
+        # --token wins over the file's token_file, --token-file over its token; the sidecar
+        # shows which one by the token it would serve (--print-config redacts it: compare the
+        # effective token_file instead).
+        p = self.run_sidecar({"token_file": self.readable}, "--token", "flag-token")
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["token_file"], "")
+        p = self.run_sidecar({"token": "file-token"}, "--token-file", other)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = json.loads(p.stdout)
+        self.assertEqual((out["token_file"], out["token"]), (other, ""))
+        p = self.run_sidecar({}, "--token", "a", "--token-file", other)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("give one of them", p.stderr)
+        # $DELTAKV_TOKEN only when neither is given.
+        p = self.run_sidecar({"token_file": other}, env={"DELTAKV_TOKEN": "from-env"})
+        self.assertEqual(json.loads(p.stdout)["token"], "")
+        p = self.run_sidecar({}, env={"DELTAKV_TOKEN": "from-env"})
+        self.assertEqual(json.loads(p.stdout)["token"], "<redacted>")
 
     def test_file_wins_over_environment(self):
         env = {"DELTAKV_VOLUME_STORE": "/from/env"}

@@ -6,7 +6,8 @@ Run: python3 tests/sync/sync_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 """
 import argparse
-import concurrent.futures, json, os, shutil, signal, subprocess, sys, tempfile, time, unittest
+import concurrent.futures, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, unittest
+import http.client as http_client
 import urllib.error, urllib.request
 import numpy as np
 
@@ -704,21 +705,33 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         c = self.cluster(tp=1)
         c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
         sid = c.sync("v2", self.t("d12"))
-        # At most 4 requests wait at once (half the API's 8 worker threads here): a fifth is
-        # answered at once, and health probes still get through.
+        # At most 8 requests wait at once: a ninth is answered at once, and health probes get
+        # through at once, also past idle keep-alive connections and a client that sends half
+        # a request.
         waits = []
-        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        idle = []
+        for _ in range(10):
+            conn = http_client.HTTPConnection("127.0.0.1", int(c.url.rsplit(":", 1)[1]), timeout=10)
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()  # kept open, idle
+            idle.append(conn)
+        half = socket.create_connection(("127.0.0.1", int(c.url.rsplit(":", 1)[1])))
+        half.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
             futures = [ex.submit(http, "GET", f"{c.url}/v1/syncs/{sid}?wait_ms=60000")
-                       for _ in range(4)]
+                       for _ in range(8)]
             time.sleep(0.3)
             t0 = time.time()
             code, rec = http("GET", f"{c.url}/v1/syncs/{sid}?wait_ms=30000")
             self.assertEqual(code, 200, rec)
             self.assertNotIn(rec["state"], ("live", "aborted"), rec)
             self.assertEqual(http("GET", f"{c.url}/healthz")[0], 200)
-            self.assertLess(time.time() - t0, 5)
+            self.assertLess(time.time() - t0, 1)
             waits = [f.result() for f in futures]
-        self.assertEqual([(code, rec["state"]) for code, rec in waits], [(200, "live")] * 4)
+        self.assertEqual([(code, rec["state"]) for code, rec in waits], [(200, "live")] * 8)
+        half.close()
+        for conn in idle:
+            conn.close()
         sid = c.sync("v3", self.t("d23"))
         # Not finished within a short wait: the record as it is, after about that long.
         t0 = time.time()
@@ -855,6 +868,9 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(rec["state"], "live", rec)
         self.assertNotIn("check", rec["phase_ms"])  # the table vouched for the parent
         self.assertEqual(c.status()["checksums"]["version"], "v2")
+        # Its source names the job as the API does.
+        self.assertTrue(c.status()["checksums"]["source"].startswith(f"sync {rec['id']} on "),
+                        c.status()["checksums"])
         self.assertEqual(c.scrub()["state"], "verified")
         # A fresh sidecar without the table: the next sync checksums the live bytes first
         # (early check) and refuses a delta whose parent is not what the engine holds.

@@ -324,13 +324,31 @@ Status LoadSidecarConfig(const CLI::App& cmd, SidecarOpts& o) {
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(o.config, 1 << 20));
     nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded()) return InvalidArgument("config '" + o.config + "' is not valid JSON");
+    // The file is checked whole, also its keys that flags override: a broken file is refused
+    // now, not on the day a flag is dropped.
+    SidecarOpts file_alone;
+    file_alone.config = o.config;
+    std::set<std::string> all_keys;
+    RETURN_IF_ERROR(ApplyConfigJson(
+        j, o.config, [](const SidecarKey&) { return false; }, file_alone, all_keys));
+    RETURN_IF_ERROR(ValidateSidecarOpts(file_alone, all_keys));
     RETURN_IF_ERROR(ApplyConfigJson(
         j, o.config, [&](const SidecarKey& k) { return cmd.count(FlagName(k)) > 0; }, o,
         from_file));
   }
-  // Environment defaults come last: a flag or a key wins over them.
+  // The token: a flag wins over the file's key of the other (the token file is read later, so
+  // it would win otherwise); both flags are refused; of two keys of the file, token_file wins.
+  const bool token_flag = cmd.count("--token") > 0, token_file_flag = cmd.count("--token-file") > 0;
+  if (token_flag && token_file_flag) {
+    return InvalidArgument("--token and --token-file both give the token: give one of them");
+  }
+  if (token_flag) o.token_file.clear();
+  if (token_file_flag) o.token.clear();
+  // Environment defaults come last: a flag or a key wins over them (a token file over
+  // $DELTAKV_TOKEN as well).
   for (const SidecarKey& k : SidecarKeys()) {
     if (k.env == nullptr) continue;
+    if (std::string_view(k.name) == "token" && !o.token_file.empty()) continue;
     auto* member = std::get_if<std::string O::*>(&k.member);
     const char* env = std::getenv(k.env);
     if (member != nullptr && env != nullptr && (o.**member).empty()) o.**member = env;

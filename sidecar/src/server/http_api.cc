@@ -54,6 +54,10 @@ HttpApi::HttpApi(HttpApiOptions options, SyncManager* manager)
     : options_(std::move(options)),
       manager_(manager),
       server_(std::make_unique<httplib::Server>()) {
+  // Enough threads that idle keep-alive connections, long polls (at most kMaxWaiting of them)
+  // and slow clients leave room for probes and POSTs; idle connections are closed soon.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(kApiThreads); };
+  server_->set_keep_alive_timeout(kKeepAliveSeconds);
   Routes();
 }
 
@@ -261,9 +265,8 @@ void HttpApi::Routes() {
             return SendError(res, 400, "INVALID_ARGUMENT",
                              "wait_ms must be an integer from 0 to " + std::to_string(kMaxWaitMs));
           }
-          // At most half the API's worker threads wait at once, so waiting clients cannot
-          // starve other requests (health probes, POSTs); beyond that the answer comes at once.
-          static const uint64_t kMaxWaiting = CPPHTTPLIB_THREAD_POOL_COUNT / 2;
+          // At most kMaxWaiting requests wait at once, so waiting clients cannot starve other
+          // requests (health probes, POSTs); beyond that the answer comes at once.
           if (waiting_.fetch_add(1) < kMaxWaiting) {
             rec = manager_->WaitFinished(req.matches[1], std::chrono::milliseconds(ms));
           } else {

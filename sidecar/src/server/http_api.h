@@ -59,6 +59,12 @@ struct HttpApiOptions {
 
 class HttpApi {
  public:
+  // Worker threads of the API; at most kMaxWaiting of them hold long polls (?wait_ms=);
+  // keep-alive connections idle for kKeepAliveSeconds are closed.
+  static constexpr size_t kApiThreads = 32;
+  static constexpr uint64_t kMaxWaiting = 8;
+  static constexpr time_t kKeepAliveSeconds = 2;
+
   HttpApi(HttpApiOptions options, SyncManager* manager);
   ~HttpApi();
   // Binds the socket. IoError if the address cannot be bound.

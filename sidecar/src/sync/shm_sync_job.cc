@@ -338,7 +338,7 @@ Status ShmSyncExecutor::Job::Commit() {
   if (!failed.empty()) {
     std::string served;
     for (const std::string& r : ok) served += (served.empty() ? "" : ", ") + r;
-    return Diverge("sync " + std::to_string(sync_id_) + " to '" + request_.version +
+    return Diverge("sync " + request_.id + " to '" + request_.version +
                    "' was decided COMMIT but not every rank applied it: " +
                    (served.empty() ? "no rank confirmed"
                                    : "ranks " + served + " serve '" + request_.version + "'") +
@@ -371,9 +371,9 @@ void ShmSyncExecutor::Job::Advance() {
     if (partial_[i] && owned == t.owned.end()) t.adler32.erase(m_.tensors[i].name);
   }
   t.version = request_.version;
-  t.source =
-      "sync " + std::to_string(sync_id_) + " on " + (table_.source.empty() ? "?" : table_.source);
-  if (t.source.size() > 512) t.source = "sync " + std::to_string(sync_id_) + " on a chain of syncs";
+  // Named by the job id the API shows (the protocol's sync ids are internal).
+  t.source = "sync " + request_.id + " on " + (table_.source.empty() ? "?" : table_.source);
+  if (t.source.size() > 512) t.source = "sync " + request_.id + " on a chain of syncs";
   t.ranks = ChecksumTable::RanksOf(infos_);
   t.slice_first = slice_.whole() ? 0 : slice_.first;
   t.slice_count = slice_.whole() ? 0 : slice_.count;

@@ -123,7 +123,7 @@ Status ShmSyncExecutor::Job::RunVerify() {
                    std::to_string(wrong.size()) + " difference(s): " + JoinFirst(wrong));
   }
   ChecksumTable t = TableFromLive(live, ranks_version.empty() ? cm.version : ranks_version,
-                                  "checkpoint " + request_.checkpoint);
+                                  "checkpoint " + RedactLocation(request_.checkpoint));
   t.checkpoint_verified = true;
   ex_.SetTable(std::move(t));
   return Status::Ok();

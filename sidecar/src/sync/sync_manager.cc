@@ -57,6 +57,7 @@ std::string SyncManager::QueueLocked(SyncRequest request) {
   std::snprintf(id, sizeof(id), "%c%06llu", prefix, static_cast<unsigned long long>(next_id_++));
   SyncRecord rec;
   rec.id = id;
+  request.id = id;
   rec.request = std::move(request);
   rec.created_unix = UnixNow();
   records_[rec.id] = rec;

@@ -46,6 +46,7 @@ const char* JobKindName(JobKind k);
 
 struct SyncRequest {
   JobKind kind = JobKind::kSync;
+  std::string id;          // the job's id in the API ("s000001"), set when it is queued
   std::string version;     // sync: the policy version the delta produces
   std::string delta;       // sync: delta location: "file:///dir", "/dir", "http://host:port/prefix"
   std::string checkpoint;  // verify: checkpoint location (same schemes)
