@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "store/open_volume_store.h"
+#include "store/s3_object_store.h"
 #include "store/s3_config.h"
 #include "test_util.h"
 
@@ -489,6 +490,52 @@ TEST_F(S3StoreTest, NoSuchBucketIsAnIoErrorWithS3sCode) {
   EXPECT_TRUE(Fails(store->Put("a", Bytes("x")), StatusCode::kIoError, "NoSuchBucket"));
   EXPECT_TRUE(Fails(store->Get("a", 10).status(), StatusCode::kIoError, "NoSuchBucket"));
   EXPECT_TRUE(Fails(store->List("").status(), StatusCode::kIoError, "NoSuchBucket"));
+}
+
+// The delta store over the same bucket: sizes, ranges, whole objects and each error.
+TEST_F(S3StoreTest, DeltaObjectStoreReadsRangesAndWholeObjects) {
+  auto volumes = Store("/deltas/step-2");
+  std::string blob(300000, '\0');
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 131 + 7);
+  ASSERT_TRUE(volumes->Put("shard-00000.zst", Bytes(blob)).ok());
+  ASSERT_TRUE(volumes->Put("manifest.json", Bytes("{}")).ok());
+  ASSERT_TRUE(volumes->Put("empty", Bytes("")).ok());
+  auto where = ParseS3Url("s3://" + bucket_ + "/deltas/step-2");
+  ASSERT_TRUE(where.ok());
+  auto store = MakeS3ObjectStore(*where, Config(Moto()->endpoint()));
+  EXPECT_EQ(store->Describe(), "s3://" + bucket_ + "/deltas/step-2");
+  EXPECT_EQ(*store->Size("shard-00000.zst"), blob.size());
+  EXPECT_EQ(*store->ReadObject("manifest.json", 100), "{}");
+  EXPECT_EQ(*store->ReadObject("empty", 0), "");
+  for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{0, 1},
+                                {0, 300000},
+                                {12345, 100000},
+                                {299999, 1},
+                                {300000, 0},
+                                {5, 0}}) {
+    auto r = store->ReadRange("shard-00000.zst", offset, length);
+    ASSERT_TRUE(r.ok()) << offset << " " << length << ": " << r.status().ToString();
+    EXPECT_EQ(*r, blob.substr(offset, length)) << offset << " " << length;
+  }
+  for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{299999, 2},
+                                {300000, 1},
+                                {400000, 10},
+                                {300001, 0},
+                                {1, UINT64_MAX}}) {
+    auto r = store->ReadRange("shard-00000.zst", offset, length);
+    EXPECT_TRUE(Fails(r.status(), StatusCode::kDataLoss, "")) << offset << " " << length;
+  }
+  EXPECT_TRUE(Fails(store->ReadObject("shard-00000.zst", 1000).status(),
+                    StatusCode::kResourceExhausted, "limit"));
+  EXPECT_TRUE(Fails(store->Size("missing").status(), StatusCode::kNotFound, "missing"));
+  EXPECT_TRUE(Fails(store->ReadRange("missing", 0, 4).status(), StatusCode::kNotFound, "missing"));
+  EXPECT_TRUE(Fails(store->ReadObject("missing", 4).status(), StatusCode::kNotFound, "missing"));
+  EXPECT_TRUE(Fails(store->Size("../x").status(), StatusCode::kInvalidArgument, "dot-led"));
+  EXPECT_TRUE(Fails(store->Size("a b").status(), StatusCode::kInvalidArgument, "may hold"));
+  auto nowhere = MakeS3ObjectStore(*ParseS3Url("s3://no-such-bucket-here"),
+                                   Config(Moto()->endpoint()));
+  EXPECT_TRUE(Fails(nowhere->ReadObject("manifest.json", 100).status(), StatusCode::kIoError,
+                    "NoSuchBucket"));
 }
 
 TEST(S3StoreErrorsTest, UnreachableEndpointIsAnIoErrorAfterRetries) {

@@ -701,6 +701,46 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertIn(first, err["error"]["message"])
         self.assertEqual(c.wait(first)["state"], "live")
 
+    def test_sync_from_an_s3_bucket(self):
+        # moto's S3 server on loopback (the venv scripts/setup-deps.sh makes), the delta
+        # uploaded by the aws CLI as a trainer would, read by the sidecar through s3://.
+        venv = os.environ.get("DELTAKV_MOTO_VENV",
+                              os.path.expanduser("~/.cache/deltakv-venvs/moto"))
+        if not os.path.exists(os.path.join(venv, "bin", "aws")):
+            self.skipTest(f"no moto venv at {venv} (scripts/setup-deps.sh makes it)")
+        helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "store",
+                              "s3_helper.py")
+        ready = self.t(f"moto-ready-{time.time_ns()}.json")
+        server = subprocess.Popen([os.path.join(venv, "bin", "python"), helper, "moto",
+                                   "--ready", ready])
+        try:
+            deadline = time.time() + 60
+            while not os.path.exists(ready):
+                self.assertTrue(server.poll() is None and time.time() < deadline,
+                                "moto server did not start")
+                time.sleep(0.05)
+            with open(ready) as f:
+                endpoint = f"http://127.0.0.1:{json.load(f)['port']}"
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("AWS_") and "proxy" not in k.lower()}
+            env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                       AWS_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint,
+                       AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+            aws = lambda *a: subprocess.run([os.path.join(venv, "bin", "aws"), *a], env=env,
+                                            check=True, capture_output=True)
+            aws("s3", "mb", "s3://deltas")
+            aws("s3", "cp", "--recursive", "--quiet", self.t("d12"), "s3://deltas/run-7/step-2")
+            c = self.cluster(tp=2, env={k: v for k, v in env.items() if k.startswith("AWS_")})
+            rec = c.wait(c.sync("v2", "s3://deltas/run-7/step-2"))
+            self.assertEqual(rec["state"], "live", rec)
+            c.assert_serves(self, self.t("v2"))
+            missing = c.wait(c.sync("v3", "s3://deltas/run-7/step-3"))
+            self.assertEqual(missing["state"], "aborted")
+            self.assertIn("s3://deltas/run-7/step-3", missing["error"])
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+
     def test_long_poll_answers_when_the_job_ends(self):
         c = self.cluster(tp=1)
         c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})

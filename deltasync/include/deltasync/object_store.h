@@ -1,5 +1,5 @@
-// ObjectStore: where published deltas and checkpoints are read from (a directory, an HTTP
-// server, later S3 and sealed volumes). Objects are named relative to the store's root, e.g.
+// ObjectStore: where published deltas and checkpoints are read from (a directory here; an HTTP
+// server, an S3 bucket and sealed volumes in the sidecar's stores). Objects are named relative to the store's root, e.g.
 // "manifest.json", "shard-00000.zst".
 //
 // Implementations retry transient failures themselves; a returned error is final. Errors:

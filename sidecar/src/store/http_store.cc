@@ -23,6 +23,7 @@
 #include "store/curl_util.h"
 #include "store/open_volume_store.h"
 #include "store/open_store.h"
+#include "store/s3_object_store.h"
 
 namespace deltakv::sidecar {
 namespace {
@@ -403,12 +404,23 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
   }
   if (location.rfind("file://", 0) == 0) return deltasync::MakeFileStore(location.substr(7));
   if (!location.empty() && location[0] == '/') return deltasync::MakeFileStore(location);
+  if (location.rfind("s3://", 0) == 0) {
+    ASSIGN_OR_RETURN(S3Location where, ParseS3Url(location));
+    ASSIGN_OR_RETURN(S3Config config, ResolveS3Config());
+    S3ClientOptions s3;
+    s3.attempts = http.attempts;
+    s3.initial_backoff_ms = http.initial_backoff_ms;
+    s3.timeout_seconds = http.timeout_seconds;
+    s3.low_speed_bytes_per_second = http.low_speed_bytes_per_second;
+    s3.total_timeout_seconds = http.total_timeout_seconds;
+    return MakeS3ObjectStore(std::move(where), std::move(config), s3);
+  }
   if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
     return OpenHttpStore(location, http);
   }
   return InvalidArgument("delta location '" + RedactLocation(location) +
-                         "' must be an absolute path, file://..., http://..., https://... or "
-                         "vol://...");
+                         "' must be an absolute path, file://..., http://..., https://..., "
+                         "s3://... or vol://...");
 }
 
 std::string RedactCredentials(std::string_view text) {

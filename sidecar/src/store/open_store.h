@@ -14,6 +14,9 @@
 // ResourceExhausted, and its transfer is stopped as soon as the cap is passed.
 // InvalidArgument for other schemes, a malformed location or an unreadable ca_file.
 //
+//   "s3://BUCKET[/PREFIX]" -> the objects PREFIX/NAME of an S3 bucket (s3_object_store.h),
+//        configured as the S3 volume store is (AWS_* variables, ~/.aws); the retry and timeout
+//        settings are these options'.
 //   "vol://NS/NAME@sha256:<hex>" or "vol://NS/NAME:TAG" -> a sealed version in the volume store
 //        `volume_store` (any URL store/open_volume_store.h opens): as the delta parent -> version
 //        of a version pushed with a parent (VolumeView::kDelta, deltasync/volume_delta.h), or as
