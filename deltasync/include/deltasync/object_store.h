@@ -1,6 +1,6 @@
 // ObjectStore: where published deltas and checkpoints are read from (a directory here; an HTTP
-// server, an S3 bucket and sealed volumes in the sidecar's stores). Objects are named relative to the store's root, e.g.
-// "manifest.json", "shard-00000.zst".
+// server, an S3 bucket and sealed volumes in the sidecar's stores). Objects are named relative
+// to the store's root, e.g. "manifest.json", "shard-00000.zst".
 //
 // Implementations retry transient failures themselves; a returned error is final. Errors:
 // NotFound (no such object), IoError (the store could not be reached or read), DataLoss (the
