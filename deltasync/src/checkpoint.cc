@@ -154,6 +154,7 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
   CheckpointManifest m;
   ASSIGN_OR_RETURN(m.version, jf::OptionalString(j, "version", where, ""));
   ASSIGN_OR_RETURN(const Json* files, jf::Array(j, "files", where));
+  std::map<std::string, size_t, std::less<>> file_index;
   for (size_t i = 0; i < files->size(); ++i) {
     const Json& f = (*files)[i];
     std::string fw = where + ": files[" + std::to_string(i) + "]";
@@ -161,28 +162,44 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
     ASSIGN_OR_RETURN(mf.name, jf::String(f, "name", fw));
     if (!IsSafeObjectName(mf.name))
       return InvalidArgument(fw + ": unsafe file name '" + mf.name + "'");
+    if (!file_index.emplace(mf.name, i).second) {
+      return InvalidArgument(fw + ": duplicate file '" + mf.name + "'");
+    }
     ASSIGN_OR_RETURN(mf.size, jf::Uint(f, "size", fw));
     ASSIGN_OR_RETURN(mf.header_size, jf::Uint(f, "header_size", fw));
+    if (mf.header_size > mf.size || mf.size - mf.header_size < 8) {
+      return InvalidArgument(fw + ": header_size " + std::to_string(mf.header_size) +
+                             " does not fit a file of " + std::to_string(mf.size) + " bytes");
+    }
     m.files.push_back(std::move(mf));
   }
   ASSIGN_OR_RETURN(const Json* tensors, jf::Array(j, "tensors", where));
   ASSIGN_OR_RETURN(m.tensors, ParseManifestTensors(*tensors, where));
+  // In file order, then by offset, each inside its file's data section, none overlapping.
+  size_t last_file = 0;
+  uint64_t last_end = 0;
   for (const ManifestTensor& t : m.tensors) {
-    bool found = false;
-    for (const ManifestFile& f : m.files) {
-      if (f.name == t.file) {
-        found = true;
-        if (t.end > f.size) {
-          return InvalidArgument(where + ": tensor '" + t.name + "' byte_range ends at " +
-                                 std::to_string(t.end) + ", beyond file '" + f.name + "' of " +
-                                 std::to_string(f.size) + " bytes");
-        }
-      }
+    const std::string tw = where + ": tensor '" + t.name + "'";
+    auto it = file_index.find(t.file);
+    if (it == file_index.end()) return InvalidArgument(tw + " names unknown file '" + t.file + "'");
+    const ManifestFile& f = m.files[it->second];
+    if (t.end > f.size) {
+      return InvalidArgument(tw + " byte_range ends at " + std::to_string(t.end) +
+                             ", beyond file '" + f.name + "' of " + std::to_string(f.size) +
+                             " bytes");
     }
-    if (!found) {
-      return InvalidArgument(where + ": tensor '" + t.name + "' names unknown file '" + t.file +
-                             "'");
+    if (t.begin < 8 + f.header_size) {
+      return InvalidArgument(tw + " byte_range begins at " + std::to_string(t.begin) +
+                             ", inside the header of file '" + f.name + "' (data starts at " +
+                             std::to_string(8 + f.header_size) + ")");
     }
+    if (it->second < last_file || (it->second == last_file && t.begin < last_end)) {
+      return InvalidArgument(tw + " is out of order or overlaps the tensor before it "
+                             "(tensors are listed in file order, then by offset)");
+    }
+    if (it->second != last_file) last_end = 0;
+    last_file = it->second;
+    last_end = t.end;
   }
   return m;
 }
@@ -218,6 +235,18 @@ StatusOr<std::vector<ManifestTensor>> ParseManifestTensors(const Json& arr,
     mt.begin = (*range)[0].get<uint64_t>();
     mt.end = (*range)[1].get<uint64_t>();
     if (mt.begin > mt.end) return InvalidArgument(tw + ": byte_range begin > end");
+    // Its bytes: dtype size x elements, as the safetensors header says (FORMAT.md 1.1).
+    uint64_t bytes = DTypeSize(mt.dtype);
+    for (uint64_t d : mt.shape) {
+      if (d != 0 && bytes > UINT64_MAX / d) {
+        return InvalidArgument(tw + ": shape overflows 64 bits");
+      }
+      bytes *= d;
+    }
+    if (bytes != mt.end - mt.begin) {
+      return InvalidArgument(tw + ": byte_range holds " + std::to_string(mt.end - mt.begin) +
+                             " bytes, its dtype and shape " + std::to_string(bytes));
+    }
     ASSIGN_OR_RETURN(std::string sum, jf::String(t, "adler32", tw));
     ASSIGN_OR_RETURN(mt.adler32, ParseChecksum(sum, tw + ": adler32"));
     out.push_back(std::move(mt));

@@ -5,6 +5,7 @@
 
 #include "json_fields.h"
 #include "manifest_internal.h"
+#include "output_layout.h"
 
 namespace deltakv::deltasync {
 
@@ -250,6 +251,7 @@ StatusOr<DeltaManifest> ParseDeltaManifest(std::string_view json_text) {
   RETURN_IF_ERROR(ParseObjects(j, &m));
   RETURN_IF_ERROR(ParseTensors(j, &m));
   RETURN_IF_ERROR(ParseCheckpointSection(j, &m));
+  RETURN_IF_ERROR(CheckCheckpointSection(m));
   return m;
 }
 

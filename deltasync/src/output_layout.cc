@@ -52,23 +52,35 @@ StatusOr<OutputFile> FileFromSection(
   return out;
 }
 
+// The files of the checkpoint section, each header checked against the section's tensors.
+StatusOr<std::vector<OutputFile>> FilesFromSection(const DeltaManifest& m) {
+  std::vector<OutputFile> files;
+  std::map<std::string_view, const ManifestTensor*> by_name;
+  for (const ManifestTensor& t : m.checkpoint_tensors) by_name.emplace(t.name, &t);
+  size_t matched = 0;
+  for (const DeltaCheckpointFile& f : m.checkpoint_files) {
+    ASSIGN_OR_RETURN(OutputFile of, FileFromSection(f, by_name, &matched));
+    files.push_back(std::move(of));
+  }
+  if (matched != m.checkpoint_tensors.size()) {
+    return InvalidArgument("delta manifest: checkpoint section lists " +
+                           std::to_string(m.checkpoint_tensors.size()) +
+                           " tensors but its file headers hold " + std::to_string(matched));
+  }
+  return files;
+}
+
 }  // namespace
+
+Status CheckCheckpointSection(const DeltaManifest& m) {
+  if (m.checkpoint_files.empty()) return Status::Ok();
+  return FilesFromSection(m).status();
+}
 
 StatusOr<OutputLayout> BuildOutputLayout(const DeltaManifest& m, const Checkpoint& parent) {
   OutputLayout layout;
   if (!m.checkpoint_files.empty()) {
-    std::map<std::string_view, const ManifestTensor*> by_name;
-    for (const ManifestTensor& t : m.checkpoint_tensors) by_name.emplace(t.name, &t);
-    size_t matched = 0;
-    for (const DeltaCheckpointFile& f : m.checkpoint_files) {
-      ASSIGN_OR_RETURN(OutputFile of, FileFromSection(f, by_name, &matched));
-      layout.files.push_back(std::move(of));
-    }
-    if (matched != m.checkpoint_tensors.size()) {
-      return InvalidArgument("delta manifest: checkpoint section lists " +
-                             std::to_string(m.checkpoint_tensors.size()) +
-                             " tensors but its file headers hold " + std::to_string(matched));
-    }
+    ASSIGN_OR_RETURN(layout.files, FilesFromSection(m));
   } else {
     for (size_t i = 0; i < parent.files().size(); ++i) {
       const SafetensorsFile& f = parent.files()[i];

@@ -36,6 +36,11 @@ struct OutputLayout {
 // The layout points into `m` and `parent`, which must outlive it.
 StatusOr<OutputLayout> BuildOutputLayout(const DeltaManifest& m, const Checkpoint& parent);
 
+// OK if the manifest has no checkpoint section, or if each of its files' headers validates
+// (FORMAT.md 1.1, with the data size its tensors' byte ranges imply) and agrees with the
+// section's tensor list on names, dtypes, shapes and byte ranges; InvalidArgument otherwise.
+Status CheckCheckpointSection(const DeltaManifest& m);
+
 // Writes the 8-byte little-endian header length and the header bytes at the start of `file`.
 // REQUIRES: file.size() >= 8 + raw.size().
 void WriteSafetensorsPrefix(const std::string& raw, std::span<uint8_t> file);

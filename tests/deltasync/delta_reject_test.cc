@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deltasync/applier.h"
+#include "deltasync/delta_manifest.h"
 #include "deltasync/publisher.h"
 #include "deltasync/synthetic.h"
 #include "test_util.h"
@@ -214,9 +215,22 @@ TEST_F(DeltaRejectTest, MissingObject) {
 
 TEST_F(DeltaRejectTest, CheckpointSectionHeaderDisagrees) {
   Json j = Manifest("d12");
-  j["checkpoint"]["tensors"][0]["shape"] = Json::array({1, 2, 3});
+  // The same bytes in another shape (one dimension): it parses, and disagrees with the header.
+  uint64_t elements = 1;
+  for (const Json& d : j["checkpoint"]["tensors"][0]["shape"]) elements *= d.get<uint64_t>();
+  j["checkpoint"]["tensors"][0]["shape"] = Json::array({elements});
   SaveManifest("d12", j);
   ExpectRejected("v1", "d12", StatusCode::kInvalidArgument, "different dtype, shape or byte range");
+  // Parsing the manifest alone finds it too (FORMAT.md 2.3).
+  auto parsed = ParseDeltaManifest(j.dump());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("different dtype, shape or byte range"),
+            std::string::npos)
+      << parsed.status().ToString();
+  // A shape whose bytes disagree with the byte range is refused by the parser itself.
+  j["checkpoint"]["tensors"][0]["shape"] = Json::array({1, 2, 3});
+  EXPECT_NE(ParseDeltaManifest(j.dump()).status().message().find("its dtype and shape"),
+            std::string::npos);
 }
 
 TEST_F(DeltaRejectTest, OutputAlreadyExists) {

@@ -172,9 +172,39 @@ TEST(CheckpointManifest, RoundTripAndErrors) {
   EXPECT_EQ(CheckpointManifestToJson(*back), text);
 
   Json j = Json::parse(text);
-  j["tensors"][0]["byte_range"] = {48, 101};
+  j["tensors"][0]["byte_range"] = {90, 102};
   EXPECT_NE(ParseCheckpointManifest(j.dump()).status().message().find("beyond file"),
             std::string::npos);
+  // FORMAT.md 1.1/1.2: the range holds dtype x shape bytes, after the header, in order, apart.
+  auto refused = [&](const Json& bad, const std::string& needle) {
+    auto r = ParseCheckpointManifest(bad.dump());
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
+  };
+  j = Json::parse(text);
+  j["tensors"][0]["byte_range"] = {48, 61};
+  refused(j, "holds 13 bytes, its dtype and shape 12");
+  j = Json::parse(text);
+  j["tensors"][0]["shape"] = {uint64_t{1} << 40, uint64_t{1} << 40};
+  refused(j, "shape overflows");
+  j = Json::parse(text);
+  j["tensors"][0]["byte_range"] = {0, 12};
+  refused(j, "inside the header");
+  j = Json::parse(text);
+  j["files"][0]["header_size"] = 95;
+  refused(j, "does not fit");
+  j = Json::parse(text);
+  j["files"].push_back(j["files"][0]);
+  refused(j, "duplicate file");
+  j = Json::parse(text);
+  j["tensors"].push_back(j["tensors"][0]);
+  j["tensors"][1]["name"] = "u";
+  refused(j, "overlaps");  // the same bytes twice
+  j["tensors"][1]["byte_range"] = {60, 72};
+  EXPECT_TRUE(ParseCheckpointManifest(j.dump()).ok());
+  std::swap(j["tensors"][0], j["tensors"][1]);
+  refused(j, "out of order");
   j = Json::parse(text);
   j["tensors"][0]["byte_range"] = {60, 48};
   EXPECT_NE(ParseCheckpointManifest(j.dump()).status().message().find("begin > end"),
