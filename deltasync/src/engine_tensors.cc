@@ -73,6 +73,15 @@ StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text) {
     auto layout = TensorLayout::FromJson(layout_json->dump());
     if (!layout.ok()) return layout.status().WithPrefix(w + " '" + name + "'");
     EngineTensor et{std::move(name), *dt, local_bytes, std::move(layout).value()};
+    if (et.layout.spec().dtype != et.dtype) {
+      return InvalidArgument(w + " '" + et.name + "': dtype " + dtype + " but the layout's is " +
+                             std::string(DTypeName(et.layout.spec().dtype)));
+    }
+    if (et.layout.world() != t.LayoutWorld()) {
+      return InvalidArgument(w + " '" + et.name + "': the layout spans " +
+                             std::to_string(et.layout.world()) + " ranks, the table's group " +
+                             std::to_string(t.LayoutWorld()));
+    }
     if (et.layout.LocalBytes(t.LayoutRank()).total != et.local_bytes) {
       return InvalidArgument(w + " '" + et.name + "': local_bytes " +
                              std::to_string(et.local_bytes) + " but the layout gives rank " +

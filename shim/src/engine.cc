@@ -118,6 +118,11 @@ Status Engine::RegisterTensor(const char* name, void* device, const char* dtype,
                     ? deltasync::TensorLayout::FromJson(layout_json)
                     : deltasync::TensorLayout::Replicated(dims, *dt, global_world_);
   if (!layout.ok()) return layout.status().WithPrefix("tensor '" + std::string(name) + "'");
+  if (layout->spec().dtype != *dt) {
+    return InvalidArgument("tensor '" + std::string(name) + "': dtype " + dtype +
+                           " but its layout's is " +
+                           std::string(deltasync::DTypeName(layout->spec().dtype)));
+  }
   if (layout->world() != global_world_) {
     return InvalidArgument("tensor '" + std::string(name) + "': layout spans " +
                            std::to_string(layout->world()) + " ranks, the engine's group has " +

@@ -124,6 +124,14 @@ TEST(EngineHandle, TensorNamesMustBeUtf8) {
                                            nullptr),
             DELTAKV_OK)
       << deltakv_last_error();
+  // A layout of another dtype (the same bytes: 32 BF16 elements as 64 U8).
+  int64_t halves = 32;
+  EXPECT_EQ(deltakv_engine_register_tensor(
+                e, "w2", weights.data(), "BF16", &halves, 1,
+                R"({"kind":"replicated","dtype":"U8","shape":[64],"world":1})"),
+            DELTAKV_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(deltakv_last_error()).find("layout's is U8"), std::string::npos)
+      << deltakv_last_error();
   deltakv_engine_free(e);
 }
 

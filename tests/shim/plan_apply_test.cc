@@ -707,6 +707,20 @@ TEST(EngineTables, RanksOutsideTheWorldOrMissingAreRefused) {
   EXPECT_EQ(ToRankTensorTables({table(0)}).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(ToRankTensorTables({}).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(ToRankTensorTables({table(1), table(0)}).ok());
+  // Parsed tables: each entry's dtype and group are its layout's.
+  EngineTensorTable t = table(0);
+  EXPECT_TRUE(ParseEngineTensorTable(EngineTensorTableToJson(t)).ok());
+  t.tensors[0].dtype = DType::kBF16;  // 16 bytes still, but the layout says U8
+  auto dtype = ParseEngineTensorTable(EngineTensorTableToJson(t));
+  EXPECT_EQ(dtype.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dtype.status().message().find("layout's is U8"), std::string::npos)
+      << dtype.status().ToString();
+  t = table(0);
+  t.world_size = 4;  // a layout of 2 ranks in a table of 4
+  auto group = ParseEngineTensorTable(EngineTensorTableToJson(t));
+  EXPECT_EQ(group.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(group.status().message().find("spans 2 ranks"), std::string::npos)
+      << group.status().ToString();
 }
 
 TEST(PlanStage, CheckPlanRecordRefusesATensorOutsideThePlan) {

@@ -52,6 +52,10 @@ struct EngineTensorTable {
 std::string EngineTensorTableSegmentName(const std::string& shm_name, uint32_t rank);
 
 std::string EngineTensorTableToJson(const EngineTensorTable& t);
+// InvalidArgument for malformed JSON, a missing or mistyped field, a rank outside its world, a
+// global rank that does not fit, an unknown dtype, an invalid layout, or an entry whose dtype
+// differs from its layout's, whose layout spans another number of ranks than the table's group
+// (LayoutWorld), or whose local_bytes differ from what the layout gives this rank.
 StatusOr<EngineTensorTable> ParseEngineTensorTable(std::string_view text);
 
 // Builds the planner's per-rank tables (index = node-local rank). FailedPrecondition if no

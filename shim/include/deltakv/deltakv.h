@@ -153,7 +153,10 @@ void deltakv_engine_free(deltakv_engine* engine);
 /* Registers one weight tensor. `name` is its checkpoint name (non-empty, valid UTF-8); `dtype`
  * uses safetensors names ("BF16", "F32", ...); `shape` is the rank-local shape; `layout_json`
  * describes how the canonical checkpoint tensor maps to this rank (NULL = replicated: the local
- * tensor is the whole canonical tensor).
+ * tensor is the whole canonical tensor). INVALID_ARGUMENT for a bad name, dtype or shape, a
+ * layout that does not parse, has another dtype or spans another number of ranks than the
+ * engine's group, or gives this rank another byte count than the local shape, or a name
+ * registered twice.
  * REQUIRES: called before deltakv_engine_start. */
 deltakv_status deltakv_engine_register_tensor(deltakv_engine* engine, const char* name,
                                               void* device_ptr, const char* dtype,
