@@ -109,8 +109,11 @@ Status WriteFileAtomic(const std::string& path, std::string_view text) {
       path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
-StatusOr<StagingDir> StagingDir::Create(const std::string& target) {
-  if (target.empty()) return InvalidArgument("output path is empty");
+StatusOr<StagingDir> StagingDir::Create(const std::string& target_as_given) {
+  if (target_as_given.empty()) return InvalidArgument("output path is empty");
+  // "out/" names the directory "out".
+  std::string target = target_as_given;
+  while (target.size() > 1 && target.back() == '/') target.pop_back();
   std::error_code ec;
   // A symlink counts as existing, dangling or not (the rename would replace it).
   if (std::filesystem::exists(std::filesystem::symlink_status(target, ec))) {

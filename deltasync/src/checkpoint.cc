@@ -1,6 +1,8 @@
 #include "deltasync/checkpoint.h"
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 
 #include "base/file_util.h"
 #include "base/parallel.h"
@@ -17,6 +19,21 @@ using Json = nlohmann::json;
 
 StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(dir, ".safetensors"));
+  // A *.safetensors entry that is not a readable regular file (a dangling link, a directory)
+  // is a shard missing from the checkpoint, not something to skip.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".safetensors") ||
+        std::binary_search(names.begin(), names.end(), name)) {
+      continue;
+    }
+    std::error_code st;
+    if (!std::filesystem::exists(entry.path(), st)) {
+      return IoError("checkpoint '" + dir + "': '" + name + "' cannot be read (a dangling link?)");
+    }
+    return InvalidArgument("checkpoint '" + dir + "': '" + name + "' is not a regular file");
+  }
   if (names.empty()) {
     return InvalidArgument("checkpoint '" + dir + "' holds no .safetensors files");
   }
@@ -253,12 +270,6 @@ StatusOr<std::vector<ManifestTensor>> ParseManifestTensors(const Json& arr,
   }
   return out;
 }
-
-}  // namespace deltakv::deltasync
-
-#include <filesystem>
-
-namespace deltakv::deltasync {
 
 std::string CheckpointVersionId(const std::string& dir) {
   auto text = ReadFileToString(dir + "/" + kManifestFileName, 64u << 20);

@@ -186,6 +186,28 @@ class CliTest(unittest.TestCase):
         self.assertFalse(e["ok"])
         self.assertIn("q\ufffd.zst", json.dumps(e, ensure_ascii=False))
 
+    def test_outputs_with_a_trailing_slash_and_shards_that_cannot_be_read(self):
+        out = self.fresh("slash")
+        run("checkpoint", "generate", "--out", out + "/", "--size-mib", "1")
+        self.assertTrue([f for f in os.listdir(out) if f.endswith(".safetensors")])
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("slash.")], [])
+        # A shard that is a dangling link or a directory is not skipped.
+        os.symlink(self.t("nowhere"), os.path.join(out, "model-99999.safetensors"))
+        p = run("checkpoint", "manifest", out, expect=3)
+        self.assertIn("model-99999.safetensors", p.stderr)
+        os.remove(os.path.join(out, "model-99999.safetensors"))
+        os.mkdir(os.path.join(out, "extra.safetensors"))
+        run("checkpoint", "manifest", out, expect=2)
+        shutil.rmtree(out)
+
+    def test_plan_json_with_a_plot_it_cannot_write_is_one_answer(self):
+        p = run("plan", "--synthetic", "1", "--synthetic-scale", "0.05", "--duration-s", "60",
+                "--points", "2", "--plot", self.t("no-dir", "p.svg"), "--json", "--no-progress",
+                expect=3)
+        lines = p.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 1, lines)
+        self.assertFalse(json.loads(lines[0])["ok"])
+
     def test_names_a_manifest_cannot_hold_are_refused_with_nothing_written(self):
         # A version (here the directory's name, the default) or file name that is not UTF-8
         # cannot go into a JSON manifest: exit 2 and no output, not a crash half way.
@@ -293,6 +315,24 @@ class CliTest(unittest.TestCase):
         run("publish", "--parent", "a", "--new", "b", "--out", "c", "--frame-mib", "0", expect=1)
         run("checkpoint", "generate", "--out", self.t("moe-bad"), "--experts", "2000", expect=1)
         self.assertFalse(os.path.exists(self.t("moe-bad")))
+        # Sizes whose bytes would not fit 64 bits, and numbers that are not finite or outside
+        # their range, are usage errors (they wrapped, or printed nonsense).
+        for args in (("checkpoint", "generate", "--out", self.t("huge"), "--size-mib",
+                      "17592186044416"),
+                     ("checkpoint", "mutate", "--parent", self.t("v1"), "--out", self.t("m-nan"),
+                      "--density", "nan"),
+                     ("trace", "generate", "--out", self.t("tr-bad"), "--scale", "1.5"),
+                     ("trace", "generate", "--out", self.t("tr-bad"), "--subagent-fraction", "2"),
+                     ("trace", "generate", "--out", self.t("tr-bad"), "--max-turns", "0"),
+                     ("plan", "--host-ram-gib", "-5"), ("plan", "--host-ram-gib", "nan"),
+                     ("plan", "--host-reserve-gib", "-100"), ("plan", "--container-limit-gib", "-3"),
+                     ("plan", "--max-sim-mib", "17592186044416"),
+                     ("plan", "--synthetic", "1", "--concurrency", "0")):
+            p = run(*args, expect=1)
+            self.assertIn(args[-2], p.stderr)
+            self.assertEqual(p.stdout, "")
+        for gone in ("huge", "m-nan", "tr-bad"):
+            self.assertFalse(os.path.exists(self.t(gone)))
         for files in ("0", "100000"):
             run("checkpoint", "generate", "--out", self.t("files-bad"), "--files", files, expect=1)
             self.assertFalse(os.path.exists(self.t("files-bad")))
@@ -302,6 +342,11 @@ class CliTest(unittest.TestCase):
             p = run("checkpoint", "generate", "--out", self.t("neg"), "--size-mib", value,
                     expect=1)
             self.assertIn("--size-mib", p.stderr)
+            self.assertFalse(os.path.exists(self.t("neg")))
+            # Options with a range check too.
+            p = run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out",
+                    self.t("neg"), "--frame-mib", value, expect=1)
+            self.assertIn("--frame-mib", p.stderr)
             self.assertFalse(os.path.exists(self.t("neg")))
         run("sidecar", "--token-file", self.t("none"), "--max-body-bytes", "-1", "--print-config",
             expect=1)

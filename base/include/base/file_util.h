@@ -30,7 +30,8 @@ Status WriteFileAtomic(const std::string& path, std::string_view text);
 class StagingDir {
  public:
   // Creates the temporary directory. IoError on failure; FailedPrecondition if target exists
-  // (a symlink counts); InvalidArgument for an empty target.
+  // (a symlink counts); InvalidArgument for an empty target. Trailing slashes of `target` are
+  // dropped ("out/" is the directory "out").
   static StatusOr<StagingDir> Create(const std::string& target);
   StagingDir(StagingDir&& other) noexcept;
   StagingDir& operator=(StagingDir&&) = delete;

@@ -28,8 +28,9 @@ struct TensorRef {
 
 class Checkpoint {
  public:
-  // Opens and validates every *.safetensors file in `dir`. IoError if the directory cannot be
-  // read; InvalidArgument for a malformed file, a directory without safetensors files or a
+  // Opens and validates every *.safetensors file in `dir`. IoError if the directory or one of
+  // them cannot be read (a dangling link too); InvalidArgument for a malformed file, a
+  // *.safetensors entry that is not a regular file, a directory without safetensors files or a
   // tensor name that appears in two files.
   static StatusOr<Checkpoint> Open(const std::string& dir);
 

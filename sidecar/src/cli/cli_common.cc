@@ -1,6 +1,8 @@
 #include "cli/cli_common.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "log/log.h"
@@ -31,6 +33,23 @@ int ReportError(std::string_view command, const Status& s, bool json) {
 }
 
 void PrintJson(const nlohmann::json& j) { std::cout << log::JsonText(j) << std::endl; }
+
+CLI::Validator FiniteRange(double lo, double hi, bool lo_open) {
+  char range[96];
+  std::snprintf(range, sizeof(range), "%s%g, %g]", lo_open ? "(" : "[", lo, hi);
+  const std::string description = std::string("FLOAT in ") + range;
+  return CLI::Validator(
+      [lo, hi, lo_open, description](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool parsed = !text.empty() && end == text.c_str() + text.size();
+        if (!parsed || !std::isfinite(v) || v < lo || (lo_open && v == lo) || v > hi) {
+          return "Value " + text + " is not a finite number in " + description.substr(9);
+        }
+        return std::string();
+      },
+      description);
+}
 
 std::string HumanBytes(uint64_t bytes) {
   char buf[64];

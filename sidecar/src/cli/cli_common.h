@@ -34,6 +34,12 @@ void PrintJson(const nlohmann::json& j);
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string HumanBytes(uint64_t bytes);
 
+// A usage-error check for a number option: a finite value in [lo, hi] ((lo, hi] with
+// `lo_open`). CLI::Range lets NaN through.
+CLI::Validator FiniteRange(double lo, double hi, bool lo_open = false);
+// The most MiB a size option takes: MiB << 20 must fit 64 bits.
+inline constexpr uint64_t kMaxMib = (uint64_t{1} << 44) - 1;
+
 // Registers each command; the callback stores the exit code in *rc.
 void AddCheckpointCommands(CLI::App& app, int* rc);
 void AddPublishCommand(CLI::App& app, int* rc);

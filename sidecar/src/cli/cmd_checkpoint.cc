@@ -98,7 +98,9 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   CLI::App* gen = group.add_subcommand(
       "generate", "Write a synthetic transformer-like checkpoint (bf16 weights, f32 norms)");
   gen->add_option("--out", o->out, "Output directory (must not exist)")->required();
-  gen->add_option("--size-mib", o->size_mib, "Approximate size, MiB")->capture_default_str();
+  gen->add_option("--size-mib", o->size_mib, "Approximate size, MiB")
+      ->check(CLI::Range(uint64_t{0}, kMaxMib))
+      ->capture_default_str();
   gen->add_option("--files", o->files, "Number of safetensors files (1 to 99999)")
       ->check(CLI::Range(1u, 99999u))
       ->capture_default_str();
@@ -129,7 +131,7 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
   mut->add_option("--out", o->out, "Output directory (must not exist)")->required();
   mut->add_option("--density", o->density, "Fraction of elements changed")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(FiniteRange(0.0, 1.0));
   mut->add_option("--tensor-fraction", o->tensor_fraction,
                   "Fraction of tensors that change (picked by name and seed); --density applies "
                   "within them")

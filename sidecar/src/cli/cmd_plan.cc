@@ -111,6 +111,13 @@ Status RunPlan(const PlanOpts& o) {
       break;
     }
   }
+  // The plot first: a failure to write it is the command's one answer, not a second one after
+  // the summary.
+  const bool plotted = !o.plot.empty() && !arms.empty();
+  if (plotted) {
+    RETURN_IF_ERROR(
+        WriteTextFile(o.plot, kvsim::RenderReplayPlot("deltakv plan: " + s.title, arms)));
+  }
   if (o.json) {
     nlohmann::json curve = nlohmann::json::array();
     for (const auto& a : arms) curve.push_back(nlohmann::json::parse(kvsim::ReplayArmJson(a)));
@@ -133,11 +140,7 @@ Status RunPlan(const PlanOpts& o) {
                   rec_gib, 100 * best);
     }
   }
-  if (!o.plot.empty() && !arms.empty()) {
-    RETURN_IF_ERROR(
-        WriteTextFile(o.plot, kvsim::RenderReplayPlot("deltakv plan: " + s.title, arms)));
-    if (!o.json) std::printf("plot: %s\n", o.plot.c_str());
-  }
+  if (plotted && !o.json) std::printf("plot: %s\n", o.plot.c_str());
   return Status::Ok();
 }
 
@@ -151,9 +154,13 @@ void AddPlanCommand(CLI::App& app, int* rc) {
   auto o = std::make_shared<PlanOpts>();
   AddKvSetupFlags(plan, &o->setup);
   plan->add_option("--concurrency", o->concurrency, "Concurrency of the curve's replays")
+      ->check(CLI::Range(1u, 1000000u))
       ->capture_default_str();
-  plan->add_option("--points", o->points, "Host sizes on the curve")->capture_default_str();
+  plan->add_option("--points", o->points, "Host sizes on the curve")
+      ->check(CLI::Range(1u, 1000u))
+      ->capture_default_str();
   plan->add_option("--duration-s", o->duration_s, "Simulated seconds per replay")
+      ->check(FiniteRange(0.0, 1e9, /*lo_open=*/true))
       ->capture_default_str();
   plan->add_option("--seed", o->seed)->capture_default_str();
   plan->add_option("--plot", o->plot, "Write an SVG plot of the curve here");

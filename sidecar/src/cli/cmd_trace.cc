@@ -152,10 +152,14 @@ void AddTraceCommands(CLI::App& app, int* rc) {
     gen->add_option("--out", o->out, "Output directory (must not exist)")->required();
     gen->add_option("--traces", o->s.traces)->capture_default_str();
     gen->add_option("--seed", o->s.seed)->capture_default_str();
-    gen->add_option("--scale", o->s.scale, "Scale every token count (0..1]")->capture_default_str();
+    gen->add_option("--scale", o->s.scale, "Scale every token count (0..1]")
+        ->check(FiniteRange(0.0, 1.0, /*lo_open=*/true))
+        ->capture_default_str();
     gen->add_option("--subagent-fraction", o->s.subagent_fraction, "Traces with subagents")
+        ->check(FiniteRange(0.0, 1.0))
         ->capture_default_str();
     gen->add_option("--max-turns", o->s.max_turns, "Root turns per trace at most")
+        ->check(CLI::Range(1.0, 1e9))
         ->capture_default_str();
     gen->add_option("--max-input-tokens", o->s.max_input_tokens,
                     "Cap on a prompt's tokens, before --scale")

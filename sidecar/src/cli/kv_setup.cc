@@ -69,26 +69,34 @@ void AddKvSetupFlags(CLI::App* cmd, KvSetupFlags* f) {
   cmd->add_option("--synthetic-seed", f->synthetic_seed)->capture_default_str();
   cmd->add_option("--synthetic-scale", f->synthetic_scale,
                   "Scale the generated token counts (0..1]")
+      ->check(FiniteRange(0.0, 1.0, /*lo_open=*/true))
       ->capture_default_str();
   cmd->add_option("--model", f->model, "Model preset: " + Join(kvsim::ModelPresetNames()))
       ->capture_default_str();
   cmd->add_option("--model-config", f->model_config, "A Hugging Face config.json instead");
-  cmd->add_option("--weights-gib", f->weights_gib, "Checkpoint size (default: the model's)");
+  cmd->add_option("--weights-gib", f->weights_gib, "Checkpoint size (default: the model's)")
+      ->check(FiniteRange(0.0, 1e9));
   cmd->add_option("--node", f->node, "Node preset: " + Join(kvsim::NodePresetNames()))
       ->capture_default_str();
   cmd->add_option("--tp", f->tp, "GPUs per replica (default: the fewest whole nodes that hold "
                                  "the weights; a multiple of a node's GPUs spans nodes)");
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV dtype: bf16, fp8, fp8_ds_mla, fp32");
   cmd->add_flag("--dcp", f->dcp, "MLA latents sharded across ranks (decode context parallel)");
-  cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization)->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization)
+      ->check(FiniteRange(0.0, 1.0, /*lo_open=*/true))
+      ->capture_default_str();
   cmd->add_option("--gpu-reserve-gib", f->gpu_reserve_gib,
                   "Per GPU: activations, CUDA graphs, NCCL")
+      ->check(FiniteRange(0.0, 1e9))
       ->capture_default_str();
-  cmd->add_option("--host-ram-gib", f->host_ram_gib, "Host RAM per node (default: the node's)");
+  cmd->add_option("--host-ram-gib", f->host_ram_gib, "Host RAM per node (default: the node's)")
+      ->check(FiniteRange(0.0, 1e9));
   cmd->add_option("--container-limit-gib", f->container_limit_gib,
-                  "Memory limit of the pod per node");
+                  "Memory limit of the pod per node")
+      ->check(FiniteRange(0.0, 1e9));
   cmd->add_option("--host-reserve-gib", f->host_reserve_gib,
                   "Per node: OS, engine and sidecar processes")
+      ->check(FiniteRange(0.0, 1e9))
       ->capture_default_str();
   cmd->add_flag("--detect-host", f->detect_host,
                 "Use this machine's host RAM (hwloc, or the kernel's MemTotal when larger), "
@@ -101,10 +109,17 @@ void AddKvSetupFlags(CLI::App* cmd, KvSetupFlags* f) {
                   "Bytes per block copied in the replay's real pool (scaled down)")
       ->capture_default_str();
   cmd->add_option("--max-sim-mib", f->max_sim_mib, "Cap on the replay's pool + arena memory")
+      ->check(CLI::Range(uint64_t{0}, kMaxMib))
       ->capture_default_str();
-  cmd->add_option("--prefill-mfu", f->prefill_mfu)->capture_default_str();
-  cmd->add_option("--hbm-efficiency", f->hbm_efficiency)->capture_default_str();
-  cmd->add_option("--step-overhead-ms", f->step_overhead_ms)->capture_default_str();
+  cmd->add_option("--prefill-mfu", f->prefill_mfu)
+      ->check(FiniteRange(0.0, 1.0, /*lo_open=*/true))
+      ->capture_default_str();
+  cmd->add_option("--hbm-efficiency", f->hbm_efficiency)
+      ->check(FiniteRange(0.0, 1.0, /*lo_open=*/true))
+      ->capture_default_str();
+  cmd->add_option("--step-overhead-ms", f->step_overhead_ms)
+      ->check(FiniteRange(0.0, 1e6))
+      ->capture_default_str();
 }
 
 StatusOr<KvSetup> ResolveKvSetup(const KvSetupFlags& f) {

@@ -23,7 +23,8 @@ void CheckUnsignedOptions(CLI::App& app) {
       },
       "");
   for (CLI::Option* o : app.get_options()) {
-    if (o->get_type_name() == "UINT") o->check(kUnsigned);
+    // "UINT", or "UINT:..." once a range check is on it.
+    if (o->get_type_name().rfind("UINT", 0) == 0) o->check(kUnsigned);
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     CheckUnsignedOptions(*sub);
