@@ -149,6 +149,12 @@ std::string S3EncodeKey(std::string_view key) {
   }
 }
 
+std::optional<uint64_t> S3ContentRangeTotal(std::string_view value) {
+  const size_t slash = value.rfind('/');
+  if (value.rfind("bytes ", 0) != 0 || slash == std::string_view::npos) return std::nullopt;
+  return ParseUint(value.substr(slash + 1));
+}
+
 std::string S3EncodeQueryValue(std::string_view value) { return PercentEncode(value); }
 
 void S3Response::Clear() {

@@ -46,6 +46,9 @@ std::string S3EncodeKey(std::string_view key);
 // AWS's URI encoding of a query value: every byte but the unreserved ones as %XX.
 std::string S3EncodeQueryValue(std::string_view value);
 
+// The total size T of a Content-Range value "bytes A-B/T", or nullopt.
+std::optional<uint64_t> S3ContentRangeTotal(std::string_view value);
+
 struct S3ClientOptions {
   int attempts = 5;              // tries per request
   int initial_backoff_ms = 100;  // doubled after each failed try, at most 20 s

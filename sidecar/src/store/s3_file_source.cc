@@ -15,13 +15,6 @@ int HexValue(char c) {
   return -1;
 }
 
-// "bytes A-B/T" -> T, or nullopt.
-std::optional<uint64_t> ContentRangeTotal(std::string_view value) {
-  const size_t slash = value.rfind('/');
-  if (value.rfind("bytes ", 0) != 0 || slash == std::string_view::npos) return std::nullopt;
-  return ParseUint(value.substr(slash + 1));
-}
-
 class S3FileSource final : public deltasync::FileSource {
  public:
   S3FileSource(S3Location where, S3Config config, const S3ClientOptions& options)
@@ -93,7 +86,7 @@ class S3FileSource final : public deltasync::FileSource {
     if (r.status == 416) return FailedPrecondition(where + " was cut short" + listed);
     if (!r.ok()) return S3Client::Failure(where, "GET", r);
     if (r.status == 206) {
-      const std::optional<uint64_t> total = ContentRangeTotal(r.content_range);
+      const std::optional<uint64_t> total = S3ContentRangeTotal(r.content_range);
       if (!total) {
         return IoError(where + ": ranged GET answer without a valid Content-Range ('" +
                        r.content_range + "')");

@@ -27,13 +27,6 @@ Status CheckName(const std::string& name) {
   }
 }
 
-// "bytes A-B/T" -> T, or nullopt.
-std::optional<uint64_t> ContentRangeTotal(std::string_view value) {
-  const size_t slash = value.rfind('/');
-  if (value.rfind("bytes ", 0) != 0 || slash == std::string_view::npos) return std::nullopt;
-  return ParseUint(value.substr(slash + 1));
-}
-
 class S3ObjectStore final : public deltasync::ObjectStore {
  public:
   S3ObjectStore(S3Location where, S3Config config, const S3ClientOptions& options)
@@ -86,7 +79,7 @@ class S3ObjectStore final : public deltasync::ObjectStore {
       return IoError(Where(name) + ": HTTP " + std::to_string(r.status) + " to a ranged GET");
     }
     if (r.body.size() < length) {
-      const std::optional<uint64_t> total = ContentRangeTotal(r.content_range);
+      const std::optional<uint64_t> total = S3ContentRangeTotal(r.content_range);
       return PastTheEnd(name, total.value_or(offset + r.body.size()), offset + length);
     }
     return std::move(r.body);
