@@ -302,9 +302,10 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> pref
   if (!root.is_object()) {
     return InvalidArgument("header JSON must be an object, got " + Describe(root));
   }
-  // As upstream: the object starts at the header's first byte (no whitespace or byte-order
-  // mark before it).
-  if (header.raw[0] != '{') return InvalidArgument("header does not start with '{'");
+  // As upstream: JSON text without a byte-order mark (which the JSON parser would skip).
+  if (header.raw.starts_with("\xEF\xBB\xBF")) {
+    return InvalidArgument("header starts with a byte-order mark");
+  }
   header.tensors.reserve(root.size());
   for (const auto& [name, entry] : root.items()) {
     if (name == "__metadata__") {

@@ -227,6 +227,12 @@ TEST_F(DeltaRejectTest, CheckpointSectionHeaderDisagrees) {
   EXPECT_NE(parsed.status().message().find("different dtype, shape or byte range"),
             std::string::npos)
       << parsed.status().ToString();
+  // Tensors out of order are refused by the parser (FORMAT.md 1.2 via 2.3).
+  Json reordered = Manifest("d12");
+  ASSERT_GE(reordered["checkpoint"]["tensors"].size(), 2u);
+  std::swap(reordered["checkpoint"]["tensors"][0], reordered["checkpoint"]["tensors"][1]);
+  EXPECT_NE(ParseDeltaManifest(reordered.dump()).status().message().find("out of order"),
+            std::string::npos);
   // A shape whose bytes disagree with the byte range is refused by the parser itself.
   j["checkpoint"]["tensors"][0]["shape"] = Json::array({1, 2, 3});
   EXPECT_NE(ParseDeltaManifest(j.dump()).status().message().find("its dtype and shape"),

@@ -110,11 +110,15 @@ void AddBenchCommands(CLI::App& app, int* rc) {
       ->delimiter(',')
       ->capture_default_str();
   ax->add_option("--duration-s", o->duration_s, "Simulated seconds profiled after the warmup")
+      ->check(FiniteRange(0.0, 1e9, /*lo_open=*/true))
       ->capture_default_str();
-  ax->add_option("--idle-cap-s", o->idle_cap_s, "Whole-system idle cap")->capture_default_str();
+  ax->add_option("--idle-cap-s", o->idle_cap_s, "Whole-system idle cap")
+      ->check(FiniteRange(0.0, 1e9))
+      ->capture_default_str();
   ax->add_option("--warmup-min", o->warmup_min, "Warmup start, fraction of a lane's trace")
+      ->check(FiniteRange(0.0, 1.0))
       ->capture_default_str();
-  ax->add_option("--warmup-max", o->warmup_max)->capture_default_str();
+  ax->add_option("--warmup-max", o->warmup_max)->check(FiniteRange(0.0, 1.0))->capture_default_str();
   ax->add_option("--seed", o->seed, "Seed of the warmup draws")->capture_default_str();
   ax->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per engine step")
       ->capture_default_str();
