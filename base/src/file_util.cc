@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,6 +80,17 @@ StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_byt
   return out;
 }
 
+Status NoSpaceError(const std::string& path, int fd, uint64_t size, int err) {
+  std::string m = "no space left on '" + path + "': need " + std::to_string(size) + " bytes";
+  if (err == EDQUOT) return IoError(m + ", over the disk quota");
+  (void)ftruncate(fd, 0);
+  struct statvfs fs {};
+  if (fstatvfs(fd, &fs) == 0) {
+    m += ", " + std::to_string(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) + " available";
+  }
+  return IoError(m);
+}
+
 static Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& path) {
   while (n > 0) {
     ssize_t w = write(fd, p, n);
@@ -94,7 +106,16 @@ Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return IoError(ErrnoMessage("create", tmp, errno));
-  Status s = WriteAll(fd, data.data(), data.size(), tmp);
+  Status s;
+  // The space first, as the other writers reserve it: a full disk is reported as one.
+  if (!data.empty()) {
+    int err;
+    do {
+      err = posix_fallocate(fd, 0, static_cast<off_t>(data.size()));
+    } while (err == EINTR);
+    if (err == ENOSPC || err == EDQUOT) s = NoSpaceError(path, fd, data.size(), err);
+  }
+  if (s.ok()) s = WriteAll(fd, data.data(), data.size(), tmp);
   if (s.ok() && fsync(fd) != 0) s = IoError(ErrnoMessage("fsync", tmp, errno));
   if (close(fd) != 0 && s.ok()) s = IoError(ErrnoMessage("close", tmp, errno));
   if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {

@@ -78,19 +78,6 @@ int ReserveSpace(int fd, uint64_t size) {
   return err;
 }
 
-// The error for a file of `size` bytes the filesystem cannot hold. The file is emptied first so
-// blocks a failed reservation kept do not hide from the "available" figure.
-Status NoSpace(const std::string& path, int fd, uint64_t size, int err) {
-  std::string m = "no space left on '" + path + "': need " + std::to_string(size) + " bytes";
-  if (err == EDQUOT) return IoError(m + ", over the disk quota");
-  (void)ftruncate(fd, 0);
-  struct statvfs fs {};
-  if (fstatvfs(fd, &fs) == 0) {
-    m += ", " + std::to_string(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) + " available";
-  }
-  return IoError(m);
-}
-
 }  // namespace
 
 MappedOutputFile::MappedOutputFile(MappedOutputFile&& o) noexcept
@@ -121,7 +108,7 @@ StatusOr<MappedOutputFile> MappedOutputFile::Create(const std::string& path, uin
   // posix_fallocate also sets the file size. EOPNOTSUPP and EINVAL mean this filesystem cannot
   // reserve (glibc emulates fallocate where it can); the file is then sized sparse.
   int err = size > 0 ? ReserveSpace(f.fd_, size) : 0;
-  if (err == ENOSPC || err == EDQUOT) return NoSpace(path, f.fd_, size, err);
+  if (err == ENOSPC || err == EDQUOT) return NoSpaceError(path, f.fd_, size, err);
   if (err == EOPNOTSUPP || err == EINVAL) {
     f.space_reserved_ = false;
     std::fprintf(stderr,

@@ -65,12 +65,12 @@ def small_fs_prefix():
                             "namespaces): " + "; ".join(errors))
 
 
-def run_on_small_fs(size, mnt, *args):
-    """Runs deltakv with `mnt` a fresh tmpfs of `size` ("3m"); returns (rc, stdout, stderr,
-    paths left under mnt)."""
+def run_on_small_fs(size, mnt, *args, command=None):
+    """Runs deltakv (or `command`, a list) with `mnt` a fresh tmpfs of `size` ("3m"); returns
+    (rc, stdout, stderr, paths left under mnt)."""
     os.makedirs(mnt)
     p = subprocess.run([*small_fs_prefix(), "sh", "-c", SMALL_FS_SCRIPT, "sh", size, mnt,
-                        DELTAKV, *args], capture_output=True, text=True)
+                        *(command or [DELTAKV]), *args], capture_output=True, text=True)
     if p.returncode != 0:
         raise AssertionError(f"small filesystem script: exit {p.returncode}: {p.stderr}")
     return (int(read(mnt + ".rc", "r")), read(mnt + ".stdout", "r"), read(mnt + ".stderr", "r"),
@@ -411,6 +411,18 @@ class CliTest(unittest.TestCase):
         self.assertEqual(rc, 3, stderr)
         self.assertIn(f"no space left on '{mnt}/o.bin': need {1 << 20} bytes", stderr)
         self.assertEqual(left, [], "partial output left behind")
+
+        # A small file written whole (a manifest) reserves its space as well: the same message,
+        # and no temporary file left.
+        mnt = self.fresh("smallfs3")
+        script = ('cp -r "$1" "$2/c" && (dd if=/dev/zero of="$2/fill" bs=4k 2>/dev/null; true) '
+                  '&& exec "$3" checkpoint manifest "$2/c"')
+        rc, _, stderr, left = run_on_small_fs("8m", mnt, "-c", script, "sh", self.t("v1"), mnt,
+                                              DELTAKV, command=["sh"])
+        self.assertEqual(rc, 3, stderr)
+        self.assertRegex(stderr, rf"no space left on '{mnt}/c/manifest.json': need \d+ bytes, "
+                                 r"\d+ available")
+        self.assertEqual([f for f in left if "manifest" in f], [], left)
 
     def test_existing_output_is_refused(self):
         p = run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out",

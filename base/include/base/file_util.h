@@ -55,6 +55,12 @@ class StagingDir {
 // Lists regular files in `dir` whose names end with `suffix`, sorted by name.
 StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string_view suffix);
 
+// The IoError for a file of `size` bytes at `path` that the filesystem of `fd` cannot hold
+// (`err` ENOSPC or EDQUOT from a reservation): "no space left on 'PATH': need N bytes, M
+// available" (or ", over the disk quota"). Empties the file first, so blocks a failed
+// reservation kept count as available.
+Status NoSpaceError(const std::string& path, int fd, uint64_t size, int err);
+
 // Returns the errno text: "open 'x': No such file or directory".
 std::string ErrnoMessage(std::string_view what, const std::string& path, int err);
 
