@@ -415,8 +415,9 @@ class CliTest(unittest.TestCase):
         # A small file written whole (a manifest) reserves its space as well: the same message,
         # and no temporary file left.
         mnt = self.fresh("smallfs3")
-        script = ('cp -r "$1" "$2/c" && (dd if=/dev/zero of="$2/fill" bs=4k 2>/dev/null; true) '
-                  '&& exec "$3" checkpoint manifest "$2/c"')
+        script = ('cp -r "$1" "$2/c" && rm -f "$2/c/manifest.json" && '
+                  '(dd if=/dev/zero of="$2/fill" bs=4k 2>/dev/null; true) && '
+                  'exec "$3" checkpoint manifest "$2/c"')
         rc, _, stderr, left = run_on_small_fs("8m", mnt, "-c", script, "sh", self.t("v1"), mnt,
                                               DELTAKV, command=["sh"])
         self.assertEqual(rc, 3, stderr)
