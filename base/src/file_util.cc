@@ -37,46 +37,38 @@ StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_byt
                              " bytes, more than the limit of " + std::to_string(max_bytes));
   }
   // Up to end of file, whatever stat said: files under /proc and /sys report a size of 0 or
-  // of a page and hold other amounts.
-  std::string out;
+  // of a page and hold other amounts. The stat size is read into place; past it, reads go
+  // through a small buffer, so a file of the size stat said costs no extra memory.
+  std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
-  out.resize(static_cast<size_t>(std::min<uint64_t>(
-      max_bytes, std::max<uint64_t>(static_cast<uint64_t>(st.st_size), 4096))));
-  for (;;) {
-    if (done == out.size()) {
-      if (done >= max_bytes) {
-        // At the limit: one more byte says whether the file is longer.
-        char extra;
-        ssize_t n;
-        do {
-          n = read(fd, &extra, 1);
-        } while (n < 0 && errno == EINTR);
-        if (n < 0) {
-          int err = errno;
-          close(fd);
-          return IoError(ErrnoMessage("read", path, err));
-        }
-        if (n > 0) {
-          close(fd);
-          return ResourceExhausted("'" + path + "' is more than the limit of " +
-                                   std::to_string(max_bytes) + " bytes");
-        }
-        break;
-      }
-      out.resize(static_cast<size_t>(std::min<uint64_t>(max_bytes, 2 * uint64_t{out.size()})));
-    }
+  auto fail = [&](int err) {
+    close(fd);
+    return IoError(ErrnoMessage("read", path, err));
+  };
+  while (done < out.size()) {
     ssize_t n = read(fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return IoError(ErrnoMessage("read", path, err));
-    }
-    if (n == 0) break;
+    if (n < 0) return fail(errno);
+    if (n == 0) break;  // shorter than stat said
     done += static_cast<size_t>(n);
   }
-  close(fd);
   out.resize(done);
+  if (done == static_cast<size_t>(st.st_size)) {
+    char chunk[65536];
+    for (;;) {
+      ssize_t n = read(fd, chunk, sizeof(chunk));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail(errno);
+      if (n == 0) break;
+      if (static_cast<uint64_t>(n) > max_bytes - out.size()) {
+        close(fd);
+        return ResourceExhausted("'" + path + "' is more than the limit of " +
+                                 std::to_string(max_bytes) + " bytes");
+      }
+      out.append(chunk, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
   return out;
 }
 
