@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "base/file_util.h"
 #include "base/parallel.h"
@@ -171,7 +173,7 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
   CheckpointManifest m;
   ASSIGN_OR_RETURN(m.version, jf::OptionalString(j, "version", where, ""));
   ASSIGN_OR_RETURN(const Json* files, jf::Array(j, "files", where));
-  std::map<std::string, size_t, std::less<>> file_index;
+  std::set<std::string, std::less<>> file_names;
   for (size_t i = 0; i < files->size(); ++i) {
     const Json& f = (*files)[i];
     std::string fw = where + ": files[" + std::to_string(i) + "]";
@@ -179,7 +181,7 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
     ASSIGN_OR_RETURN(mf.name, jf::String(f, "name", fw));
     if (!IsSafeObjectName(mf.name))
       return InvalidArgument(fw + ": unsafe file name '" + mf.name + "'");
-    if (!file_index.emplace(mf.name, i).second) {
+    if (!file_names.insert(mf.name).second) {
       return InvalidArgument(fw + ": duplicate file '" + mf.name + "'");
     }
     ASSIGN_OR_RETURN(mf.size, jf::Uint(f, "size", fw));
@@ -192,14 +194,14 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
   }
   ASSIGN_OR_RETURN(const Json* tensors, jf::Array(j, "tensors", where));
   ASSIGN_OR_RETURN(m.tensors, ParseManifestTensors(*tensors, where));
-  // In file order, then by offset, each inside its file's data section, none overlapping.
-  size_t last_file = 0;
-  uint64_t last_end = 0;
-  for (const ManifestTensor& t : m.tensors) {
+  std::vector<std::string_view> names;
+  for (const ManifestFile& f : m.files) names.push_back(f.name);
+  ASSIGN_OR_RETURN(std::vector<size_t> file_of, CheckManifestTensorOrder(m.tensors, names, where));
+  // Each inside its file's data section.
+  for (size_t k = 0; k < m.tensors.size(); ++k) {
+    const ManifestTensor& t = m.tensors[k];
     const std::string tw = where + ": tensor '" + t.name + "'";
-    auto it = file_index.find(t.file);
-    if (it == file_index.end()) return InvalidArgument(tw + " names unknown file '" + t.file + "'");
-    const ManifestFile& f = m.files[it->second];
+    const ManifestFile& f = m.files[file_of[k]];
     if (t.end > f.size) {
       return InvalidArgument(tw + " byte_range ends at " + std::to_string(t.end) +
                              ", beyond file '" + f.name + "' of " + std::to_string(f.size) +
@@ -210,6 +212,23 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
                              ", inside the header of file '" + f.name + "' (data starts at " +
                              std::to_string(8 + f.header_size) + ")");
     }
+  }
+  return m;
+}
+
+StatusOr<std::vector<size_t>> CheckManifestTensorOrder(const std::vector<ManifestTensor>& tensors,
+                                                       const std::vector<std::string_view>& files,
+                                                       std::string_view where) {
+  std::map<std::string_view, size_t> index;
+  for (size_t i = 0; i < files.size(); ++i) index.emplace(files[i], i);
+  std::vector<size_t> file_of;
+  file_of.reserve(tensors.size());
+  size_t last_file = 0;
+  uint64_t last_end = 0;
+  for (const ManifestTensor& t : tensors) {
+    const std::string tw = std::string(where) + ": tensor '" + t.name + "'";
+    auto it = index.find(t.file);
+    if (it == index.end()) return InvalidArgument(tw + " names unknown file '" + t.file + "'");
     if (it->second < last_file || (it->second == last_file && t.begin < last_end)) {
       return InvalidArgument(tw + " is out of order or overlaps the tensor before it "
                              "(tensors are listed in file order, then by offset)");
@@ -217,8 +236,9 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
     if (it->second != last_file) last_end = 0;
     last_file = it->second;
     last_end = t.end;
+    file_of.push_back(it->second);
   }
-  return m;
+  return file_of;
 }
 
 // Shared by the checkpoint manifest and the delta manifest's "checkpoint" section.

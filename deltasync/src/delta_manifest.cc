@@ -230,28 +230,9 @@ Status ParseCheckpointSection(const Json& j, DeltaManifest* m) {
   ASSIGN_OR_RETURN(const Json* tensors, jf::Array(*c, "tensors", where));
   ASSIGN_OR_RETURN(m->checkpoint_tensors, ParseManifestTensors(*tensors, where));
   // As in a checkpoint manifest: in file order, then by offset, apart.
-  std::map<std::string_view, size_t> file_index;
-  for (size_t i = 0; i < m->checkpoint_files.size(); ++i) {
-    file_index.emplace(m->checkpoint_files[i].name, i);
-  }
-  size_t last_file = 0;
-  uint64_t last_end = 0;
-  for (const ManifestTensor& t : m->checkpoint_tensors) {
-    auto it = file_index.find(t.file);
-    if (it == file_index.end()) {
-      return InvalidArgument(where + ": tensor '" + t.name + "' names unknown file '" + t.file +
-                             "'");
-    }
-    if (it->second < last_file || (it->second == last_file && t.begin < last_end)) {
-      return InvalidArgument(where + ": tensor '" + t.name +
-                             "' is out of order or overlaps the tensor before it (tensors are "
-                             "listed in file order, then by offset)");
-    }
-    if (it->second != last_file) last_end = 0;
-    last_file = it->second;
-    last_end = t.end;
-  }
-  return Status::Ok();
+  std::vector<std::string_view> file_names;
+  for (const DeltaCheckpointFile& f : m->checkpoint_files) file_names.push_back(f.name);
+  return CheckManifestTensorOrder(m->checkpoint_tensors, file_names, where).status();
 }
 
 }  // namespace

@@ -111,19 +111,24 @@ class VolumeStore {
   virtual std::string Describe() const = 0;
 };
 
-// A store in a local directory (created if missing): one file per key. Writes go to a
+// A store in a local directory (created if missing, unless `create` is false): one file per
+// key. Writes go to a
 // temporary file in the same directory, are fsynced and renamed into place (the directory is
 // fsynced too); PutIfAbsent publishes with link(2), which fails if the key exists; a versioned
 // object carries its generation counter in the file and is replaced under an flock(2) on a lock
 // file next to it, so processes sharing the directory on one host are serialized. Temporary and
 // lock files start with '.' and are never listed.
-// IoError if `dir` cannot be created.
-StatusOr<std::unique_ptr<VolumeStore>> MakeDirVolumeStore(const std::string& dir);
+// IoError if `dir` cannot be created. With `create` false (readers: a path that does not exist
+// is a typo, not an empty store): NotFound if `dir` does not exist, InvalidArgument if it is not
+// a directory.
+StatusOr<std::unique_ptr<VolumeStore>> MakeDirVolumeStore(const std::string& dir,
+                                                          bool create = true);
 
 // Opens the store a URL names: "dir:///abs/path", "file:///abs/path" or a plain path (a
-// directory store).
+// directory store, made with `create` as MakeDirVolumeStore).
 // InvalidArgument for another scheme or an empty URL; errors of the store otherwise.
-StatusOr<std::unique_ptr<VolumeStore>> OpenVolumeStore(const std::string& url);
+StatusOr<std::unique_ptr<VolumeStore>> OpenVolumeStore(const std::string& url,
+                                                       bool create = true);
 
 // ---------------------------------------------------------------------------------------------
 // Chunking.

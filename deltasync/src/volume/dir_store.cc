@@ -295,10 +295,21 @@ class DirVolumeStore : public VolumeStore {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<VolumeStore>> MakeDirVolumeStore(const std::string& dir) {
+StatusOr<std::unique_ptr<VolumeStore>> MakeDirVolumeStore(const std::string& dir, bool create) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return IoError("create store directory '" + dir + "': " + ec.message());
+  if (create) {
+    fs::create_directories(dir, ec);
+    if (ec) return IoError("create store directory '" + dir + "': " + ec.message());
+  } else {
+    const fs::file_status st = fs::status(dir, ec);
+    if (!fs::exists(st)) {
+      if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory) {
+        return IoError("volume store '" + dir + "': " + ec.message());
+      }
+      return NotFound("volume store '" + dir + "': no such directory");
+    }
+    if (!fs::is_directory(st)) return InvalidArgument("volume store '" + dir + "' is not a directory");
+  }
   const fs::path root = fs::absolute(dir, ec).lexically_normal();
   if (ec) return IoError("resolve store directory '" + dir + "': " + ec.message());
   std::string text = root.string();
@@ -306,7 +317,7 @@ StatusOr<std::unique_ptr<VolumeStore>> MakeDirVolumeStore(const std::string& dir
   return std::unique_ptr<VolumeStore>(std::make_unique<DirVolumeStore>(text));
 }
 
-StatusOr<std::unique_ptr<VolumeStore>> OpenVolumeStore(const std::string& url) {
+StatusOr<std::unique_ptr<VolumeStore>> OpenVolumeStore(const std::string& url, bool create) {
   if (url.empty()) return InvalidArgument("volume store URL is empty");
   for (std::string_view scheme : {std::string_view("dir://"), std::string_view("file://")}) {
     if (!url.starts_with(scheme)) continue;
@@ -315,14 +326,14 @@ StatusOr<std::unique_ptr<VolumeStore>> OpenVolumeStore(const std::string& url) {
       return InvalidArgument("volume store '" + url + "': a " + std::string(scheme) +
                              " URL names an absolute path");
     }
-    return MakeDirVolumeStore(path);
+    return MakeDirVolumeStore(path, create);
   }
   const size_t scheme = url.find("://");
   if (scheme != std::string::npos) {
     return InvalidArgument("volume store '" + url + "': unknown scheme '" +
                            url.substr(0, scheme) + "' (dir://, file:// or a path)");
   }
-  return MakeDirVolumeStore(url);
+  return MakeDirVolumeStore(url, create);
 }
 
 }  // namespace deltakv::deltasync

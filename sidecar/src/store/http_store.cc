@@ -450,16 +450,6 @@ std::string RedactCredentials(std::string_view text) {
   return out;
 }
 
-std::string RedactLocation(const std::string& location) {
-  // Local paths are shown as they are, and so are vol:// references ('@' names a digest).
-  const size_t sep = location.find("://");
-  if (sep == std::string::npos || StartsWithNoCase(location, "vol://")) return location;
-  const size_t query = location.find_first_of("?#");
-  std::string out = location.substr(0, query);
-  const size_t start = sep + 3;
-  const size_t at = out.substr(0, out.find('/', start)).rfind('@');
-  if (at != std::string::npos && at >= start) out.replace(start, at - start, "***");
-  return query == std::string::npos ? out : out + "...";
-}
+std::string RedactLocation(const std::string& location) { return RedactCredentials(location); }
 
 }  // namespace deltakv::sidecar
