@@ -208,6 +208,19 @@ class CliTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, lines)
         self.assertFalse(json.loads(lines[0])["ok"])
 
+    def test_plan_shows_a_copy_larger_than_the_budget_whole(self):
+        # A CPU copy that leaves no KV budget beside it: the text shows the copy's size, as the
+        # JSON does, not the budget it used up.
+        args = ("plan", "--weights-gib", "300", "--host-ram-gib", "200", "--host-reserve-gib", "8")
+        e = json.loads(run(*args, "--cpu-copy", "--json").stdout)
+        plan = e["plan"] if "plan" in e else e
+        copy_gib = plan["checkpoint_copy_bytes_per_node"] / 2**30
+        self.assertGreater(copy_gib, 192)
+        self.assertEqual(plan["host_kv_budget_with_copy_bytes_per_node"], 0)
+        text = run(*args, "--cpu-copy").stdout
+        self.assertIn("0 GiB beside one (copy %.0f GiB/node)" % copy_gib, text)
+        self.assertIn("(copy %.0f GiB/node)" % copy_gib, run(*args).stdout)
+
     def test_names_a_manifest_cannot_hold_are_refused_with_nothing_written(self):
         # A version (here the directory's name, the default) or file name that is not UTF-8
         # cannot go into a JSON manifest: exit 2 and no output, not a crash half way.

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/http_volume_store.h"
 #include "store/open_store.h"
 #include "test_util.h"
 
@@ -402,6 +403,20 @@ TEST(OpenStoreTest, RefusedLocations) {
   o.ca_file = "/nonexistent/ca.pem";
   EXPECT_TRUE(Fails(OpenStore("https://host/x", o).status(), StatusCode::kInvalidArgument,
                     "HTTP CA file '/nonexistent/ca.pem'"));
+}
+
+TEST(OpenStoreTest, MessagesNameTheLocationsRole) {
+  EXPECT_TRUE(Fails(OpenStore("https://host/deltas?x=1").status(), StatusCode::kInvalidArgument,
+                    "delta location 'https://host/deltas...' has a query"));
+  EXPECT_TRUE(Fails(
+      OpenStore("https://host/ckpt?x=1", {}, "", VolumeView::kFiles, "checkpoint location")
+          .status(),
+      StatusCode::kInvalidArgument, "checkpoint location 'https://host/ckpt...' has a query"));
+  EXPECT_TRUE(Fails(
+      OpenStore("vol://ns/name:tag", {}, "", VolumeView::kFiles, "checkpoint location").status(),
+      StatusCode::kFailedPrecondition, "checkpoint location 'vol://ns/name:tag'"));
+  EXPECT_TRUE(Fails(OpenHttpVolumeStore("http://host/vols?x", {}).status(),
+                    StatusCode::kInvalidArgument, "volume store 'http://host/vols...'"));
 }
 
 TEST(OpenStoreTest, DirectoriesStillWork) {

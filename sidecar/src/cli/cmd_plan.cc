@@ -26,7 +26,9 @@ struct PlanOpts {
   bool no_progress = false;
 };
 
-void PrintPlan(const char* label, const kvsim::CapacityPlan& p) {
+// `copy_bytes`: the node's share of a CPU checkpoint copy, shown whole even when it leaves no
+// KV budget beside it.
+void PrintPlan(const char* label, const kvsim::CapacityPlan& p, uint64_t copy_bytes) {
   std::printf("%s\n", label);
   std::printf("  KV: %llu B/token for the model, %llu B/token per rank (TP%u, %u node(s) per "
               "replica, %u replica(s) per node)\n",
@@ -39,11 +41,11 @@ void PrintPlan(const char* label, const kvsim::CapacityPlan& p) {
   std::printf("  GPU: weights %.1f GiB/GPU, KV %.1f GiB/GPU = %.2fM tokens per replica\n",
               p.weight_bytes_per_gpu / kGiB, p.gpu_kv_bytes_per_gpu / kGiB,
               static_cast<double>(p.gpu_kv_tokens) / 1e6);
-  std::printf("  host per node: RAM %.0f GiB (limit %.0f), KV budget %.0f GiB without a CPU "
-              "checkpoint copy, %.0f GiB beside one (copy %.0f GiB/node)\n",
-              p.host_ram_bytes / kGiB, p.host_limit_bytes / kGiB, p.host_kv_budget_bytes / kGiB,
-              p.host_kv_budget_with_copy_bytes / kGiB,
-              (p.host_kv_budget_bytes - p.host_kv_budget_with_copy_bytes) / kGiB);
+  std::printf(
+      "  host per node: RAM %.0f GiB (limit %.0f), KV budget %.0f GiB without a CPU "
+      "checkpoint copy, %.0f GiB beside one (copy %.0f GiB/node)\n",
+      p.host_ram_bytes / kGiB, p.host_limit_bytes / kGiB, p.host_kv_budget_bytes / kGiB,
+      p.host_kv_budget_with_copy_bytes / kGiB, copy_bytes / kGiB);
   std::printf("  pool per node: %llu slots of %llu B = %.1f GiB mapped (%.2fM tokens per "
               "replica)\n",
               static_cast<unsigned long long>(p.slots),
@@ -60,9 +62,9 @@ Status RunPlan(const PlanOpts& o) {
   ASSIGN_OR_RETURN(KvSetup s, ResolveKvSetup(o.setup));
   if (!o.json) {
     std::printf("%s\n", s.title.c_str());
-    PrintPlan(o.setup.cpu_copy ? "plan (with a CPU checkpoint copy):"
-                               : "plan (no CPU checkpoint copy):",
-              s.plan);
+    PrintPlan(
+        o.setup.cpu_copy ? "plan (with a CPU checkpoint copy):" : "plan (no CPU checkpoint copy):",
+        s.plan, s.plan_copy.checkpoint_copy_bytes);
   }
   std::vector<kvsim::ReplayArm> arms;
   if (!s.corpus.traces.empty()) {

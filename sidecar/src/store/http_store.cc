@@ -348,7 +348,8 @@ class HttpStore final : public deltasync::ObjectStore {
 };
 
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::string& location,
-                                                                const HttpStoreOptions& opt) {
+                                                                const HttpStoreOptions& opt,
+                                                                std::string_view what) {
   const size_t scheme_end = location.find("://") + 3;
   const bool https = location.rfind("https://", 0) == 0;
   const size_t query = location.find_first_of("?#");
@@ -364,15 +365,15 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::strin
   const std::string shown = scheme + (userinfo.empty() ? "" : "***@") + host + prefix;
 
   if (query != std::string::npos) {
-    return InvalidArgument("delta location '" + RedactLocation(location) +
+    return InvalidArgument(std::string(what) + " '" + RedactLocation(location) +
                            "' has a query or fragment; objects are read as <location>/<name>");
   }
   if (host.empty() || host[0] == ':') {
-    return InvalidArgument("delta location '" + RedactLocation(location) + "' has no host");
+    return InvalidArgument(std::string(what) + " '" + RedactLocation(location) + "' has no host");
   }
   for (char c : url) {
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
-      return InvalidArgument("delta location '" + RedactLocation(location) +
+      return InvalidArgument(std::string(what) + " '" + RedactLocation(location) +
                              "' has a space or control character (percent-encode it)");
     }
   }
@@ -391,10 +392,11 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenHttpStore(const std::strin
 StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
                                                             const HttpStoreOptions& http,
                                                             const std::string& volume_store,
-                                                            VolumeView view) {
+                                                            VolumeView view,
+                                                            std::string_view what) {
   if (location.rfind("vol://", 0) == 0) {
     if (volume_store.empty()) {
-      return FailedPrecondition("delta location '" + location +
+      return FailedPrecondition(std::string(what) + " '" + location +
                                 "' names a volume but the sidecar has no --volume-store");
     }
     ASSIGN_OR_RETURN(deltasync::VolumeRef ref, deltasync::ParseVolumeRef(location.substr(6)));
@@ -416,9 +418,9 @@ StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& l
     return MakeS3ObjectStore(std::move(where), std::move(config), s3);
   }
   if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
-    return OpenHttpStore(location, http);
+    return OpenHttpStore(location, http, what);
   }
-  return InvalidArgument("delta location '" + RedactLocation(location) +
+  return InvalidArgument(std::string(what) + " '" + RedactLocation(location) +
                          "' must be an absolute path, file://..., http://..., https://..., "
                          "s3://... or vol://...");
 }

@@ -75,7 +75,8 @@ StatusOr<std::unique_ptr<deltasync::VolumeStore>> OpenHttpVolumeStore(
   }
   HttpStoreOptions options = http;
   options.object_paths = true;
-  ASSIGN_OR_RETURN(std::unique_ptr<deltasync::ObjectStore> objects, OpenStore(url, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<deltasync::ObjectStore> objects,
+                   OpenStore(url, options, "", VolumeView::kDelta, "volume store"));
   return std::unique_ptr<deltasync::VolumeStore>(new HttpVolumeStore(std::move(objects)));
 }
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "deltasync/object_store.h"
@@ -58,9 +59,11 @@ std::string RedactLocation(const std::string& location);
 // wherever the URL stands: the redaction of messages that quote a location as given.
 std::string RedactCredentials(std::string_view text);
 
-StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(const std::string& location,
-                                                            const HttpStoreOptions& http = {},
-                                                            const std::string& volume_store = "",
-                                                            VolumeView view = VolumeView::kDelta);
+// `what` names the location in error messages ("delta location", "checkpoint location",
+// "volume store").
+StatusOr<std::unique_ptr<deltasync::ObjectStore>> OpenStore(
+    const std::string& location, const HttpStoreOptions& http = {},
+    const std::string& volume_store = "", VolumeView view = VolumeView::kDelta,
+    std::string_view what = "delta location");
 
 }  // namespace deltakv::sidecar

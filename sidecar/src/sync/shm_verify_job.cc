@@ -35,8 +35,9 @@ StatusOr<deltasync::CheckpointManifest> ReadCheckpointManifest(deltasync::Object
 Status ShmSyncExecutor::Job::RunVerify() {
   SetState(SyncState::kVerifying);
   const auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto store, OpenStore(request_.checkpoint, ex_.options_.http,
-                                         ex_.options_.volume_store, VolumeView::kFiles));
+  ASSIGN_OR_RETURN(auto store,
+                   OpenStore(request_.checkpoint, ex_.options_.http, ex_.options_.volume_store,
+                             VolumeView::kFiles, "checkpoint location"));
   ASSIGN_OR_RETURN(deltasync::CheckpointManifest cm,
                    ReadCheckpointManifest(*store, request_.checkpoint));
   Phase("manifest", MsSince(t0));
