@@ -144,6 +144,20 @@ class KvReplayCli(unittest.TestCase):
             self.assertIn(flag, p.stderr)
             self.assertEqual(p.stdout, "")
 
+    def test_a_plot_that_cannot_be_written_fails_before_the_replay(self):
+        # One answer, before any arm runs: the plot's directory is missing, or it is a directory.
+        for plot in (os.path.join(self.tmp.name, "no-dir", "p.svg"), self.tmp.name):
+            p = run("bench", "agentx", "--synthetic", "2", "--synthetic-scale", "0.05",
+                    "--duration-s", "60", "--plot", plot, "--json", "--no-progress", expect=3)
+            lines = p.stdout.strip().splitlines()
+            self.assertEqual(len(lines), 1, lines)
+            self.assertFalse(json.loads(lines[0])["ok"])
+            p = run("plan", "--synthetic", "1", "--synthetic-scale", "0.05", "--duration-s", "60",
+                    "--points", "2", "--plot", plot, "--no-progress", expect=3)
+            self.assertEqual(p.stdout, "")
+            self.assertIn("cannot write" if plot == self.tmp.name else "no-dir", p.stderr)
+        self.assertEqual([f for f in os.listdir(self.tmp.name) if ".tmp." in f], [])
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

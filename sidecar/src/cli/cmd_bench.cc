@@ -33,6 +33,7 @@ Status RunBench(const BenchOpts& o) {
     return InvalidArgument("no traces: give trace files or directories, or --synthetic N");
   }
   ASSIGN_OR_RETURN(std::vector<double> host_gib, ResolveHostSizes(o.host_sizes, setup));
+  if (!o.plot.empty()) RETURN_IF_ERROR(CheckWritableFile(o.plot));
   std::FILE* records = nullptr;
   if (!o.records.empty()) {
     records = std::fopen(o.records.c_str(), "w");

@@ -60,6 +60,7 @@ void PrintPlan(const char* label, const kvsim::CapacityPlan& p, uint64_t copy_by
 
 Status RunPlan(const PlanOpts& o) {
   ASSIGN_OR_RETURN(KvSetup s, ResolveKvSetup(o.setup));
+  if (!o.plot.empty()) RETURN_IF_ERROR(CheckWritableFile(o.plot));
   if (!o.json) {
     std::printf("%s\n", s.title.c_str());
     PrintPlan(
