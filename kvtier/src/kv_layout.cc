@@ -80,7 +80,9 @@ Status KvLayout::CheckBlockBytes(uint64_t pool_block_bytes) const {
   if (block_bytes_ != pool_block_bytes) {
     return InvalidArgument("kv layout: a block is " + std::to_string(block_bytes_) +
                            " bytes in the engine layout but " + std::to_string(pool_block_bytes) +
-                           " bytes in the pool");
+                           " bytes in the pool (a pool for this layout: deltakv sidecar "
+                           "--kv-block-bytes " +
+                           std::to_string(block_bytes_) + ")");
   }
   return Status::Ok();
 }

@@ -143,6 +143,10 @@ def _unsigned(values: Any, dtype: Any, what: str) -> np.ndarray:
     each in the type's range (ValueError otherwise; never a silent cast or wrap-around)."""
     try:
         a = np.asarray(values)
+        if a.dtype.kind in "fc" and isinstance(values, (list, tuple)):
+            # Python ints that no one integer type holds together (one at or above 2**63 beside
+            # another) come out as floats: take the values as they are, checked one by one.
+            a = np.asarray(values, dtype=object)
     except OverflowError:
         raise ValueError(f"{what}: an integer out of range") from None
     if a.dtype.kind == "O":

@@ -477,6 +477,15 @@ _REQUEST = "deltakv.request"
 _UPDATERS: "weakref.WeakKeyDictionary[Any, DeltakvWeightUpdater]" = weakref.WeakKeyDictionary()
 
 
+# Each op's fields (what attach_request / update_request write) and the ones it needs.
+_REQUEST_FIELDS = {
+    "attach": ({"shm_name", "initial_version", "backend", "layouts", "names",
+                "attach_timeout_ms"}, set()),
+    "update": ({"version", "delta", "sidecar_url", "token", "token_file", "timeout_s"},
+               {"version"}),
+}
+
+
 def _request(fields: Dict[str, Any]) -> List[Tuple[str, Any]]:
     import torch
     raw = bytearray(json.dumps(fields).encode())
@@ -518,6 +527,9 @@ def load_update(model: Any, named_tensors: Sequence[Tuple[str, Any]]) -> None:
         raise InvalidArgumentError(f"the deltakv loader takes one {_REQUEST!r} tensor "
                                    "(attach_request / update_request), not "
                                    f"{[n for n, _t in named_tensors]}")
+    dtype = str(getattr(reqs[0], "dtype", ""))
+    if dtype not in ("torch.uint8", "uint8"):
+        raise InvalidArgumentError(f"the {_REQUEST!r} tensor holds JSON bytes (uint8), not {dtype}")
     try:
         req = json.loads(bytes(reqs[0].cpu().numpy().tobytes()).decode())
         if not isinstance(req, dict):
@@ -525,6 +537,14 @@ def load_update(model: Any, named_tensors: Sequence[Tuple[str, Any]]) -> None:
         op = req.pop("op")
     except (ValueError, KeyError, UnicodeDecodeError) as e:
         raise InvalidArgumentError(f"malformed {_REQUEST!r} tensor: {e}") from e
+    if op in _REQUEST_FIELDS:
+        fields, required = _REQUEST_FIELDS[op]
+        unknown = sorted(set(req) - fields)
+        missing = sorted(required - set(req))
+        if unknown or missing:
+            raise InvalidArgumentError(
+                f"malformed {_REQUEST!r} tensor: {op!r} request "
+                + (f"with unknown fields {unknown}" if unknown else f"without {missing}"))
     if op == "attach":
         if model in _UPDATERS:
             raise FailedPreconditionError("this model is attached to a deltakv handle already")

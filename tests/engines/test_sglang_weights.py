@@ -3,6 +3,8 @@ sidecar: an update applied in place equals a module loaded with the new weights;
 sync changes nothing."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -68,4 +70,18 @@ def test_custom_weight_loader_contract(sidecar_factory, tmp_path):
         loader(model, [("model.weight", torch.zeros(1))])
     with pytest.raises(deltakv.InvalidArgumentError, match="malformed"):
         loader(model, [("deltakv.request", torch.tensor([1, 2, 3], dtype=torch.uint8))])
+    # Anything but a uint8 tensor of one of the two requests is refused the same way.
+    good = dsg.update_request("v2")[0][1]
+    with pytest.raises(deltakv.InvalidArgumentError, match="uint8"):
+        loader(model, [("deltakv.request", good.to(torch.int8))])
+
+    def raw(fields):
+        return [("deltakv.request", torch.tensor(list(json.dumps(fields).encode()),
+                                                 dtype=torch.uint8))]
+
+    for fields, match in (({"op": "update"}, "without \\['version'\\]"),
+                          ({"op": "update", "version": "v2", "bogus": 1}, "unknown fields"),
+                          ({"op": "attach", "shm_name": s.shm, "bogus": 1}, "unknown fields")):
+        with pytest.raises(deltakv.InvalidArgumentError, match=match):
+            loader(model, raw(fields))
     dsg._UPDATERS.pop(model).close()

@@ -32,7 +32,12 @@ TEST_P(KvLayoutTest, GatherAndScatterMatchReference) {
   ASSERT_EQ(layout.block_bytes(), engine.block_bytes());
   ASSERT_EQ(layout.num_blocks(), 7u);
   EXPECT_TRUE(layout.CheckBlockBytes(engine.block_bytes()).ok());
-  EXPECT_EQ(layout.CheckBlockBytes(engine.block_bytes() + 1).code(), StatusCode::kInvalidArgument);
+  const Status wrong = layout.CheckBlockBytes(engine.block_bytes() + 1);
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  // The message names the pool this layout needs.
+  EXPECT_NE(wrong.message().find("--kv-block-bytes " + std::to_string(engine.block_bytes())),
+            std::string::npos)
+      << wrong.message();
 
   std::mt19937_64 rng(static_cast<uint64_t>(c.kind) * 10 + c.pad);
   std::vector<std::vector<uint8_t>> images(engine.blocks());

@@ -158,6 +158,16 @@ def test_integer_arguments_are_checked_not_cast():
         with pytest.raises((ValueError, TypeError), match="blocks"):
             kv._blocks(blocks)
     assert kv._keys(np.zeros((0, 2), np.int64)).shape == (0, 2)
+    # Keys as Python ints, one half at or above 2**63 (about half of all keys): numpy alone
+    # would make floats of them.
+    big = (2**63 + 5, 7)
+    assert kv._keys([big, (1, 2)]).tolist() == [[2**63 + 5, 7], [1, 2]]
+    assert kv._keys(big).tolist() == [[2**63 + 5, 7]]
+    parent = np.array([big], np.uint64)
+    assert np.array_equal(deltakv.chain_keys(ctx, [1, 2, 3, 4], 4, big),
+                          deltakv.chain_keys(ctx, [1, 2, 3, 4], 4, parent))
+    with pytest.raises(TypeError, match="keys"):
+        kv._keys([(2**63 + 5, 7.0)])
     client = kv.KvClient.__new__(kv.KvClient)  # remove checks its key before the client
     with pytest.raises(ValueError, match="one key"):
         client.remove(np.zeros((0, 2)))
