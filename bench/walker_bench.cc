@@ -20,6 +20,10 @@
 // sequence with every check but executes no sequence: the floor of any walker of these frames
 // that decodes sequences one by one. walker_execute_ns_per_sequence is the unchecked walk minus
 // it: what tracking the nonzero bytes, resolving match sources and delivering costs.
+// Per nonzero output byte: walker_ns_per_nonzero, walker_decode_only_ns_per_nonzero and
+// dense_decode_ns_per_nonzero (libzstd): the walker's work grows with the nonzero bytes,
+// libzstd's with the output, so at a given byte density these say how much a walker may spend
+// per nonzero byte to keep up with the dense decode.
 // Each side runs in its own forked child so its peak RSS (wait4 / ru_maxrss) is measured
 // separately. Times are the best of --reps runs (more for a short run: each side repeats until
 // it has run for --min-total-ms, at most 200 times, so a frame decoded in a millisecond is not
@@ -583,6 +587,12 @@ int Main(int argc, char** argv) {
           {"walker_peak_rss_mib", walker.peak_rss_kib / 1024.0},
           {"parent_rss_at_fork_mib", CurrentRssKib() / 1024.0},
           {"build", bench::BuildType()}};
+      if (expected_nonzeros > 0) {  // figures per nonzero output byte (none without any)
+        const double nz = static_cast<double>(expected_nonzeros);
+        j.update({{"walker_ns_per_nonzero", walker.best_cpu_s * 1e9 / nz},
+                  {"walker_decode_only_ns_per_nonzero", decode_only.best_cpu_s * 1e9 / nz}});
+        if (!flags.walker_only) j["dense_decode_ns_per_nonzero"] = dense.best_cpu_s * 1e9 / nz;
+      }
       if (!flags.walker_only) {
         const double target = TargetSpeedup(density);
         const double speedup = dense.best_cpu_s / walker.best_cpu_s;
