@@ -18,21 +18,10 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ForkChild;
 using testing::ScopedUnlink;
+using testing::StaysStill;
 using testing::UniqueName;
 using testing::WaitChild;
 using testing::WaitFor;
-
-// True once `counter` has not moved for 20 ms (a heartbeat of 1 ms never stands that still),
-// false if it keeps moving for 10 s.
-bool StaysStill(const std::atomic<uint64_t>& counter) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const uint64_t before = counter.load();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (counter.load() == before) return true;
-  }
-  return false;
-}
 
 ControlBlockOptions SmallOptions(uint32_t max_ranks = 8) {
   ControlBlockOptions o;

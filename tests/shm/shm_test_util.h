@@ -73,6 +73,19 @@ inline int WaitChild(pid_t pid, std::chrono::milliseconds timeout = std::chrono:
   }
 }
 
+// True once `counter` has not moved for 20 ms (a heartbeat of 1 ms never stands that still),
+// false if it keeps moving for 10 s: a stopped heartbeat, judged without betting on how late a
+// beat already under way may land on a loaded machine.
+inline bool StaysStill(const std::atomic<uint64_t>& counter) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const uint64_t before = counter.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (counter.load() == before) return true;
+  }
+  return false;
+}
+
 // Polls `condition` every millisecond until it holds or `timeout` passes.
 inline bool WaitFor(const std::function<bool()>& condition,
                     std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
