@@ -94,8 +94,26 @@ static Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& pa
   return Status::Ok();
 }
 
+// The temporary name WriteFileAtomic writes before it renames.
+static std::string AtomicTempName(const std::string& path) {
+  return path + ".tmp." + std::to_string(getpid());
+}
+
+Status CheckWritableAtomic(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return IoError("cannot write '" + path + "': it is a directory");
+  }
+  const std::string probe = AtomicTempName(path);
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError(ErrnoMessage("create", probe, errno));
+  close(fd);
+  unlink(probe.c_str());
+  return Status::Ok();
+}
+
 Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::string tmp = AtomicTempName(path);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return IoError(ErrnoMessage("create", tmp, errno));
   Status s;
@@ -171,7 +189,8 @@ Status StagingDir::Commit() {
   return Status::Ok();
 }
 
-StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string_view suffix) {
+StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string_view suffix,
+                                             std::vector<std::string>* others) {
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return IoError(ErrnoMessage("open directory", dir, errno));
   std::vector<std::string> out;
@@ -183,10 +202,15 @@ StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string
     }
     struct stat st {};
     std::string full = dir + "/" + name;
-    if (stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode)) out.push_back(name);
+    if (stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      out.push_back(name);
+    } else if (others != nullptr) {
+      others->push_back(name);
+    }
   }
   closedir(d);
   std::sort(out.begin(), out.end());
+  if (others != nullptr) std::sort(others->begin(), others->end());
   return out;
 }
 

@@ -20,18 +20,14 @@ namespace jf = json_fields;
 using Json = nlohmann::json;
 
 StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
-  ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(dir, ".safetensors"));
+  std::vector<std::string> others;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(dir, ".safetensors", &others));
   // A *.safetensors entry that is not a readable regular file (a dangling link, a directory)
   // is a shard missing from the checkpoint, not something to skip.
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!name.ends_with(".safetensors") ||
-        std::binary_search(names.begin(), names.end(), name)) {
-      continue;
-    }
+  if (!others.empty()) {
+    const std::string& name = others.front();
     std::error_code st;
-    if (!std::filesystem::exists(entry.path(), st)) {
+    if (!std::filesystem::exists(std::filesystem::path(dir) / name, st)) {
       return IoError("checkpoint '" + dir + "': '" + name + "' cannot be read (a dangling link?)");
     }
     return InvalidArgument("checkpoint '" + dir + "': '" + name + "' is not a regular file");

@@ -57,6 +57,7 @@ in place inside the call, as DeltakvWeightUpdater.update does.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import weakref
@@ -477,12 +478,20 @@ _REQUEST = "deltakv.request"
 _UPDATERS: "weakref.WeakKeyDictionary[Any, DeltakvWeightUpdater]" = weakref.WeakKeyDictionary()
 
 
-# Each op's fields (what attach_request / update_request write) and the ones it needs.
+def _fields(fn: Any, given: Sequence[str]) -> Tuple[set, set]:
+    """The keyword fields a request may carry for `fn` (all but `given`, which the loader
+    supplies), and the ones without a default."""
+    params = [p for n, p in inspect.signature(fn).parameters.items()
+              if n not in ("self", *given)]
+    return ({p.name for p in params},
+            {p.name for p in params if p.default is inspect.Parameter.empty})
+
+
+# Each op's fields (what attach_request / update_request write) and the ones it needs: the
+# keyword arguments of the call the loader makes with them.
 _REQUEST_FIELDS = {
-    "attach": ({"shm_name", "initial_version", "backend", "layouts", "names",
-                "attach_timeout_ms"}, set()),
-    "update": ({"version", "delta", "sidecar_url", "token", "token_file", "timeout_s"},
-               {"version"}),
+    "attach": _fields(DeltakvWeightUpdater.__init__, ("model", "tp_rank", "tp_size")),
+    "update": _fields(DeltakvWeightUpdater.update, ()),
 }
 
 

@@ -21,6 +21,10 @@ StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_byt
 // under `path` (an old file there stays as it was) and the temporary is removed.
 Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> data);
 Status WriteFileAtomic(const std::string& path, std::string_view text);
+// IoError when WriteFileAtomic could not write `path` (its directory is missing or not
+// writable, or `path` is a directory): checked before long work whose result goes there. Creates
+// and removes the temporary file WriteFileAtomic would write.
+Status CheckWritableAtomic(const std::string& path);
 
 // A directory built under a temporary sibling name ("<target>.partial.<pid>") and renamed to
 // `target` by Commit(). If the object is destroyed without Commit(), the temporary directory
@@ -52,8 +56,11 @@ class StagingDir {
   bool done_ = false;
 };
 
-// Lists regular files in `dir` whose names end with `suffix`, sorted by name.
-StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string_view suffix);
+// Lists regular files in `dir` whose names end with `suffix`, sorted by name. With `others`,
+// the names with that suffix that are not regular files (a directory, a dangling link), sorted,
+// go there.
+StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, std::string_view suffix,
+                                             std::vector<std::string>* others = nullptr);
 
 // The IoError for a file of `size` bytes at `path` that the filesystem of `fd` cannot hold
 // (`err` ENOSPC or EDQUOT from a reservation): "no space left on 'PATH': need N bytes, M

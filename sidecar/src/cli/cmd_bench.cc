@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_util.h"
 #include "cli/cli_common.h"
 #include "cli/kv_setup.h"
 #include "kvsim/report.h"
@@ -33,7 +34,7 @@ Status RunBench(const BenchOpts& o) {
     return InvalidArgument("no traces: give trace files or directories, or --synthetic N");
   }
   ASSIGN_OR_RETURN(std::vector<double> host_gib, ResolveHostSizes(o.host_sizes, setup));
-  if (!o.plot.empty()) RETURN_IF_ERROR(CheckWritableFile(o.plot));
+  if (!o.plot.empty()) RETURN_IF_ERROR(CheckWritableAtomic(o.plot));
   std::FILE* records = nullptr;
   if (!o.records.empty()) {
     records = std::fopen(o.records.c_str(), "w");

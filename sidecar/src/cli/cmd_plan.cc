@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "base/file_util.h"
 #include "cli/cli_common.h"
 #include "cli/kv_setup.h"
 #include "kvsim/report.h"
@@ -60,7 +61,7 @@ void PrintPlan(const char* label, const kvsim::CapacityPlan& p, uint64_t copy_by
 
 Status RunPlan(const PlanOpts& o) {
   ASSIGN_OR_RETURN(KvSetup s, ResolveKvSetup(o.setup));
-  if (!o.plot.empty()) RETURN_IF_ERROR(CheckWritableFile(o.plot));
+  if (!o.plot.empty()) RETURN_IF_ERROR(CheckWritableAtomic(o.plot));
   if (!o.json) {
     std::printf("%s\n", s.title.c_str());
     PrintPlan(

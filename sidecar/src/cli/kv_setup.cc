@@ -1,9 +1,7 @@
 // Flags and setup shared by `deltakv bench agentx` and `deltakv plan`.
 #include "cli/kv_setup.h"
 
-#include <fcntl.h>
 #include <hwloc.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -268,20 +266,6 @@ void WriteRequestRecord(std::FILE* f, const kvsim::ReplayArm& arm, const KvSetup
 
 Status WriteTextFile(const std::string& path, const std::string& text) {
   return WriteFileAtomic(path, std::string_view(text));
-}
-
-Status CheckWritableFile(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return IoError("cannot write '" + path + "': it is a directory");
-  }
-  // The temporary name WriteTextFile writes first, created and removed.
-  const std::string probe = path + ".tmp." + std::to_string(getpid());
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError(ErrnoMessage("create", probe, errno));
-  close(fd);
-  unlink(probe.c_str());
-  return Status::Ok();
 }
 
 void ProgressBar::Update(double fraction) {

@@ -69,9 +69,6 @@ std::string DescribeKvSetup(const KvSetup& s);
 void WriteRequestRecord(std::FILE* f, const kvsim::ReplayArm& arm, const KvSetup& s,
                         const kvsim::RequestRecord& r);
 Status WriteTextFile(const std::string& path, const std::string& text);
-// IoError when WriteTextFile could not write `path` (its directory is missing or not writable,
-// or it is a directory): checked before a long run whose result goes there.
-Status CheckWritableFile(const std::string& path);
 
 // A one-line progress bar on stderr (only when enabled; redrawn at most every 1 %).
 class ProgressBar {
