@@ -118,6 +118,37 @@ TEST(WalkerNonzeroIndex, LowerBoundNearTheFrontier) {
   }
 }
 
+// Far behind the frontier a page's entries are searched around the position's share of the
+// page first: pages whose entries are spread evenly (the guess holds), bunched at one end or in
+// the middle (it misses either way), or just over and under the guessed span, all answer
+// exactly at every position.
+TEST(WalkerNonzeroIndex, LowerBoundInCrowdedPagesFarBehind) {
+  constexpr uint64_t kPage = uint64_t{1} << walker::NonzeroIndex::kPageShift;
+  std::vector<uint64_t> positions;
+  for (uint64_t p = 1; p < kPage; p += 3) positions.push_back(p);                   // even
+  for (uint64_t i = 0; i < 200; ++i) positions.push_back(kPage + i);                // at the start
+  for (uint64_t i = 0; i < 200; ++i) positions.push_back(3 * kPage - 200 + i);      // at the end
+  for (uint64_t i = 0; i < 40; ++i) positions.push_back(3 * kPage + 2000 + i * 7);  // middle
+  for (uint64_t i = 0; i < 17; ++i) positions.push_back(4 * kPage + 100 * i);
+  for (uint64_t i = 0; i < 16; ++i) positions.push_back(5 * kPage + 250 * i + 3);
+  for (uint64_t i = 0; i < 300; ++i) positions.push_back(6 * kPage + (i * 2654435761u) % kPage);
+  std::sort(positions.begin(), positions.end());
+  positions.erase(std::unique(positions.begin(), positions.end()), positions.end());
+  const uint64_t far = 7 * kPage;  // sources up to here are behind the last 64 entries
+  for (uint64_t i = 0; i < 100; ++i) positions.push_back(far + 10 * i);
+  walker::NonzeroIndex index;
+  index.Reset(1 << 20);
+  index.BeginBlock(0, 1 << 17);
+  for (const uint64_t p : positions) index.Append(p, 1);
+  const uint64_t frontier = positions.back() + 1;
+  for (uint64_t a = 0; a < far; ++a) {
+    const uint64_t i = index.LowerBound(a, frontier);
+    const auto want = static_cast<uint64_t>(
+        std::lower_bound(positions.begin(), positions.end(), a) - positions.begin());
+    ASSERT_EQ(i, want) << "position " << a;
+  }
+}
+
 TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
   walker::NonzeroIndex index;
   const uint64_t window = 1 << 20;

@@ -149,10 +149,24 @@ uint64_t NonzeroIndex::PagedLowerBound(uint64_t position, uint64_t frontier) {
   const uint64_t slot = page - page_base_;
   const uint64_t lo = first_[slot] - base_;
   const uint64_t hi = slot + 1 < first_.size() ? first_[slot + 1] - base_ : entries_.size();
-  // Branchless lower bound over [lo, hi): no mispredictions on random match sources.
   const uint64_t key = position << 8;
   const uint64_t* first = entries_.data() + lo;
   uint64_t n = hi - lo;
+  if (n > kGuessSpan) {
+    // A page's entries are spread over its positions, so the answer is usually within a few
+    // entries of the position's share of the page. Two independent loads check that guess's
+    // span, and a hit is searched inside it (one or two cache lines) instead of halving the
+    // whole page through a chain of dependent loads, each a likely cache miss this far back.
+    const uint64_t in_page = position > page << kPageShift ? position - (page << kPageShift) : 0;
+    const uint64_t guess = (in_page * n) >> kPageShift;  // in [0, n)
+    const uint64_t start =
+        std::min<uint64_t>(guess > kGuessSpan / 2 ? guess - kGuessSpan / 2 : 0, n - kGuessSpan);
+    if ((start == 0 || first[start - 1] < key) && first[start + kGuessSpan - 1] >= key) {
+      const uint64_t* found = BranchFreeLowerBound(first + start, kGuessSpan, key);
+      return base_ + static_cast<uint64_t>(found - entries_.data());
+    }
+  }
+  // Branchless lower bound over [lo, hi): no mispredictions on random match sources.
   if (n > 0) {
     while (n > 1) {
       const uint64_t half = n / 2;

@@ -2,7 +2,8 @@
 // nonzero bytes written in the current frame, packed as (position << 8 | value), plus a page
 // index first_[p] = index of the first entry at a position >= p << kPageShift, so that finding the
 // nonzeros of a match source is a branch-free search of the last 64 entries when it is that
-// recent, otherwise one page lookup and a short binary search.
+// recent, otherwise one page lookup and a search around the position's share of the page (a
+// binary search of the page where that guess misses).
 //
 // A ring bitmap with one bit per byte of the window ("is nonzero") answers the most common
 // question, "is this short match source all zero?", exactly from one or two words in cache,
@@ -179,6 +180,8 @@ class NonzeroIndex {
   size_t live_pages() const { return first_.size(); }
 
  private:
+  // Entries PagedLowerBound searches around its interpolated guess before it halves a page.
+  static constexpr uint64_t kGuessSpan = 16;
   // LowerBound through the page index (sources far behind the frontier).
   uint64_t PagedLowerBound(uint64_t position, uint64_t frontier);
   void ExtendPages(uint64_t page) {
