@@ -197,6 +197,24 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         c.assert_serves(self, self.t("v3"))
         self.assertEqual(self.terminate(c), 0)
 
+    def test_a_second_sidecar_on_the_same_port_is_refused(self):
+        # The port is this sidecar's alone: a second process cannot bind it beside the first
+        # (and take a share of its connections), and says why.
+        c = self.cluster(tp=1)
+        port = int(c.url.rsplit(":", 1)[1])
+        other = e2e.subprocess.run(
+            [e2e.DELTAKV, "sidecar", "--listen", f"127.0.0.1:{port}", "--token-file",
+             c.token_file, "--shm-name", c.shm + "-2"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(other.returncode, 3, other.stderr)
+        self.assertIn(f"cannot listen on 127.0.0.1:{port}: Address already in use", other.stderr)
+        self.assertEqual(http("GET", f"{c.url}/healthz")[0], 200)
+        if os.path.exists(f"/dev/shm/{c.shm}-2"):
+            os.remove(f"/dev/shm/{c.shm}-2")  # its control segment, made before it tried
+        # The first one still owns every connection: a sync goes live through it.
+        sid = c.sync("v2", self.t("d12"))
+        self.assertEqual(c.wait(sid)["state"], "live")
+
     def test_sigterm_when_idle(self):
         c = self.cluster(tp=1)
         before = self.segments(c)

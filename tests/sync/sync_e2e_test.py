@@ -746,8 +746,8 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})
         sid = c.sync("v2", self.t("d12"))
         # At most 8 requests wait at once: a ninth is answered at once, and health probes get
-        # through at once, also past idle keep-alive connections and a client that sends half
-        # a request.
+        # through at once, also past idle keep-alive connections and more clients that send
+        # half a request than the API keeps threads (each holds one until its read times out).
         waits = []
         idle = []
         for _ in range(10):
@@ -755,8 +755,11 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
             conn.request("GET", "/healthz")
             conn.getresponse().read()  # kept open, idle
             idle.append(conn)
-        half = socket.create_connection(("127.0.0.1", int(c.url.rsplit(":", 1)[1])))
-        half.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        halves = []
+        for _ in range(40):
+            half = socket.create_connection(("127.0.0.1", int(c.url.rsplit(":", 1)[1])))
+            half.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+            halves.append(half)
         with concurrent.futures.ThreadPoolExecutor(8) as ex:
             futures = [ex.submit(http, "GET", f"{c.url}/v1/syncs/{sid}?wait_ms=60000")
                        for _ in range(8)]
@@ -769,7 +772,8 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
             self.assertLess(time.time() - t0, 1)
             waits = [f.result() for f in futures]
         self.assertEqual([(code, rec["state"]) for code, rec in waits], [(200, "live")] * 8)
-        half.close()
+        for half in halves:
+            half.close()
         for conn in idle:
             conn.close()
         sid = c.sync("v3", self.t("d23"))

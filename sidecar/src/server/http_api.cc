@@ -1,13 +1,17 @@
 #include "server/http_api.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <sstream>
 
 #include "log/log.h"
+#include "server/elastic_pool.h"
 
 namespace deltakv::sidecar {
 
@@ -48,30 +52,59 @@ bool TokenMatches(const std::string& given, const std::string& want) {
   return diff == 0;
 }
 
+// The server's task queue on an ElasticPool (httplib's own ThreadPool has a fixed size).
+class ApiTaskQueue final : public httplib::TaskQueue {
+ public:
+  ApiTaskQueue()
+      : pool_(HttpApi::kApiThreads, HttpApi::kMaxApiThreads,
+              std::chrono::seconds(HttpApi::kIdleThreadSeconds)) {}
+  void enqueue(std::function<void()> fn) override { pool_.Enqueue(std::move(fn)); }
+  void shutdown() override { pool_.Shutdown(); }
+
+ private:
+  ElasticPool pool_;
+};
+
 }  // namespace
 
 HttpApi::HttpApi(HttpApiOptions options, SyncManager* manager)
     : options_(std::move(options)),
       manager_(manager),
       server_(std::make_unique<httplib::Server>()) {
-  // Enough threads that idle keep-alive connections, long polls (at most kMaxWaiting of them)
-  // and slow clients leave room for probes and POSTs; idle connections are closed soon.
-  server_->new_task_queue = [] { return new httplib::ThreadPool(kApiThreads); };
+  // A thread per connection, more started while all are busy, so idle keep-alive connections,
+  // long polls (at most kMaxWaiting of them) and slow clients leave room for probes and POSTs;
+  // idle connections are closed soon.
+  server_->new_task_queue = [] { return new ApiTaskQueue(); };
   server_->set_keep_alive_timeout(kKeepAliveSeconds);
+  // The listening socket takes SO_REUSEADDR (a restarted sidecar binds again at once), not the
+  // library's default SO_REUSEPORT, which lets a second process bind the same port and take a
+  // share of this one's connections. Bind() raises its backlog.
+  server_->set_socket_options([this](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket_ = sock;  // the last one offered is the one bound
+  });
   Routes();
 }
 
 HttpApi::~HttpApi() { Stop(); }
 
 Status HttpApi::Bind() {
+  errno = 0;
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
   } else {
     port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
   }
   if (port_ <= 0) {
-    return IoError("cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+    const int err = errno;  // the failed bind's or listen's (closing the socket keeps it)
+    return IoError("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                   (err != 0 ? std::string(": ") + std::strerror(err) : std::string()));
   }
+  // The library listens with a backlog of 5: a burst of connections (the clients of many ranks
+  // at once) overflows it, and the kernel drops connection attempts that clients repeat only
+  // after a second. Listening again on the bound socket only raises the backlog.
+  if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
   return Status::Ok();
 }
 

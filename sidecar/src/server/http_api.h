@@ -59,9 +59,13 @@ struct HttpApiOptions {
 
 class HttpApi {
  public:
-  // Worker threads of the API; at most kMaxWaiting of them hold long polls (?wait_ms=);
-  // keep-alive connections idle for kKeepAliveSeconds are closed.
+  // Worker threads of the API: one per open connection, kApiThreads kept, more started while
+  // all are busy up to kMaxApiThreads (then connections wait for a free one), those above
+  // kApiThreads ending after kIdleThreadSeconds without work. At most kMaxWaiting of them hold
+  // long polls (?wait_ms=); keep-alive connections idle for kKeepAliveSeconds are closed.
   static constexpr size_t kApiThreads = 32;
+  static constexpr size_t kMaxApiThreads = 512;
+  static constexpr int kIdleThreadSeconds = 10;
   static constexpr uint64_t kMaxWaiting = 8;
   static constexpr time_t kKeepAliveSeconds = 2;
 
@@ -85,6 +89,7 @@ class HttpApi {
   SyncManager* manager_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
+  int listen_socket_ = -1;  // the bound socket (owned by server_)
   std::atomic<uint64_t> requests_{0};
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> unauthorized_{0};
