@@ -123,6 +123,14 @@ class SidecarConfigTest(unittest.TestCase):
         for t in texts:
             self.assertIn(t, p.stderr)
 
+    def test_listen_takes_an_ipv6_address_in_brackets(self):
+        for listen in ("[::1]:8470", "[::]:0", "[fe80::1%eth0]:80", "::1:8470", ":8470"):
+            g = self.good()
+            g["listen"] = listen
+            p = self.run_sidecar(g)
+            self.assertEqual(p.returncode, 0, f"{listen}: {p.stderr}")
+            self.assertEqual(json.loads(p.stdout)["listen"], listen)
+
     def test_bad_values_are_refused_naming_the_key(self):
         self.refused({"no_such_key": 1}, "key 'no_such_key': unknown key")
         self.refused({"config": "x"}, "key 'config': unknown key")
@@ -145,6 +153,10 @@ class SidecarConfigTest(unittest.TestCase):
         self.refused({"log_format": "xml"}, "key 'log_format': must be one of text, json, not 'xml'")
         self.refused({"decoder": "fast"}, "key 'decoder': must be one of")
         self.refused({"listen": "nowhere"}, "key 'listen': must be HOST:PORT")
+        for bad in ("[::1]", "[::1]x:80", "[]:80", "[[::1]]:80", "a]:80", "[::1:80", "h:65536"):
+            self.refused({"listen": bad},
+                         f"key 'listen': must be HOST:PORT or [IPV6]:PORT with a port 0..65535, "
+                         f"not '{bad}'")
         self.refused({"serving_cores": "3-1"}, "key 'serving_cores': bad cpu range")
         self.refused({"kv_numa_node": "near"}, "key 'kv_numa_node': must be a node number or 'auto'")
         self.refused({"token_file": "/no/such/file"}, "key 'token_file': cannot read")

@@ -92,8 +92,15 @@ TEST(PeerRecords, PeerUrls) {
   EXPECT_EQ(a->host, "10.0.0.7");
   EXPECT_EQ(a->port, 8470);
   EXPECT_EQ(ParsePeerUrl("http://node-b.example:1/").value().host, "node-b.example");
-  for (const char* bad : {"https://a:1", "http://a", "http://:80", "http://a:0", "http://a:65536",
-                          "http://a:80/path", "a:80", "http://a:8x"}) {
+  // An IPv6 address in brackets, as URLs write it: the host is the bare address.
+  auto v6 = ParsePeerUrl("http://[fd00::7]:8470");
+  ASSERT_TRUE(v6.ok()) << v6.status().ToString();
+  EXPECT_EQ(v6->host, "fd00::7");
+  EXPECT_EQ(v6->port, 8470);
+  for (const char* bad :
+       {"https://a:1", "http://a", "http://:80", "http://a:0", "http://a:65536", "http://a:80/path",
+        "a:80", "http://a:8x", "http://[]:80", "http://[::1:80", "http://::1]:80",
+        "http://[[::1]]:80", "http://[::1]x:80"}) {
     EXPECT_FALSE(ParsePeerUrl(bad).ok()) << bad;
   }
 }

@@ -215,6 +215,38 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         sid = c.sync("v2", self.t("d12"))
         self.assertEqual(c.wait(sid)["state"], "live")
 
+    def test_listens_on_an_ipv6_address_in_brackets(self):
+        import socket
+        try:
+            with socket.socket(socket.AF_INET6) as probe:
+                probe.bind(("::1", 0))
+        except OSError:
+            self.skipTest("no IPv6 loopback")
+        port_file = os.path.join(self.run_dir, "v6.port")
+        token_file = os.path.join(self.run_dir, "v6.token")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        shm = f"dkv-v6-{os.getpid()}"
+        log = os.path.join(self.run_dir, "v6.log")
+        p = e2e.subprocess.Popen(
+            [e2e.DELTAKV, "sidecar", "--listen", "[::1]:0", "--port-file", port_file,
+             "--token-file", token_file, "--shm-name", shm], stderr=open(log, "w"))
+        try:
+            deadline = time.time() + 20
+            while not os.path.exists(port_file):
+                self.assertIsNone(p.poll(), open(log).read())
+                self.assertLess(time.time(), deadline, open(log).read())
+                time.sleep(0.02)
+            port = int(open(port_file).read())
+            self.assertEqual(http("GET", f"http://[::1]:{port}/healthz")[0], 200)
+            self.assertIn(f"listening addr=[::1]:{port}", open(log).read())
+        finally:
+            p.send_signal(signal.SIGTERM)
+            rc = p.wait(timeout=30)
+            if os.path.exists(f"/dev/shm/{shm}"):
+                os.remove(f"/dev/shm/{shm}")
+        self.assertEqual(rc, 0)
+
     def test_sigterm_when_idle(self):
         c = self.cluster(tp=1)
         before = self.segments(c)

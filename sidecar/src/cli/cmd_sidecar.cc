@@ -133,10 +133,11 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   if (!cores.ok()) return ReportError("sidecar", cores.status(), false);
   auto http_store = HttpStoreOptionsFrom(o);
   if (!http_store.ok()) return ReportError("sidecar", http_store.status(), false);
-  size_t colon = o.listen.rfind(':');
+  auto listen = ParseListen(o.listen);
+  if (!listen.ok()) return ReportError("sidecar", listen.status().WithPrefix("listen"), false);
   sidecar::HttpApiOptions http;
-  http.host = o.listen.substr(0, colon);
-  http.port = std::stoi(o.listen.substr(colon + 1));  // validated: HOST:PORT
+  http.host = listen->host;
+  http.port = listen->port;
   http.token = o.token;
   http.max_body_bytes = o.max_body_bytes;
   http.scrub_rate_bytes_per_s = static_cast<uint64_t>(o.scrub_rate_gbps * 1e9);
@@ -207,12 +208,12 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   if (eo.group != nullptr && o.peer_url.empty()) {
     // The peer URL other sidecars use: the listen address with the bound port, unless it is a
     // wildcard address (then --peer-url must name this host).
-    if (http.host == "0.0.0.0" || http.host == "::" || http.host == "[::]" || http.host.empty()) {
+    if (http.host == "0.0.0.0" || http.host == "::" || http.host.empty()) {
       log::Warn(
           "no peer URL: listening on a wildcard address, so syncs coordinated by other nodes "
           "abort naming this node (give --peer-url http://<this host>:<port>)");
     } else {
-      const std::string url = "http://" + http.host + ":" + std::to_string(api.port());
+      const std::string url = "http://" + listen->UrlHost() + ":" + std::to_string(api.port());
       if (Status ps = eo.group->SetPeerUrl(url); !ps.ok()) {
         return ReportError("sidecar", ps.WithPrefix("group: peer URL"), false);
       }
@@ -225,7 +226,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   log::Info("listening",
-            {{"addr", http.host + ":" + std::to_string(api.port())}, {"shm", o.shm_name}});
+            {{"addr", listen->UrlHost() + ":" + std::to_string(api.port())}, {"shm", o.shm_name}});
   std::thread server([&] { api.Serve(); });
   bool replaced = false;
   while (g_signals.load() == 0) {

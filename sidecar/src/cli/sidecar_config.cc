@@ -15,15 +15,7 @@ namespace {
 
 using O = SidecarOpts;
 
-Status CheckListen(const O& o) {
-  size_t colon = o.listen.rfind(':');
-  const std::string port = colon == std::string::npos ? "" : o.listen.substr(colon + 1);
-  if (colon == std::string::npos || port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535) {
-    return InvalidArgument("must be HOST:PORT with a port 0..65535, not '" + o.listen + "'");
-  }
-  return Status::Ok();
-}
+Status CheckListen(const O& o) { return ParseListen(o.listen).status(); }
 
 Status CheckPeerUrl(const O& o) {
   if (o.peer_url.empty()) return Status::Ok();
@@ -108,6 +100,30 @@ std::vector<std::string> SplitList(const std::string& text) {
   return out;
 }
 
+std::string ListenAddress::UrlHost() const {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
+StatusOr<ListenAddress> ParseListen(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : text.substr(colon + 1);
+  std::string host = colon == std::string::npos ? "" : text.substr(0, colon);
+  bool ok = colon != std::string::npos && !port.empty() && port.size() <= 5 &&
+            port.find_first_not_of("0123456789") == std::string::npos && std::stoul(port) <= 65535;
+  if (ok && !host.empty() && host.front() == '[') {
+    // An IPv6 address in brackets, as in URLs: [::1]:8470.
+    ok = host.size() > 2 && host.back() == ']' && host.find_first_of("[]", 1) == host.size() - 1;
+    host = host.substr(1, host.size() - 2);
+  } else if (ok) {
+    ok = host.find_first_of("[]") == std::string::npos;
+  }
+  if (!ok) {
+    return InvalidArgument("must be HOST:PORT or [IPV6]:PORT with a port 0..65535, not '" + text +
+                           "'");
+  }
+  return ListenAddress{host, static_cast<int>(std::stoul(port))};
+}
+
 StatusOr<std::vector<unsigned>> ParseCpuList(const std::string& text) {
   std::vector<unsigned> out;
   for (const std::string& item : SplitList(text)) {
@@ -128,17 +144,44 @@ StatusOr<std::vector<unsigned>> ParseCpuList(const std::string& text) {
 const std::vector<SidecarKey>& SidecarKeys() {
   using K = KeyKind;
   static const std::vector<SidecarKey> keys = {
-      {"listen", K::kString, &O::listen, "HOST:PORT for the HTTP API (port 0: any)", 0, 0, {},
-       false, nullptr, CheckListen},
-      {"token", K::kString, &O::token, "Bearer token for mutating calls (prefer token_file)", 0,
-       0, {}, true, "DELTAKV_TOKEN"},
+      {"listen",
+       K::kString,
+       &O::listen,
+       "HOST:PORT for the HTTP API (port 0: any; an IPv6 address in brackets: [::1]:8470)",
+       0,
+       0,
+       {},
+       false,
+       nullptr,
+       CheckListen},
+      {"token",
+       K::kString,
+       &O::token,
+       "Bearer token for mutating calls (prefer token_file)",
+       0,
+       0,
+       {},
+       true,
+       "DELTAKV_TOKEN"},
       {"token_file", K::kFile, &O::token_file, "File holding the bearer token"},
       {"shm_name", K::kString, &O::shm_name, "Shared-memory control segment name"},
-      {"serving_cores", K::kString, &O::serving_cores,
-       "CPUs kept for serving, e.g. 0-3 (the sync worker avoids them)", 0, 0, {}, false, nullptr,
+      {"serving_cores",
+       K::kString,
+       &O::serving_cores,
+       "CPUs kept for serving, e.g. 0-3 (the sync worker avoids them)",
+       0,
+       0,
+       {},
+       false,
+       nullptr,
        CheckServingCores},
-      {"decoder", K::kChoice, &O::decoder, "XOR frame decoder (walker, the default, or libzstd)",
-       0, 0, {"", "walker", "sparse-walker", "libzstd"}},
+      {"decoder",
+       K::kChoice,
+       &O::decoder,
+       "XOR frame decoder (walker, the default, or libzstd)",
+       0,
+       0,
+       {"", "walker", "sparse-walker", "libzstd"}},
       {"state_dir", K::kString, &O::state_dir,
        "Directory that persists the live version id and the checksum table"},
       {"max_body_bytes", K::kUint, &O::max_body_bytes, "Largest accepted request body", 1,
@@ -152,10 +195,16 @@ const std::vector<SidecarKey>& SidecarKeys() {
        "parts, in frame order, and walks and plans frames itself whenever it has nothing to "
        "append (0: one per CPU the sync worker may use)",
        0, 256},
-      {"volume_store", K::kString, &O::volume_store,
+      {"volume_store",
+       K::kString,
+       &O::volume_store,
        "Sealed-volume store that vol://NS/NAME@sha256:... and vol://NS/NAME:TAG delta locations "
        "are read from (deltasync/VOLUME.md)",
-       0, 0, {}, false, "DELTAKV_VOLUME_STORE"},
+       0,
+       0,
+       {},
+       false,
+       "DELTAKV_VOLUME_STORE"},
       {"http_ca_file", K::kFile, &O::http_ca_file,
        "PEM CA certificates that verify https:// delta stores (default: the system's)"},
       {"http_timeout", K::kUint, &O::http_timeout,
@@ -172,8 +221,7 @@ const std::vector<SidecarKey>& SidecarKeys() {
        "Re-checksum the live weights this often when idle, in seconds (0: never)", 0, 1e9},
       {"scrub_rate_gbps", K::kNumber, &O::scrub_rate_gbps,
        "Read rate limit of the background scrub, GB/s per rank (0: unlimited)", 0, 1e6},
-      {"port_file", K::kString, &O::port_file,
-       "Write the bound port here (with listen HOST:0)"},
+      {"port_file", K::kString, &O::port_file, "Write the bound port here (with listen HOST:0)"},
       {"kv_block_bytes", K::kUint, &O::kv_block_bytes,
        "Host KV tier: bytes per block slot (0 = no KV pool); pool '<shm_name>.kv'", 0,
        double(uint64_t{1} << 40)},
@@ -183,13 +231,27 @@ const std::vector<SidecarKey>& SidecarKeys() {
        "Host KV tier: size the pool as this fraction of usable host RAM (cgroup-aware)", 0, 1},
       {"kv_hugepages", K::kBool, &O::kv_hugepages,
        "Host KV tier: advise huge pages (the log says whether shmem THP honours it)"},
-      {"kv_numa_node", K::kNumaNode, &O::kv_numa_node,
+      {"kv_numa_node",
+       K::kNumaNode,
+       &O::kv_numa_node,
        "Host KV tier: bind the pool's memory to this NUMA node, or 'auto' for the node nearest "
        "kv_gpu_pci_bus_id",
-       0, 0, {}, false, nullptr, CheckNumaNode},
-      {"kv_gpu_pci_bus_id", K::kString, &O::kv_gpu_pci_bus_id,
-       "Host KV tier: the GPU whose NUMA node 'auto' picks, e.g. 0000:3b:00.0", 0, 0, {}, false,
-       nullptr, CheckGpuBusId},
+       0,
+       0,
+       {},
+       false,
+       nullptr,
+       CheckNumaNode},
+      {"kv_gpu_pci_bus_id",
+       K::kString,
+       &O::kv_gpu_pci_bus_id,
+       "Host KV tier: the GPU whose NUMA node 'auto' picks, e.g. 0000:3b:00.0",
+       0,
+       0,
+       {},
+       false,
+       nullptr,
+       CheckGpuBusId},
       {"group", K::kString, &O::group,
        "Multi-node: the model group this node belongs to (all nodes commit or none)"},
       {"node", K::kString, &O::node, "Multi-node: this node's name in the group"},
@@ -197,8 +259,15 @@ const std::vector<SidecarKey>& SidecarKeys() {
        "Multi-node: every node of the group, comma-separated (this one included)"},
       {"topology", K::kString, &O::topology,
        "Multi-node: JSON file of the global ranks each node serves (docs/MULTINODE.md)"},
-      {"etcd_endpoints", K::kString, &O::etcd_endpoints,
-       "Multi-node: etcd http://host:port list", 0, 0, {}, false, "DELTAKV_ETCD_ENDPOINTS"},
+      {"etcd_endpoints",
+       K::kString,
+       &O::etcd_endpoints,
+       "Multi-node: etcd http://host:port list",
+       0,
+       0,
+       {},
+       false,
+       "DELTAKV_ETCD_ENDPOINTS"},
       {"group_prepare_timeout_ms", K::kUint, &O::group_prepare_timeout_ms,
        "Multi-node: how long nodes wait for every node's PREPARED before ABORT", 100, 3600000},
       {"group_in_doubt_timeout_ms", K::kUint, &O::group_in_doubt_timeout_ms,
@@ -208,21 +277,31 @@ const std::vector<SidecarKey>& SidecarKeys() {
        "its pause then",
        0, 10000},
       {"group_report_timeout_ms", K::kUint, &O::group_report_timeout_ms,
-       "Multi-node: how long a node waits for the others' pause times after its commit", 0,
-       600000},
+       "Multi-node: how long a node waits for the others' pause times after its commit", 0, 600000},
       {"group_decision_poll_ms", K::kUint, &O::group_decision_poll_ms,
        "Multi-node: how often a node waiting for the decision reads etcd (the node that writes "
        "it tells the others at once through the peer API)",
        10, 60000},
-      {"peer_url", K::kString, &O::peer_url,
+      {"peer_url",
+       K::kString,
+       &O::peer_url,
        "Multi-node: http://host:port where the other sidecars reach this one's peer API "
-       "(default: http://<listen> with the bound port, unless listen is 0.0.0.0 or ::)",
-       0, 0, {}, false, nullptr, CheckPeerUrl},
+       "(default: http://<listen> with the bound port, unless listen is 0.0.0.0 or [::])",
+       0,
+       0,
+       {},
+       false,
+       nullptr,
+       CheckPeerUrl},
       {"group_token_file", K::kFile, &O::group_token_file,
        "Multi-node: file holding the bearer token of calls between the group's sidecars "
        "(default: the sidecar's own token, then every node needs the same one)"},
-      {"log_format", K::kChoice, &O::log_format,
-       "Log lines on stderr: text, or json (one object per line: ts, level, msg, fields)", 0, 0,
+      {"log_format",
+       K::kChoice,
+       &O::log_format,
+       "Log lines on stderr: text, or json (one object per line: ts, level, msg, fields)",
+       0,
+       0,
        {"text", "json"}},
       {"shutdown_timeout_s", K::kUint, &O::shutdown_timeout_s,
        "On SIGTERM/SIGINT: how long a running job may take to end before the sidecar exits", 1,

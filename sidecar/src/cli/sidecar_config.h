@@ -122,6 +122,17 @@ nlohmann::ordered_json EffectiveConfig(const SidecarOpts& o);
 // The README's table of keys (Markdown, one row per key).
 std::string ConfigKeysMarkdown();
 
+// The HTTP API's address: `host` as the socket layer takes it (an IPv6 address without its
+// brackets, empty for every address), `port` 0..65535 (0: any free port).
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+  // The host as URLs and messages write it: an IPv6 address in brackets.
+  std::string UrlHost() const;
+};
+// "HOST:PORT" or "[IPV6]:PORT" -> the address. InvalidArgument on anything else.
+StatusOr<ListenAddress> ParseListen(const std::string& text);
+
 // "0-3,8" -> {0,1,2,3,8}. InvalidArgument on garbage.
 StatusOr<std::vector<unsigned>> ParseCpuList(const std::string& text);
 // "a,,b" -> {"a", "b"}.

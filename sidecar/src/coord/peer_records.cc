@@ -134,6 +134,16 @@ StatusOr<PeerAddress> ParsePeerUrl(std::string_view url) {
   if (colon == std::string_view::npos || colon == 0) return bad("no host or port");
   PeerAddress a;
   a.host = std::string(rest.substr(0, colon));
+  if (a.host.front() == '[') {
+    // An IPv6 address in brackets: the socket layer takes it without them.
+    if (a.host.size() < 3 || a.host.back() != ']' ||
+        a.host.find_first_of("[]", 1) != a.host.size() - 1) {
+      return bad("brackets");
+    }
+    a.host = a.host.substr(1, a.host.size() - 2);
+  } else if (a.host.find_first_of("[]") != std::string::npos) {
+    return bad("brackets");
+  }
   if (a.host.find('/') != std::string::npos || a.host.find('@') != std::string::npos) {
     return bad("a path or user info");
   }

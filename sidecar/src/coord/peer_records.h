@@ -53,8 +53,8 @@ struct CoordinatorRecord {
 std::string CoordinatorToJson(const CoordinatorRecord& c);
 StatusOr<CoordinatorRecord> ParseCoordinator(std::string_view text);
 
-// A peer URL: "http://host:port" (no path, port 1..65535). InvalidArgument otherwise (https is
-// refused: peers have no TLS settings yet).
+// A peer URL: "http://host:port" (no path, port 1..65535; an IPv6 host in brackets, returned
+// without them). InvalidArgument otherwise (https is refused: peers have no TLS settings yet).
 struct PeerAddress {
   std::string host;
   int port = 0;

@@ -98,7 +98,9 @@ Status HttpApi::Bind() {
   }
   if (port_ <= 0) {
     const int err = errno;  // the failed bind's or listen's (closing the socket keeps it)
-    return IoError("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+    const bool v6 = options_.host.find(':') != std::string::npos;
+    return IoError("cannot listen on " + (v6 ? "[" + options_.host + "]" : options_.host) + ":" +
+                   std::to_string(options_.port) +
                    (err != 0 ? std::string(": ") + std::strerror(err) : std::string()));
   }
   // The library listens with a backlog of 5: a burst of connections (the clients of many ranks
