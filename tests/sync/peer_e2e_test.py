@@ -145,6 +145,25 @@ class PeerE2ETest(group.GroupE2ETest):
         self.assertEqual(b.status()["history"], [])
         self.assertEqual(a.answers() + b.answers(), before)
 
+    def test_a_sync_the_delta_cannot_make_aborts_with_the_real_reason(self):
+        # With v2 live, a delta from v1 that makes v2 posted as v3: the coordinator cannot run
+        # the sync at all, and says so (not which sync key it would have used instead, from the
+        # delta's parent), and so does the group.
+        a, b = self.node("a", tp=1), self.node("b", tp=1)
+        first = self.post("a", "v2", self.t("d12"))
+        recs = self.wait_all(first["group"]["key"], ["a", "b"])
+        self.assertEqual([r["state"] for r in recs.values()], ["live", "live"], recs)
+        rec = a.wait(self.post("a", "v3", self.t("d12"))["id"])
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertEqual(rec["error"], "the request names version 'v3' but the delta produces 'v2'")
+        for r in b.status()["history"]:  # b may have heard of it, or not (decided first)
+            if r["version"] != "v3":
+                continue
+            self.assertIn("the request names version 'v3' but the delta produces 'v2'",
+                          b.wait(r["id"])["error"])
+        for n in ("a", "b"):
+            self.nodes[n].assert_serves(self, self.t("v2"))
+
     def test_posting_to_every_node_still_converges_on_one_sync(self):
         self.node("a", tp=1)
         self.node("b", tp=2)

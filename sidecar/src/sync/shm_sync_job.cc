@@ -418,6 +418,9 @@ Status ShmSyncExecutor::Job::RunSync() {
                                   "' decided ABORT (written by node '" + (*d)->by +
                                   "'): " + (*d)->reason);
       }
+      // A node that cannot run this sync at all (its delta's parent is not what it serves, a
+      // diverged table) says so: that, not the key it would have used, is why it aborts.
+      if (!admitted.ok()) return fail(admitted);
       return fail(FailedPrecondition("asked to run sync '" + asked + "', but from version '" +
                                      parent + "' this node's sync key is '" + *key + "'"));
     }
