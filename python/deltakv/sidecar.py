@@ -77,8 +77,15 @@ class SyncFailed(SidecarError):
 
 
 def _read_token_file(path: str) -> str:
+    # As the sidecar reads its --token-file: one token, surrounding whitespace ignored.
     with open(path, encoding="utf-8") as f:
-        return f.read().rstrip("\r\n")  # as the sidecar reads its --token-file
+        token = f.read().strip(" \t\r\n")
+    if not token:
+        raise ValueError(f"token file '{path}' holds no token (empty or only whitespace)")
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in token):
+        raise ValueError(f"token file '{path}' must hold one token on one line: a bearer token "
+                         "cannot hold spaces, tabs, line breaks or control characters")
+    return token
 
 
 class SidecarClient:

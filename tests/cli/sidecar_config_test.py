@@ -123,6 +123,26 @@ class SidecarConfigTest(unittest.TestCase):
         for t in texts:
             self.assertIn(t, p.stderr)
 
+    def test_token_files_hold_one_token(self):
+        # Surrounding whitespace and line breaks are ignored; a file with no token, or with more
+        # than one word or line, is refused at start-up (and by --print-config).
+        path = os.path.join(self.tmp.name, "token")
+        for text in ("tok-123\n", "  tok-123  \r\n", "\n\ttok-123\n\n"):
+            with open(path, "w") as f:
+                f.write(text)
+            for key in ("token_file", "group_token_file"):
+                p = self.run_sidecar({key: path})
+                self.assertEqual(p.returncode, 0, (text, key, p.stderr))
+        for text, why in (("", "holds no token (empty or only whitespace)"),
+                          (" \n\t\n", "holds no token (empty or only whitespace)"),
+                          ("tok-123\nsecond\n", "must hold one token on one line"),
+                          ("tok 123\n", "must hold one token on one line")):
+            with open(path, "w") as f:
+                f.write(text)
+            for key in ("token_file", "group_token_file"):
+                self.refused({key: path}, f"key '{key}': token file '{path}' {why}")
+        self.refused({"token": "tok 123"}, "key 'token': a bearer token cannot hold spaces")
+
     def test_listen_takes_an_ipv6_address_in_brackets(self):
         for listen in ("[::1]:8470", "[::]:0", "[fe80::1%eth0]:80", "::1:8470", ":8470"):
             g = self.good()

@@ -171,6 +171,21 @@ def test_mutating_calls_need_the_token(cluster: Cluster) -> None:
         assert c.status()["live_version"]  # reads need no token
 
 
+def test_token_files_are_read_as_the_sidecar_reads_them(cluster: Cluster, tmp_path) -> None:
+    # Surrounding whitespace and line breaks are not part of the token, on either side.
+    padded = tmp_path / "padded"
+    padded.write_text("\n  " + TOKEN + " \r\n")
+    c = SidecarClient(cluster.url, token_file=str(padded))
+    with pytest.raises(SidecarError) as info:
+        c.verify(str(cluster.tmp / "v2"), rate_gbps=-1)  # authenticated: refused for the rate
+    assert info.value.http_status == 400
+    for text in ("", " \n\t\n", TOKEN + "\nsecond\n", "tok en\n"):
+        bad = tmp_path / "bad"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match="token file"):
+            SidecarClient(cluster.url, token_file=str(bad))
+
+
 def test_health_and_metrics(client: SidecarClient) -> None:
     assert client.healthy() is True
     m = client.metrics()

@@ -106,11 +106,9 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   }
   log::SetFormat(*log::ParseFormat(o.log_format));  // validated above
   if (!o.token_file.empty()) {
-    auto t = ReadFileToString(o.token_file, 4096);
+    auto t = ReadTokenFile(o.token_file);
     if (!t.ok()) return ReportError("sidecar", t.status(), false);
     o.token = *t;
-    while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r'))
-      o.token.pop_back();
   }
   if (o.token.empty()) {
     return ReportError("sidecar",
@@ -120,14 +118,9 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   }
   std::string group_token = o.token;
   if (!o.group_token_file.empty()) {
-    auto t = ReadFileToString(o.group_token_file, 4096);
+    auto t = ReadTokenFile(o.group_token_file);
     if (!t.ok()) return ReportError("sidecar", t.status(), false);
     group_token = *t;
-    while (!group_token.empty() && (group_token.back() == '\n' || group_token.back() == '\r'))
-      group_token.pop_back();
-    if (group_token.empty()) {
-      return ReportError("sidecar", InvalidArgument("--group-token-file is empty"), false);
-    }
   }
   auto cores = ParseCpuList(o.serving_cores);
   if (!cores.ok()) return ReportError("sidecar", cores.status(), false);

@@ -17,6 +17,14 @@ using O = SidecarOpts;
 
 Status CheckListen(const O& o) { return ParseListen(o.listen).status(); }
 
+Status CheckToken(const O& o) { return o.token.empty() ? Status::Ok() : CheckTokenText(o.token); }
+Status CheckTokenFile(const O& o) {
+  return o.token_file.empty() ? Status::Ok() : ReadTokenFile(o.token_file).status();
+}
+Status CheckGroupTokenFile(const O& o) {
+  return o.group_token_file.empty() ? Status::Ok() : ReadTokenFile(o.group_token_file).status();
+}
+
 Status CheckPeerUrl(const O& o) {
   if (o.peer_url.empty()) return Status::Ok();
   return sidecar::ParsePeerUrl(o.peer_url).status();
@@ -100,6 +108,31 @@ std::vector<std::string> SplitList(const std::string& text) {
   return out;
 }
 
+Status CheckTokenText(std::string_view token) {
+  for (const char c : token) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      return InvalidArgument(
+          "a bearer token cannot hold spaces, tabs, line breaks or control characters");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 4096));
+  const char* kSpace = " \t\r\n";
+  const size_t first = text.find_first_not_of(kSpace);
+  if (first == std::string::npos) {
+    return InvalidArgument("token file '" + path + "' holds no token (empty or only whitespace)");
+  }
+  text = text.substr(first, text.find_last_not_of(kSpace) + 1 - first);
+  if (Status s = CheckTokenText(text); !s.ok()) {
+    return InvalidArgument("token file '" + path +
+                           "' must hold one token on one line: " + s.message());
+  }
+  return text;
+}
+
 std::string ListenAddress::UrlHost() const {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
@@ -162,8 +195,18 @@ const std::vector<SidecarKey>& SidecarKeys() {
        0,
        {},
        true,
-       "DELTAKV_TOKEN"},
-      {"token_file", K::kFile, &O::token_file, "File holding the bearer token"},
+       "DELTAKV_TOKEN",
+       CheckToken},
+      {"token_file",
+       K::kFile,
+       &O::token_file,
+       "File holding the bearer token (one line; surrounding whitespace is ignored)",
+       0,
+       0,
+       {},
+       false,
+       nullptr,
+       CheckTokenFile},
       {"shm_name", K::kString, &O::shm_name, "Shared-memory control segment name"},
       {"serving_cores",
        K::kString,
@@ -293,9 +336,17 @@ const std::vector<SidecarKey>& SidecarKeys() {
        false,
        nullptr,
        CheckPeerUrl},
-      {"group_token_file", K::kFile, &O::group_token_file,
+      {"group_token_file",
+       K::kFile,
+       &O::group_token_file,
        "Multi-node: file holding the bearer token of calls between the group's sidecars "
-       "(default: the sidecar's own token, then every node needs the same one)"},
+       "(default: the sidecar's own token, then every node needs the same one)",
+       0,
+       0,
+       {},
+       false,
+       nullptr,
+       CheckGroupTokenFile},
       {"log_format",
        K::kChoice,
        &O::log_format,

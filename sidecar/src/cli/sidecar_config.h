@@ -133,6 +133,13 @@ struct ListenAddress {
 // "HOST:PORT" or "[IPV6]:PORT" -> the address. InvalidArgument on anything else.
 StatusOr<ListenAddress> ParseListen(const std::string& text);
 
+// A bearer token as the sidecar takes it: no spaces, tabs, line breaks or control characters
+// (InvalidArgument otherwise).
+Status CheckTokenText(std::string_view token);
+// The token a --token-file / --group-token-file holds: its text without surrounding whitespace
+// and line breaks, one token (InvalidArgument when it holds none or more than a token).
+StatusOr<std::string> ReadTokenFile(const std::string& path);
+
 // "0-3,8" -> {0,1,2,3,8}. InvalidArgument on garbage.
 StatusOr<std::vector<unsigned>> ParseCpuList(const std::string& text);
 // "a,,b" -> {"a", "b"}.
