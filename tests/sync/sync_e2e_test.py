@@ -692,6 +692,49 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(http("GET", c.url + "/healthz")[0], 200)
         self.assertEqual(c.rank_state(0)["policy_version"], 0)
 
+    def test_refused_bodies_never_pass_for_requests(self):
+        # A body the sidecar does not take (no token, or past --max-body-bytes, also chunked,
+        # which declares no length) is never read as further requests on the connection: each
+        # request gets one answer, and a chunked body past the limit is not held in memory.
+        c = self.cluster(tp=1)
+        port = int(c.url.rsplit(":", 1)[1])
+        smuggled = b"GET /v1/syncs/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+        pad = b'{"version": "v2", "pad": "' + b"x" * 2000 + b'"}' + smuggled
+
+        def exchange(head, body, chunked, token):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            auth = f"Authorization: Bearer {token}\r\n" if token else ""
+            framing = ("Transfer-Encoding: chunked\r\n" if chunked
+                       else f"Content-Length: {len(body)}\r\n")
+            sock.sendall(f"{head}\r\nHost: x\r\n{auth}{framing}\r\n".encode())
+            sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if chunked else body)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            out = b""
+            try:
+                while chunk := sock.recv(65536):
+                    out += chunk
+            except ConnectionResetError:
+                pass
+            sock.close()
+            return out
+
+        for chunked in (False, True):
+            # Refused for the token: one 401, and the next request on the connection (when it
+            # stays open) is the health probe, never the bytes of the body.
+            out = exchange("POST /v1/sync HTTP/1.1", pad, chunked, None)
+            self.assertTrue(out.startswith(b"HTTP/1.1 401 "), out[:200])
+            self.assertNotIn(b"smuggled", out)
+            self.assertEqual(out.count(b"HTTP/1.1 "), out.count(b"HTTP/1.1 200 ") + 1, out)
+            # Past the body limit (4096 here): 413, then the connection ends or stays in step.
+            big = b'{"version": "v2", "pad": "' + b"x" * 20000 + b'"}' + smuggled
+            out = exchange("POST /v1/sync HTTP/1.1", big, chunked, TOKEN)
+            self.assertTrue(out.startswith(b"HTTP/1.1 413 "), out[:200])
+            self.assertIn(b"RESOURCE_EXHAUSTED", out)
+            self.assertNotIn(b"smuggled", out)
+            self.assertEqual(out.count(b"HTTP/1.1 "), out.count(b"HTTP/1.1 200 ") + 1, out)
+        self.assertEqual(c.status()["history"], [])  # nothing was started
+        self.assertEqual(http("GET", c.url + "/healthz")[0], 200)
+
     def test_two_syncs_at_once_are_serialized(self):
         c = self.cluster(tp=1)
         c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:1500"})

@@ -44,6 +44,31 @@ int HttpStatusFor(const Status& s) {
   }
 }
 
+// Whether the request declares a body (a length above 0, or a transfer coding).
+bool DeclaresBody(const httplib::Request& req) {
+  if (req.has_header("Transfer-Encoding")) return true;
+  const std::string length = req.get_header_value("Content-Length");
+  return !length.empty() && length.find_first_not_of('0') != std::string::npos;
+}
+
+// Sends `res` as it is and then closes the connection: for an answer given while part of the
+// request's body is still unread, whose bytes would otherwise be read as the next requests.
+// (The library keeps a connection unless writing the answer fails, so the body goes out as one
+// chunk and the end marker, and the writer then reports the connection done.)
+void CloseAfter(httplib::Response& res) {
+  std::string body = std::move(res.body);
+  res.body.clear();
+  const std::string type = res.get_header_value("Content-Type");
+  res.headers.erase("Content-Type");
+  res.headers.erase("Connection");
+  res.set_header("Connection", "close");
+  res.set_chunked_content_provider(type, [body = std::move(body)](size_t, httplib::DataSink& sink) {
+    sink.write(body.data(), body.size());
+    sink.done();
+    return false;  // ends the connection once the answer is out
+  });
+}
+
 // Constant-time comparison, so the token cannot be guessed byte by byte from timings.
 bool TokenMatches(const std::string& given, const std::string& want) {
   if (given.size() != want.size()) return false;
@@ -119,41 +144,80 @@ void HttpApi::Stop() {
 void HttpApi::Routes() {
   httplib::Server& s = *server_;
   s.set_payload_max_length(options_.max_body_bytes);
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    requests_.fetch_add(1, std::memory_order_relaxed);
-    // Peer calls, reads included, carry the group token; other reads need none.
+  // Whether `req` carries the token its path needs (peer calls the group's, the rest the
+  // sidecar's); a refusal is counted and answered with 401.
+  auto authorized = [this](const httplib::Request& req) {
     const bool peer_call = req.path.rfind("/v1/peer/", 0) == 0;
-    if (!peer_call && (req.method == "GET" || req.method == "HEAD"))
-      return httplib::Server::HandlerResponse::Unhandled;
     const std::string& want = peer_call ? options_.group_token : options_.token;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    if (want.empty() || auth.rfind(prefix, 0) != 0 ||
-        !TokenMatches(auth.substr(prefix.size()), want)) {
-      unauthorized_.fetch_add(1, std::memory_order_relaxed);
-      res.set_header("WWW-Authenticate", "Bearer");
-      SendError(res, 401, "UNAUTHENTICATED", "a valid bearer token is required");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+    return !want.empty() && auth.rfind(prefix, 0) == 0 &&
+           TokenMatches(auth.substr(prefix.size()), want);
+  };
+  auto refuse = [this](httplib::Response& res) {
+    unauthorized_.fetch_add(1, std::memory_order_relaxed);
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, 401, "UNAUTHENTICATED", "a valid bearer token is required");
+  };
+  s.set_pre_routing_handler(
+      [this, authorized, refuse](const httplib::Request& req, httplib::Response& res) {
+        requests_.fetch_add(1, std::memory_order_relaxed);
+        // Peer calls, reads included, carry the group token; other reads need none.
+        const bool peer_call = req.path.rfind("/v1/peer/", 0) == 0;
+        if (!peer_call && (req.method == "GET" || req.method == "HEAD"))
+          return httplib::Server::HandlerResponse::Unhandled;
+        // A request with a body is checked once its body is read (by the POST routes below; no
+        // other method has a route, and the library reads the body before its 404): answered
+        // before, the unread bytes would be taken for the next requests on the connection.
+        if (req.method != "GET" && req.method != "HEAD" && DeclaresBody(req)) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        if (!authorized(req)) {
+          refuse(res);
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
 
   // POST bodies are read through a content reader: the library's own body reading refuses a
   // form-encoded body (curl -d's default content type) above 8 KiB whatever the payload limit,
   // and every body here is JSON whatever its declared type.
-  auto post = [&s](const char* path,
-                   std::function<void(const httplib::Request&, httplib::Response&)> handler) {
-    s.Post(path, [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
-                                                const httplib::ContentReader& read) {
+  auto post = [&s, authorized, refuse, limit = options_.max_body_bytes](
+                  const char* path,
+                  std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+    s.Post(path, [handler = std::move(handler), authorized, refuse, limit](
+                     const httplib::Request& req, httplib::Response& res,
+                     const httplib::ContentReader& read) {
+      const bool allowed = authorized(req);
       httplib::Request with_body = req;
-      // Past the payload limit the library stops the read with 413 (set_error_handler).
-      if (!read([&](const char* data, size_t n) {
-            with_body.body.append(data, n);
-            return true;
-          })) {
-        if (res.status != 413) SendError(res, 400, "INVALID_ARGUMENT", "request body not read");
+      // Past the payload limit the library stops a read of a declared length with 413
+      // (set_error_handler; it skips the body); a chunked body declares none, so the limit is
+      // kept here too. A refused request's body is read and dropped.
+      uint64_t seen = 0;
+      bool too_large = false;
+      const bool read_all = read([&](const char* data, size_t n) {
+        if (n > limit - seen) {
+          too_large = true;
+          return false;
+        }
+        seen += n;
+        if (allowed) with_body.body.append(data, n);
+        return true;
+      });
+      if (!read_all) {
+        // Part of the body may be unread: the connection ends after the answer.
+        if (!allowed) {
+          refuse(res);
+        } else if (too_large || res.status == 413) {
+          SendError(res, 413, "RESOURCE_EXHAUSTED",
+                    "request body too large (above " + std::to_string(limit) + " bytes)");
+        } else {
+          SendError(res, 400, "INVALID_ARGUMENT", "request body not read");
+        }
+        CloseAfter(res);
         return;
       }
+      if (!allowed) return refuse(res);
       handler(with_body, res);
     });
   };
@@ -342,7 +406,8 @@ void HttpApi::Routes() {
   });
 
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
+    // Answers made here already have a type (CloseAfter's have a body the writer produces).
+    if (!res.body.empty() || res.has_header("Content-Type")) return;
     if (res.status == 413) {
       SendError(res, 413, "RESOURCE_EXHAUSTED", "request body too large");
     } else if (res.status == 404) {
