@@ -258,6 +258,33 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         self.assertFalse([f for f in after if "-plan-" in f], after)
         self.assertEqual([j["msg"] for j in self.log_lines()][-2:], ["shutting down", "stopped"])
 
+    def test_sighup_shuts_down_gracefully(self):
+        # A closed terminal: the same graceful shutdown as SIGTERM, the KV pool removed.
+        c = self.cluster(tp=1, sidecar_args=["--kv-block-bytes", "4096",
+                                             "--kv-capacity-slots", "16"])
+        self.assertTrue(os.path.exists(f"/dev/shm/{c.shm}.kv"), os.listdir("/dev/shm"))
+        c.sidecar.send_signal(signal.SIGHUP)
+        self.assertEqual(c.sidecar.wait(timeout=30), 0)
+        self.assertFalse(os.path.exists(f"/dev/shm/{c.shm}.kv"))
+        self.assertEqual([j["msg"] for j in self.log_lines()][-2:], ["shutting down", "stopped"])
+
+    def test_a_port_file_that_cannot_be_written_stops_the_sidecar(self):
+        # Whoever waits for the port would wait forever: exit 3, naming the file.
+        token_file = os.path.join(self.run_dir, "pf.token")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        shm = f"dkv-pf-{os.getpid()}"
+        for bad in (os.path.join(self.run_dir, "no", "such", "dir", "port"), self.run_dir):
+            p = e2e.subprocess.run(
+                [e2e.DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--port-file", bad,
+                 "--token-file", token_file, "--shm-name", shm],
+                capture_output=True, text=True, timeout=60)
+            if os.path.exists(f"/dev/shm/{shm}"):
+                os.remove(f"/dev/shm/{shm}")
+            self.assertEqual(p.returncode, 3, p.stderr)
+            self.assertIn("--port-file", p.stderr)
+            self.assertIn(bad, p.stderr)
+
     def test_sigterm_stops_a_running_scrub_as_shutting_down(self):
         c = self.cluster(tp=1)
         self.assertEqual(c.verify(self.t("v1"))["state"], "verified")

@@ -28,7 +28,7 @@ namespace deltakv::cli {
 
 namespace {
 
-// The first SIGTERM/SIGINT asks for a graceful shutdown; a second one exits at once.
+// The first SIGTERM/SIGINT/SIGHUP asks for a graceful shutdown; a second one exits at once.
 std::atomic<int> g_signals{0};
 void OnSignal(int) {
   if (g_signals.fetch_add(1) > 0) _exit(kExitUsage);
@@ -212,12 +212,18 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
       }
     }
   }
-  if (!o.port_file.empty()) (void)WriteFileAtomic(o.port_file, std::to_string(api.port()) + "\n");
+  if (!o.port_file.empty()) {
+    // Whoever waits for the port reads it here: a port file that cannot be written stops the
+    // sidecar rather than leaving them waiting.
+    Status w = WriteFileAtomic(o.port_file, std::to_string(api.port()) + "\n");
+    if (!w.ok()) return ReportError("sidecar", w.WithPrefix("--port-file"), false);
+  }
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: the same graceful shutdown
   log::Info("listening",
             {{"addr", listen->UrlHost() + ":" + std::to_string(api.port())}, {"shm", o.shm_name}});
   std::thread server([&] { api.Serve(); });

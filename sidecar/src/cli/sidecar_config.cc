@@ -355,8 +355,8 @@ const std::vector<SidecarKey>& SidecarKeys() {
        0,
        {"text", "json"}},
       {"shutdown_timeout_s", K::kUint, &O::shutdown_timeout_s,
-       "On SIGTERM/SIGINT: how long a running job may take to end before the sidecar exits", 1,
-       3600},
+       "On SIGTERM/SIGINT/SIGHUP: how long a running job may take to end before the sidecar exits",
+       1, 3600},
   };
   return keys;
 }
