@@ -688,7 +688,10 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(code, 413)
         self.assertEqual(http("POST", c.url + "/v1/sync", raw=b"{not json", token=TOKEN)[0], 400)
         self.assertEqual(http("POST", c.url + "/v1/sync", {"version": 3}, TOKEN)[0], 400)
-        self.assertEqual(http("GET", c.url + "/v1/syncs/nope")[0], 404)
+        code, err = http("GET", c.url + "/v1/syncs/nope")
+        self.assertEqual(code, 404)
+        self.assertEqual(err["error"]["message"],
+                         "no job 'nope' (the sidecar keeps the records of its last 64 jobs)")
         self.assertEqual(http("GET", c.url + "/healthz")[0], 200)
         self.assertEqual(c.rank_state(0)["policy_version"], 0)
 

@@ -180,7 +180,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   const sidecar::ShmSyncExecutor* control = executor->get();  // owned by the manager below
   std::vector<unsigned> serving = *cores;
   sidecar::SyncManagerOptions mo;
-  mo.history = 64;
+  mo.history = sidecar::HttpApi::kJobRecords;
   mo.worker_setup = [serving] { LowerPriorityAndPin(serving); };
   mo.scrub_interval = std::chrono::milliseconds(static_cast<int64_t>(o.scrub_interval_s * 1000));
   mo.scrub_rate_bytes_per_s = static_cast<uint64_t>(o.scrub_rate_gbps * 1e9);

@@ -376,7 +376,10 @@ void HttpApi::Routes() {
           rec = manager_->Get(req.matches[1]);
         }
         if (!rec)
-          return SendError(res, 404, "NOT_FOUND", "no job '" + std::string(req.matches[1]) + "'");
+          return SendError(res, 404, "NOT_FOUND",
+                           "no job '" + std::string(req.matches[1]) +
+                               "' (the sidecar keeps the records of its last " +
+                               std::to_string(kJobRecords) + " jobs)");
         Json j = rec->ToJson();
         // The coordinator's record shows every member's state: a trainer polls one node.
         if (options_.peer != nullptr && rec->group && options_.peer->Coordinates(rec->group->key)) {

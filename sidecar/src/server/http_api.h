@@ -68,6 +68,8 @@ class HttpApi {
   static constexpr int kIdleThreadSeconds = 10;
   static constexpr uint64_t kMaxWaiting = 8;
   static constexpr time_t kKeepAliveSeconds = 2;
+  // Job records kept (SyncManagerOptions::history of the sidecar): older ones are dropped.
+  static constexpr size_t kJobRecords = 64;
 
   HttpApi(HttpApiOptions options, SyncManager* manager);
   ~HttpApi();
