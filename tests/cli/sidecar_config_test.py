@@ -173,7 +173,8 @@ class SidecarConfigTest(unittest.TestCase):
         self.refused({"log_format": "xml"}, "key 'log_format': must be one of text, json, not 'xml'")
         self.refused({"decoder": "fast"}, "key 'decoder': must be one of")
         self.refused({"listen": "nowhere"}, "key 'listen': must be HOST:PORT")
-        for bad in ("[::1]", "[::1]x:80", "[]:80", "[[::1]]:80", "a]:80", "[::1:80", "h:65536"):
+        for bad in ("[::1]", "[::1]x:80", "[]:80", "[[::1]]:80", "a]:80", "[::1:80", "h:65536",
+                    " 127.0.0.1:80", "127.0.0.1:0:80", "no such:80"):
             self.refused({"listen": bad},
                          f"key 'listen': must be HOST:PORT or [IPV6]:PORT with a port 0..65535, "
                          f"not '{bad}'")

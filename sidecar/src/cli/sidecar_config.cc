@@ -1,5 +1,7 @@
 #include "cli/sidecar_config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -148,7 +150,13 @@ StatusOr<ListenAddress> ParseListen(const std::string& text) {
     ok = host.size() > 2 && host.back() == ']' && host.find_first_of("[]", 1) == host.size() - 1;
     host = host.substr(1, host.size() - 2);
   } else if (ok) {
-    ok = host.find_first_of("[]") == std::string::npos;
+    // Without brackets a host with a colon must be an IPv6 address (127.0.0.1:0:0 is not).
+    in6_addr v6{};
+    ok = host.find_first_of("[]") == std::string::npos &&
+         (host.find(':') == std::string::npos || inet_pton(AF_INET6, host.c_str(), &v6) == 1);
+  }
+  if (ok) {
+    for (const char c : host) ok = ok && static_cast<unsigned char>(c) > 0x20 && c != 0x7f;
   }
   if (!ok) {
     return InvalidArgument("must be HOST:PORT or [IPV6]:PORT with a port 0..65535, not '" + text +

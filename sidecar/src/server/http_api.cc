@@ -126,7 +126,8 @@ Status HttpApi::Bind() {
     const bool v6 = options_.host.find(':') != std::string::npos;
     return IoError("cannot listen on " + (v6 ? "[" + options_.host + "]" : options_.host) + ":" +
                    std::to_string(options_.port) +
-                   (err != 0 ? std::string(": ") + std::strerror(err) : std::string()));
+                   (err != 0 ? std::string(": ") + std::strerror(err)
+                             : std::string(": the address does not resolve to a local one")));
   }
   // The library listens with a backlog of 5: a burst of connections (the clients of many ranks
   // at once) overflows it, and the kernel drops connection attempts that clients repeat only
