@@ -258,6 +258,27 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         self.assertFalse([f for f in after if "-plan-" in f], after)
         self.assertEqual([j["msg"] for j in self.log_lines()][-2:], ["shutting down", "stopped"])
 
+    def test_job_ids_go_on_across_restarts_with_a_state_dir(self):
+        # With --state-dir a restarted sidecar does not hand out an id it used before (a client
+        # polling its job across the restart would read another job's record).
+        state = os.path.join(self.run_dir, "state")
+        c = self.cluster(tp=1, sidecar_args=["--state-dir", state])
+        first = c.sync("v2", self.t("d12"))
+        self.assertEqual(first, "s000001")
+        self.assertEqual(c.wait(first)["state"], "live")
+        self.restart_sidecar(c, {})
+        second = c.sync("v3", self.t("d23"))
+        self.assertEqual(second, "s000002")
+        self.assertEqual(c.wait(second)["state"], "live")
+        with open(os.path.join(state, "job-id")) as f:
+            self.assertEqual(f.read(), "3\n")
+        # A count that does not parse is said so, and ids start over.
+        with open(os.path.join(state, "job-id"), "w") as f:
+            f.write("three\n")
+        self.restart_sidecar(c, {})
+        self.assertIn("job id file not read; ids start at 1", [j["msg"] for j in self.log_lines()])
+        self.assertEqual(c.sync("v3", self.t("d23")), "s000001")
+
     def test_sighup_shuts_down_gracefully(self):
         # A closed terminal: the same graceful shutdown as SIGTERM, the KV pool removed.
         c = self.cluster(tp=1, sidecar_args=["--kv-block-bytes", "4096",

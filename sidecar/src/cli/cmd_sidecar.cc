@@ -181,6 +181,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   std::vector<unsigned> serving = *cores;
   sidecar::SyncManagerOptions mo;
   mo.history = sidecar::HttpApi::kJobRecords;
+  if (!o.state_dir.empty()) mo.id_file = o.state_dir + "/job-id";
   mo.worker_setup = [serving] { LowerPriorityAndPin(serving); };
   mo.scrub_interval = std::chrono::milliseconds(static_cast<int64_t>(o.scrub_interval_s * 1000));
   mo.scrub_rate_bytes_per_s = static_cast<uint64_t>(o.scrub_rate_gbps * 1e9);

@@ -234,7 +234,7 @@ const std::vector<SidecarKey>& SidecarKeys() {
        0,
        {"", "walker", "sparse-walker", "libzstd"}},
       {"state_dir", K::kString, &O::state_dir,
-       "Directory that persists the live version id and the checksum table"},
+       "Directory that persists the live version id, the checksum table and the next job id"},
       {"max_body_bytes", K::kUint, &O::max_body_bytes, "Largest accepted request body", 1,
        double(uint64_t{1} << 30)},
       {"plan_buffer_bytes", K::kUint, &O::plan_buffer_bytes,

@@ -1,16 +1,42 @@
 #include "sync/sync_manager.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
+#include "base/file_util.h"
 #include "log/log.h"
 #include "store/open_store.h"
 
 namespace deltakv::sidecar {
 
+namespace {
+
+// The next job number kept in `path`: 1 when there is none (or it does not parse, logged).
+uint64_t ReadNextId(const std::string& path) {
+  if (path.empty() || (::access(path.c_str(), F_OK) != 0 && errno == ENOENT)) return 1;
+  auto text = ReadFileToString(path, 64);
+  uint64_t n = 0;
+  if (text.ok()) {
+    const std::string t = text->substr(0, text->find_last_not_of("\r\n") + 1);
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+    if (ec == std::errc() && end == t.data() + t.size() && n >= 1 && n < 1000000000) return n;
+  }
+  log::Warn("job id file not read; ids start at 1",
+            {{"path", path}, {"error", text.ok() ? "not a job number" : text.status().message()}});
+  return 1;
+}
+
+}  // namespace
+
 SyncManager::SyncManager(std::unique_ptr<SyncExecutor> executor, SyncManagerOptions options)
     : executor_(std::move(executor)),
       options_(std::move(options)),
+      next_id_(ReadNextId(options_.id_file)),
       worker_([this] { WorkerLoop(); }) {}
 
 SyncManager::~SyncManager() {
@@ -55,6 +81,13 @@ std::string SyncManager::QueueLocked(SyncRequest request) {
                                                          : 'c';
   char id[32];
   std::snprintf(id, sizeof(id), "%c%06llu", prefix, static_cast<unsigned long long>(next_id_++));
+  if (!options_.id_file.empty()) {
+    std::error_code ec;  // the state directory may not exist before its first write
+    std::filesystem::create_directories(std::filesystem::path(options_.id_file).parent_path(), ec);
+    if (Status w = WriteFileAtomic(options_.id_file, std::to_string(next_id_) + "\n"); !w.ok()) {
+      log::Warn("job id file not written", {{"path", options_.id_file}, {"error", w.message()}});
+    }
+  }
   SyncRecord rec;
   rec.id = id;
   request.id = id;

@@ -80,6 +80,9 @@ struct SyncManagerOptions {
   // not checked yet, or a sync is in doubt (GroupInDoubt), ask the executor's GroupCatchUp and
   // queue the sync it returns.
   bool group_catch_up = false;
+  // When set, the number of the next job id is kept in this file (read at start, rewritten at
+  // each new job), so ids go on counting across restarts instead of starting at 1 again.
+  std::string id_file;
 };
 
 class SyncManager {
