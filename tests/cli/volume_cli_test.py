@@ -162,6 +162,37 @@ class VolumeCli(unittest.TestCase):
         self.assertIn("hello.txt", err["error"]["message"])
         self.assertEqual([n for n in os.listdir(self.tmp) if n.startswith("out")], [])
 
+    def test_a_file_the_push_cannot_reach_fails_the_push(self):
+        # Deep trees: a path past the 4096-byte limit is refused (exit 2), and a file whose
+        # joined path passes the system's limit fails the push (exit 3) instead of being left
+        # out of a version that looks complete.
+        def deep(root, length):
+            """top.txt and one file whose path inside `root` is `length` bytes long, made
+            directory by directory (the joined path passes the system's limit)."""
+            write(os.path.join(root, "top.txt"), b"top\n")
+            fd = os.open(root, os.O_DIRECTORY)
+            left = length
+            while left > 250:
+                os.mkdir("d" * 200, dir_fd=fd)
+                sub = os.open("d" * 200, os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd, left = sub, left - 201
+            f = os.open("f" * left, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            os.write(f, b"deep\n")
+            os.close(f)
+            os.close(fd)
+
+        over = self.path("over")
+        deep(over, 4300)
+        err = vol_json(self.store, "push", over, "demo/deep", "-q", expect=2)
+        self.assertEqual(err["error"]["code"], "INVALID_ARGUMENT")
+        self.assertIn("longer than 4096 bytes", err["error"]["message"])
+        near = self.path("near")
+        deep(near, 4085)  # within the limit, but not once joined to the directory's own path
+        err = vol_json(self.store, "push", os.path.abspath(near), "demo/deep", "-q", expect=3)
+        self.assertIn("too long", err["error"]["message"])
+        self.assertNotIn("demo/deep", vol(self.store, "ls").stdout)
+
     def test_only_writers_create_a_directory_store(self):
         typo = self.path("stroe")
         for args in [["ls"], ["gc"], ["show", "demo/tiny:latest"], ["rm", "demo/tiny:latest"],

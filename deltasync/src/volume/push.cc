@@ -69,13 +69,20 @@ StatusOr<std::vector<SourceFile>> ScanDir(const std::string& dir) {
   std::vector<SourceFile> files;
   fs::recursive_directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
+    const std::string rel = it->path().lexically_relative(dir).generic_string();
+    // An entry that cannot be looked at (its joined path past the system's limit, say) fails
+    // the push: skipped, the version would silently lack it.
     const fs::file_type type = it->symlink_status(ec).type();
-    if (ec || type == fs::file_type::directory) continue;
+    if (ec) {
+      RETURN_IF_ERROR(
+          ValidateVolumePath(rel).WithPrefix("push: file '" + it->path().string() + "'"));
+      return IoError("push: '" + it->path().string() + "': " + ec.message());
+    }
+    if (type == fs::file_type::directory) continue;
     if (type != fs::file_type::regular) {
       return InvalidArgument("push: '" + it->path().string() + "' is " + Describe(type) +
                              "; a volume holds regular files only");
     }
-    const std::string rel = it->path().lexically_relative(dir).generic_string();
     ASSIGN_OR_RETURN(SourceFile f, OpenSource(it->path(), rel));
     files.push_back(std::move(f));
   }
