@@ -193,6 +193,35 @@ class VolumeCli(unittest.TestCase):
         self.assertIn("too long", err["error"]["message"])
         self.assertNotIn("demo/deep", vol(self.store, "ls").stdout)
 
+    def test_an_interrupted_pull_leaves_nothing_behind(self):
+        # SIGINT, SIGTERM or SIGHUP mid-pull: the command still dies of the signal, but its
+        # temporary directory is removed first and the target is never made.
+        src = self.path("big")
+        os.makedirs(src)
+        for i in range(4):
+            with open(os.path.join(src, f"f{i}.bin"), "wb") as f:
+                f.write(os.urandom(16 << 20))
+        ref = vol_json(self.store, "push", src, "demo/big", "-q")["ref"]
+        interrupted = 0
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) * 2:
+            target = self.path(f"out-{sig.name}-{interrupted}")
+            p = subprocess.Popen([DELTAKV, "volume", "--store", self.store, "pull", "-q", ref,
+                                  target], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.time() + 30
+            while not [n for n in os.listdir(self.tmp) if n.startswith(os.path.basename(target))]:
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.002)
+            p.send_signal(sig)
+            rc = p.wait(timeout=60)
+            left = [n for n in os.listdir(self.tmp) if n.startswith(os.path.basename(target))]
+            if rc == 0:  # finished before the signal came: a whole target, nothing else
+                self.assertEqual(left, [os.path.basename(target)])
+                continue
+            self.assertEqual(rc, -sig, sig)
+            self.assertEqual(left, [])
+            interrupted += 1
+        self.assertGreater(interrupted, 0)
+
     def test_only_writers_create_a_directory_store(self):
         typo = self.path("stroe")
         for args in [["ls"], ["gc"], ["show", "demo/tiny:latest"], ["rm", "demo/tiny:latest"],

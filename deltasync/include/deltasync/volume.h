@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -253,6 +254,10 @@ struct PullProgress {
 
 struct PullOptions {
   unsigned threads = 0;  // chunks fetched at once; 0 = 8
+  // When set, the pull checks it before each chunk and file: once true, it stops, removes its
+  // temporary directory and fails with FailedPrecondition ("interrupted"); the target is
+  // untouched. (A signal handler may set it: the CLI's does on SIGINT, SIGTERM and SIGHUP.)
+  const std::atomic<bool>* cancel = nullptr;
   // Called after each chunk is written and each file is verified, from the worker that did it,
   // one call at a time.
   std::function<void(const PullProgress&)> progress;

@@ -163,22 +163,31 @@ Status Volumes::Pull(const VolumeRef& ref, const std::string& dir, const PullOpt
     RETURN_IF_ERROR(targets.Create(f, temp.path()).WithPrefix(where));
     for (size_t k = 0; k < f.chunks.size(); ++k) tasks.push_back({targets.all().size() - 1, k});
   }
+  auto interrupted = [&] {
+    return options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)
+               ? FailedPrecondition(where + ": interrupted; nothing was written to '" + target +
+                                    "'")
+               : Status::Ok();
+  };
   // Chunks are fetched, verified and written at their offsets by several workers at once.
   std::mutex mu;
-  RETURN_IF_ERROR(ParallelFor(tasks.size(), options.threads == 0 ? 8 : options.threads,
-                              [&](size_t i) -> Status {
-    const PullTarget& t = targets.all()[tasks[i].target];
-    const VolumeChunk& c = t.file->chunks[tasks[i].chunk];
-    const std::string what = "file '" + t.file->path + "' chunk " + std::to_string(tasks[i].chunk);
-    auto bytes = ReadChunk(c);
-    if (!bytes.ok()) return bytes.status().WithPrefix(where + ": " + what);
-    RETURN_IF_ERROR(WriteAt(t.fd, *bytes, c.offset, t.path).WithPrefix(where));
-    std::lock_guard<std::mutex> lock(mu);
-    progress.bytes_done += bytes->size();
-    if (options.progress) options.progress(progress);
-    return Status::Ok();
-  }));
+  RETURN_IF_ERROR(ParallelFor(
+      tasks.size(), options.threads == 0 ? 8 : options.threads, [&](size_t i) -> Status {
+        RETURN_IF_ERROR(interrupted());
+        const PullTarget& t = targets.all()[tasks[i].target];
+        const VolumeChunk& c = t.file->chunks[tasks[i].chunk];
+        const std::string what =
+            "file '" + t.file->path + "' chunk " + std::to_string(tasks[i].chunk);
+        auto bytes = ReadChunk(c);
+        if (!bytes.ok()) return bytes.status().WithPrefix(where + ": " + what);
+        RETURN_IF_ERROR(WriteAt(t.fd, *bytes, c.offset, t.path).WithPrefix(where));
+        std::lock_guard<std::mutex> lock(mu);
+        progress.bytes_done += bytes->size();
+        if (options.progress) options.progress(progress);
+        return Status::Ok();
+      }));
   RETURN_IF_ERROR(ParallelFor(targets.all().size(), DefaultThreads(), [&](size_t i) -> Status {
+    RETURN_IF_ERROR(interrupted());
     RETURN_IF_ERROR(FinishFile(targets.all()[i]).WithPrefix(where));
     std::lock_guard<std::mutex> lock(mu);
     ++progress.files_done;
@@ -186,6 +195,7 @@ Status Volumes::Pull(const VolumeRef& ref, const std::string& dir, const PullOpt
     return Status::Ok();
   }));
   RETURN_IF_ERROR(SyncPath(temp.path()));
+  RETURN_IF_ERROR(interrupted());
   RETURN_IF_ERROR(CheckTarget(target));
   if (rename(temp.path().c_str(), target.c_str()) != 0) {
     return IoError(where + ": " + ErrnoMessage("rename", temp.path(), errno));
