@@ -157,9 +157,15 @@ class HookedStore : public VolumeStore {
  public:
   explicit HookedStore(VolumeStore& inner) : inner_(inner) {}
   std::function<void(const std::string& key)> before_list, before_delete;
+  // Writes whose key contains this fail with IoError (a full store), nothing written.
+  std::string fail_writes_to;
 
-  Status Put(const std::string& k, std::span<const uint8_t> d) override { return inner_.Put(k, d); }
+  Status Put(const std::string& k, std::span<const uint8_t> d) override {
+    if (Fails(k)) return IoError("write '" + k + "': No space left on device");
+    return inner_.Put(k, d);
+  }
   Status PutIfAbsent(const std::string& k, std::span<const uint8_t> d) override {
+    if (Fails(k)) return IoError("write '" + k + "': No space left on device");
     return inner_.PutIfAbsent(k, d);
   }
   StatusOr<std::string> Get(const std::string& k, uint64_t m) override { return inner_.Get(k, m); }
@@ -178,13 +184,55 @@ class HookedStore : public VolumeStore {
   }
   StatusOr<std::string> PutIfGeneration(const std::string& k, std::span<const uint8_t> d,
                                         const std::string& e) override {
+    if (Fails(k)) return IoError("write '" + k + "': No space left on device");
     return inner_.PutIfGeneration(k, d, e);
   }
   std::string Describe() const override { return inner_.Describe(); }
 
  private:
+  bool Fails(const std::string& k) const {
+    return !fail_writes_to.empty() && k.find(fail_writes_to) != std::string::npos;
+  }
   VolumeStore& inner_;
 };
+
+// A push that fails has sealed nothing, whichever record write fails; one whose tag fails after
+// the version is sealed says that the version is sealed.
+TEST(VolumePush, AFailedPushSealsNothingAndATagFailureSaysTheVersionIsSealed) {
+  Fixture f;
+  WriteTinyDir(f.tmp / "src");
+  HookedStore hooked(*f.store);
+  VolumesOptions options;
+  options.clock = [&f] { return f.now.load(); };
+  Volumes volumes(hooked, options);
+  PushOptions with_tag;
+  with_tag.tag = "t";
+  for (const char* record : {"/info/", "/versions/"}) {
+    hooked.fail_writes_to = record;
+    auto r = volumes.Push(f.tmp / "src", "team", "v", with_tag);
+    ASSERT_EQ(r.status().code(), StatusCode::kIoError) << record;
+    auto listed = volumes.List();
+    ASSERT_TRUE(listed.ok());
+    for (const VolumeListing& l : *listed) {
+      EXPECT_TRUE(l.versions.empty()) << record;
+      EXPECT_TRUE(l.tags.empty()) << record;
+    }
+  }
+  hooked.fail_writes_to = "/tags/";
+  auto r = volumes.Push(f.tmp / "src", "team", "v", with_tag);
+  ASSERT_EQ(r.status().code(), StatusCode::kIoError);
+  EXPECT_NE(r.status().message().find("push: sealed team/v@sha256:"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("but tag 't' was not moved"), std::string::npos);
+  hooked.fail_writes_to.clear();
+  auto listed = volumes.List();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].versions.size(), 1u);  // sealed, with its creation record
+  auto shown = volumes.Show(Ref("team/v@sha256:" + (*listed)[0].versions[0]));
+  ASSERT_TRUE(shown.ok()) << shown.status().ToString();
+  EXPECT_TRUE(shown->created.has_value());
+}
 
 // Three orphan chunks (from failed pushes), for a gc to delete.
 void PutOrphans(VolumeStore& store) {

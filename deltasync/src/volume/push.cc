@@ -233,7 +233,14 @@ Status Volumes::FinishPush(const ChunkUploader& upload, int64_t lease_expiry,
   ASSIGN_OR_RETURN(std::string text, SerializeVolumeManifest(manifest));
   result->ref = VolumeRef{manifest.ns, manifest.name, ManifestDigest(text), ""};
   RETURN_IF_ERROR(SealManifest(manifest.ns, manifest.name, result->ref.digest, text));
-  if (!tag.empty()) RETURN_IF_ERROR(Tag(result->ref, tag).status());
+  if (!tag.empty()) {
+    // The version is sealed whatever happens to the tag: say so, so a failure is not taken
+    // for "nothing published".
+    RETURN_IF_ERROR(Tag(result->ref, tag)
+                        .status()
+                        .WithPrefix("push: sealed " + result->ref.ToString() + ", but tag '" + tag +
+                                    "' was not moved"));
+  }
   return Status::Ok();
 }
 

@@ -199,10 +199,12 @@ Status Volumes::Restore(const VolumeRef& ref) {
 
 Status Volumes::SealManifest(const std::string& ns, const std::string& name,
                              const std::string& digest, const std::string& text) {
-  Status st = store_.PutIfAbsent(keys::Record(ns, name, keys::kVersions, digest), Bytes(text));
+  // The creation record first: the version record seals, so a push that fails (a full store,
+  // say) has sealed nothing, and a sealed version always has its record.
+  Status st = store_.PutIfAbsent(keys::Record(ns, name, keys::kInfo, digest),
+                                 Bytes(TimeRecordJson("created", Now())));
   if (!st.ok() && st.code() != StatusCode::kFailedPrecondition) return st;
-  st = store_.PutIfAbsent(keys::Record(ns, name, keys::kInfo, digest),
-                          Bytes(TimeRecordJson("created", Now())));
+  st = store_.PutIfAbsent(keys::Record(ns, name, keys::kVersions, digest), Bytes(text));
   return st.code() == StatusCode::kFailedPrecondition ? Status::Ok() : st;
 }
 
