@@ -291,7 +291,7 @@ class VolumeCli(unittest.TestCase):
         self.assertEqual(len(out), 1)  # --json: one object on stdout, as before
         self.assertEqual(json.loads(out[0]), {
             "ok": True, "dry_run": False, "chunks_kept": 2, "chunks_deleted": 1, "bytes_freed": 6,
-            "versions_purged": 0, "leases_expired": 0})
+            "versions_purged": 0, "leases_expired": 0, "temporaries_removed": 0})
         self.assertEqual(vol(self.store, "gc", "-q").stderr, "")
         vol_json(self.store, "push", self.small_dir("b", extra=b"b"), "demo/b", "-q")
         vol(self.store, "rm", r["ref"], "-q")

@@ -1,6 +1,9 @@
 // Sealed volumes, garbage collection: what gc keeps and deletes, and its sweep marker.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <fstream>
 #include <set>
 
 #include "deltasync/volume.h"
@@ -195,6 +198,39 @@ class HookedStore : public VolumeStore {
   }
   VolumeStore& inner_;
 };
+
+// The temporary files of writes killed more than a lease's lifetime ago are removed by gc; a
+// younger one (a write that may still be running) and everything else are left alone.
+TEST(VolumeGc, RemovesTemporariesOfWritesAbandonedLongAgo) {
+  Fixture f;
+  WriteTinyDir(f.tmp / "src");
+  f.Push(f.tmp / "src", "v");
+  const fs::path dir = fs::path(f.tmp / "store") / "chunks" / "sha256" / "ab";
+  fs::create_directories(dir);
+  auto touch = [](const fs::path& p, int64_t mtime) {
+    std::ofstream(p) << "partial";
+    const timespec times[2] = {{mtime, 0}, {mtime, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, p.c_str(), times, 0), 0);
+  };
+  const int64_t now = f.now.load();
+  touch(dir / ".abcd.tmp.123.1", now - 25 * 3600);  // abandoned a day ago
+  touch(dir / ".abcd.tmp.123.2", now - 3600);       // may still be written
+  touch(dir / ".hidden", now - 25 * 3600);          // not a temporary
+  const size_t chunks = f.CountChunks();
+  GcOptions dry;
+  dry.dry_run = true;
+  auto counted = f.volumes->Gc(dry);
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_EQ(counted->temporaries_removed, 0u);  // a dry run deletes nothing
+  EXPECT_TRUE(fs::exists(dir / ".abcd.tmp.123.1"));
+  auto gc = f.volumes->Gc();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->temporaries_removed, 1u);
+  EXPECT_FALSE(fs::exists(dir / ".abcd.tmp.123.1"));
+  EXPECT_TRUE(fs::exists(dir / ".abcd.tmp.123.2"));
+  EXPECT_TRUE(fs::exists(dir / ".hidden"));
+  EXPECT_EQ(f.CountChunks(), chunks);  // the live version's chunks stay
+}
 
 // A push that fails has sealed nothing, whichever record write fails; one whose tag fails after
 // the version is sealed says that the version is sealed.

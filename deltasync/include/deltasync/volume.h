@@ -110,6 +110,13 @@ class VolumeStore {
                                                 const std::string& expected) = 0;
   // "dir:///srv/volumes", for messages.
   virtual std::string Describe() const = 0;
+  // Removes the temporary files of writes that never finished (a writer killed mid-write) last
+  // changed before `before_unix`, and returns how many it removed. A store without such files
+  // (object stores write whole objects) has nothing to do.
+  virtual StatusOr<uint64_t> RemoveAbandonedTemporaries(int64_t before_unix) {
+    (void)before_unix;
+    return uint64_t{0};
+  }
 };
 
 // A store in a local directory (created if missing, unless `create` is false): one file per
@@ -337,6 +344,8 @@ struct GcResult {
   uint64_t bytes_freed = 0;
   uint64_t versions_purged = 0;  // removed versions past their window
   uint64_t leases_expired = 0;
+  // Temporary files of writes killed more than a lease's lifetime ago, removed (directory stores).
+  uint64_t temporaries_removed = 0;
 };
 
 struct VolumesOptions {

@@ -274,6 +274,23 @@ class DirVolumeStore : public VolumeStore {
     return VersionedGeneration(*bytes, key);
   }
 
+  StatusOr<uint64_t> RemoveAbandonedTemporaries(int64_t before_unix) override {
+    // WriteTemp's names: ".<leaf>.tmp.<pid>.<n>" beside the key, anywhere under the root.
+    uint64_t removed = 0;
+    std::error_code ec;
+    fs::recursive_directory_iterator it(root_, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      const std::string leaf = it->path().filename().string();
+      if (!leaf.starts_with(".") || leaf.find(".tmp.") == std::string::npos) continue;
+      struct stat st {};
+      if (lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (st.st_mtime >= before_unix) continue;  // possibly a write still in progress
+      if (unlink(it->path().c_str()) == 0) ++removed;
+    }
+    if (ec) return IoError("scan '" + root_ + "' for temporary files: " + ec.message());
+    return removed;
+  }
+
   // Writes `data` to a fresh fsynced temporary file next to the key; returns its path.
   StatusOr<std::string> WriteTemp(const std::string& key, std::span<const uint8_t> data) {
     RETURN_IF_ERROR(MakeParents(key));

@@ -217,6 +217,11 @@ StatusOr<GcResult> Volumes::Gc(const GcOptions& options) {
   auto clock = [this] { return Now(); };
   ASSIGN_OR_RETURN(GcResult result, Sweep(store_, chunks, plan, clock,
                                           marker ? marker->expires() : 0, options.dry_run));
+  if (!options.dry_run) {
+    // A write in progress finishes within a push's lease: older temporaries were abandoned.
+    ASSIGN_OR_RETURN(result.temporaries_removed,
+                     store_.RemoveAbandonedTemporaries(now - options_.lease_ttl_s));
+  }
   plan.progress.done = true;
   plan.Report();
   return result;

@@ -689,7 +689,8 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
                        {"chunks_deleted", g.chunks_deleted},
                        {"bytes_freed", g.bytes_freed},
                        {"versions_purged", g.versions_purged},
-                       {"leases_expired", g.leases_expired}});
+                       {"leases_expired", g.leases_expired},
+                       {"temporaries_removed", g.temporaries_removed}});
           } else {
             std::printf("%s %llu chunks (%s), kept %llu; purged %llu versions, %llu leases\n",
                         *dry_run ? "would delete" : "deleted",
@@ -698,6 +699,11 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
                         static_cast<unsigned long long>(g.chunks_kept),
                         static_cast<unsigned long long>(g.versions_purged),
                         static_cast<unsigned long long>(g.leases_expired));
+            if (g.temporaries_removed > 0) {
+              std::printf("removed %llu temporary files of writes abandoned over %s ago\n",
+                          static_cast<unsigned long long>(g.temporaries_removed),
+                          "a lease's lifetime");
+            }
           }
           return Status::Ok();
         });
