@@ -5,7 +5,7 @@ demo engine processes, as in sync_e2e_test.py (whose Cluster this reuses).
 Run: python3 tests/sync/sidecar_ops_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 """
-import argparse, json, os, re, shutil, signal, sys, tempfile, threading, time, unittest
+import argparse, json, os, re, shutil, signal, socket, sys, tempfile, threading, time, unittest
 import http.server as http_server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -197,40 +197,41 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         c.assert_serves(self, self.t("v3"))
         self.assertEqual(self.terminate(c), 0)
 
+    def lone_sidecar(self, name, *flags):
+        """The command line of a sidecar without an engine, on its own control segment (removed
+        when the test ends: a sidecar leaves it, also one that failed to start)."""
+        token_file = os.path.join(self.run_dir, "lone.token")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        shm = f"dkv-{name}-{os.getpid()}"
+        self.addCleanup(lambda: os.path.exists(f"/dev/shm/{shm}") and os.remove(f"/dev/shm/{shm}"))
+        return [e2e.DELTAKV, "sidecar", "--token-file", token_file, "--shm-name", shm, *flags]
+
     def test_a_second_sidecar_on_the_same_port_is_refused(self):
         # The port is this sidecar's alone: a second process cannot bind it beside the first
         # (and take a share of its connections), and says why.
         c = self.cluster(tp=1)
         port = int(c.url.rsplit(":", 1)[1])
-        other = e2e.subprocess.run(
-            [e2e.DELTAKV, "sidecar", "--listen", f"127.0.0.1:{port}", "--token-file",
-             c.token_file, "--shm-name", c.shm + "-2"],
-            capture_output=True, text=True, timeout=60)
+        other = e2e.subprocess.run(self.lone_sidecar("port", "--listen", f"127.0.0.1:{port}"),
+                                   capture_output=True, text=True, timeout=60)
         self.assertEqual(other.returncode, 3, other.stderr)
         self.assertIn(f"cannot listen on 127.0.0.1:{port}: Address already in use", other.stderr)
         self.assertEqual(http("GET", f"{c.url}/healthz")[0], 200)
-        if os.path.exists(f"/dev/shm/{c.shm}-2"):
-            os.remove(f"/dev/shm/{c.shm}-2")  # its control segment, made before it tried
         # The first one still owns every connection: a sync goes live through it.
         sid = c.sync("v2", self.t("d12"))
         self.assertEqual(c.wait(sid)["state"], "live")
 
     def test_listens_on_an_ipv6_address_in_brackets(self):
-        import socket
         try:
             with socket.socket(socket.AF_INET6) as probe:
                 probe.bind(("::1", 0))
         except OSError:
             self.skipTest("no IPv6 loopback")
         port_file = os.path.join(self.run_dir, "v6.port")
-        token_file = os.path.join(self.run_dir, "v6.token")
-        with open(token_file, "w") as f:
-            f.write(TOKEN + "\n")
-        shm = f"dkv-v6-{os.getpid()}"
         log = os.path.join(self.run_dir, "v6.log")
         p = e2e.subprocess.Popen(
-            [e2e.DELTAKV, "sidecar", "--listen", "[::1]:0", "--port-file", port_file,
-             "--token-file", token_file, "--shm-name", shm], stderr=open(log, "w"))
+            self.lone_sidecar("v6", "--listen", "[::1]:0", "--port-file", port_file),
+            stderr=open(log, "w"))
         try:
             deadline = time.time() + 20
             while not os.path.exists(port_file):
@@ -243,8 +244,6 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
         finally:
             p.send_signal(signal.SIGTERM)
             rc = p.wait(timeout=30)
-            if os.path.exists(f"/dev/shm/{shm}"):
-                os.remove(f"/dev/shm/{shm}")
         self.assertEqual(rc, 0)
 
     def test_sigterm_when_idle(self):
@@ -291,17 +290,10 @@ class SidecarOpsE2ETest(e2e.ChainFixture, unittest.TestCase):
 
     def test_a_port_file_that_cannot_be_written_stops_the_sidecar(self):
         # Whoever waits for the port would wait forever: exit 3, naming the file.
-        token_file = os.path.join(self.run_dir, "pf.token")
-        with open(token_file, "w") as f:
-            f.write(TOKEN + "\n")
-        shm = f"dkv-pf-{os.getpid()}"
         for bad in (os.path.join(self.run_dir, "no", "such", "dir", "port"), self.run_dir):
             p = e2e.subprocess.run(
-                [e2e.DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--port-file", bad,
-                 "--token-file", token_file, "--shm-name", shm],
+                self.lone_sidecar("pf", "--listen", "127.0.0.1:0", "--port-file", bad),
                 capture_output=True, text=True, timeout=60)
-            if os.path.exists(f"/dev/shm/{shm}"):
-                os.remove(f"/dev/shm/{shm}")
             self.assertEqual(p.returncode, 3, p.stderr)
             self.assertIn("--port-file", p.stderr)
             self.assertIn(bad, p.stderr)

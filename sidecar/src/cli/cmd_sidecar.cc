@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "base/file_util.h"
+#include "base/host_port.h"
 #include "cli/cli_common.h"
 #include "cli/sidecar_config.h"
 #include "coord/group_commit.h"
@@ -207,7 +208,7 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
           "no peer URL: listening on a wildcard address, so syncs coordinated by other nodes "
           "abort naming this node (give --peer-url http://<this host>:<port>)");
     } else {
-      const std::string url = "http://" + listen->UrlHost() + ":" + std::to_string(api.port());
+      const std::string url = "http://" + UrlHost(listen->host) + ":" + std::to_string(api.port());
       if (Status ps = eo.group->SetPeerUrl(url); !ps.ok()) {
         return ReportError("sidecar", ps.WithPrefix("group: peer URL"), false);
       }
@@ -225,8 +226,8 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: the same graceful shutdown
-  log::Info("listening",
-            {{"addr", listen->UrlHost() + ":" + std::to_string(api.port())}, {"shm", o.shm_name}});
+  log::Info("listening", {{"addr", UrlHost(listen->host) + ":" + std::to_string(api.port())},
+                          {"shm", o.shm_name}});
   std::thread server([&] { api.Serve(); });
   bool replaced = false;
   while (g_signals.load() == 0) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "base/host_port.h"
 #include "coord/peer_records.h"
 
 namespace deltakv::cli {
@@ -135,10 +136,6 @@ StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return text;
 }
 
-std::string ListenAddress::UrlHost() const {
-  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
-
 StatusOr<ListenAddress> ParseListen(const std::string& text) {
   const size_t colon = text.rfind(':');
   const std::string port = colon == std::string::npos ? "" : text.substr(colon + 1);
@@ -146,13 +143,11 @@ StatusOr<ListenAddress> ParseListen(const std::string& text) {
   bool ok = colon != std::string::npos && !port.empty() && port.size() <= 5 &&
             port.find_first_not_of("0123456789") == std::string::npos && std::stoul(port) <= 65535;
   if (ok && !host.empty() && host.front() == '[') {
-    // An IPv6 address in brackets, as in URLs: [::1]:8470.
-    ok = host.size() > 2 && host.back() == ']' && host.find_first_of("[]", 1) == host.size() - 1;
-    host = host.substr(1, host.size() - 2);
+    ok = UnbracketHost(host);  // an IPv6 address in brackets, as in URLs: [::1]:8470
   } else if (ok) {
     // Without brackets a host with a colon must be an IPv6 address (127.0.0.1:0:0 is not).
     in6_addr v6{};
-    ok = host.find_first_of("[]") == std::string::npos &&
+    ok = UnbracketHost(host) &&
          (host.find(':') == std::string::npos || inet_pton(AF_INET6, host.c_str(), &v6) == 1);
   }
   if (ok) {

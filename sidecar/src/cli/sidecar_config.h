@@ -127,8 +127,6 @@ std::string ConfigKeysMarkdown();
 struct ListenAddress {
   std::string host;
   int port = 0;
-  // The host as URLs and messages write it: an IPv6 address in brackets.
-  std::string UrlHost() const;
 };
 // "HOST:PORT" or "[IPV6]:PORT" -> the address. InvalidArgument on anything else.
 StatusOr<ListenAddress> ParseListen(const std::string& text);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/host_port.h"
 #include "base/percent_encode.h"
 #include "log/log.h"
 
@@ -134,16 +135,7 @@ StatusOr<PeerAddress> ParsePeerUrl(std::string_view url) {
   if (colon == std::string_view::npos || colon == 0) return bad("no host or port");
   PeerAddress a;
   a.host = std::string(rest.substr(0, colon));
-  if (a.host.front() == '[') {
-    // An IPv6 address in brackets: the socket layer takes it without them.
-    if (a.host.size() < 3 || a.host.back() != ']' ||
-        a.host.find_first_of("[]", 1) != a.host.size() - 1) {
-      return bad("brackets");
-    }
-    a.host = a.host.substr(1, a.host.size() - 2);
-  } else if (a.host.find_first_of("[]") != std::string::npos) {
-    return bad("brackets");
-  }
+  if (!UnbracketHost(a.host)) return bad("brackets");  // the socket layer takes "::1"
   if (a.host.find('/') != std::string::npos || a.host.find('@') != std::string::npos) {
     return bad("a path or user info");
   }

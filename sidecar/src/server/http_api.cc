@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "base/host_port.h"
 #include "log/log.h"
 #include "server/elastic_pool.h"
 
@@ -43,6 +44,9 @@ int HttpStatusFor(const Status& s) {
       return 500;
   }
 }
+
+// Peer calls, reads included, carry the group token; the rest, the sidecar's (reads none).
+bool IsPeerCall(const httplib::Request& req) { return req.path.rfind("/v1/peer/", 0) == 0; }
 
 // Whether the request declares a body (a length above 0, or a transfer coding).
 bool DeclaresBody(const httplib::Request& req) {
@@ -123,8 +127,7 @@ Status HttpApi::Bind() {
   }
   if (port_ <= 0) {
     const int err = errno;  // the failed bind's or listen's (closing the socket keeps it)
-    const bool v6 = options_.host.find(':') != std::string::npos;
-    return IoError("cannot listen on " + (v6 ? "[" + options_.host + "]" : options_.host) + ":" +
+    return IoError("cannot listen on " + UrlHost(options_.host) + ":" +
                    std::to_string(options_.port) +
                    (err != 0 ? std::string(": ") + std::strerror(err)
                              : std::string(": the address does not resolve to a local one")));
@@ -148,8 +151,7 @@ void HttpApi::Routes() {
   // Whether `req` carries the token its path needs (peer calls the group's, the rest the
   // sidecar's); a refusal is counted and answered with 401.
   auto authorized = [this](const httplib::Request& req) {
-    const bool peer_call = req.path.rfind("/v1/peer/", 0) == 0;
-    const std::string& want = peer_call ? options_.group_token : options_.token;
+    const std::string& want = IsPeerCall(req) ? options_.group_token : options_.token;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     return !want.empty() && auth.rfind(prefix, 0) == 0 &&
@@ -163,9 +165,7 @@ void HttpApi::Routes() {
   s.set_pre_routing_handler(
       [this, authorized, refuse](const httplib::Request& req, httplib::Response& res) {
         requests_.fetch_add(1, std::memory_order_relaxed);
-        // Peer calls, reads included, carry the group token; other reads need none.
-        const bool peer_call = req.path.rfind("/v1/peer/", 0) == 0;
-        if (!peer_call && (req.method == "GET" || req.method == "HEAD"))
+        if (!IsPeerCall(req) && (req.method == "GET" || req.method == "HEAD"))
           return httplib::Server::HandlerResponse::Unhandled;
         // A request with a body is checked once its body is read (by the POST routes below; no
         // other method has a route, and the library reads the body before its 404): answered
