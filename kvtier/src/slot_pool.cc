@@ -144,6 +144,8 @@ SlotPool::~SlotPool() = default;
 
 const shm::Segment& SlotPool::segment() const { return attach_->segment; }
 
+bool SlotPool::retired() const { return attach_->segment.retired(); }
+
 SlotPool::SlotPool(shm::Segment segment, const SlotPoolClientOptions& client)
     : attach_(std::make_unique<Attachment>(std::move(segment))) {
   local_id_ = attach_->local_id;

@@ -199,8 +199,16 @@ StatusOr<std::unique_ptr<KvTierClient>> KvTierClient::Open(const std::string& po
       new KvTierClient(std::move(pool), std::move(layout), engine, std::move(options)));
 }
 
+Status KvTierClient::CheckPool() const {
+  if (!pool_.retired()) [[likely]]
+    return Status::Ok();
+  return FailedPrecondition("kv tier: the pool '" + pool_.segment().name() +
+                            "' was removed or replaced (its sidecar stopped or restarted); "
+                            "close this client and open a new one");
+}
+
 size_t KvTierClient::Lookup(std::span<const PoolKey> keys) {
-  const size_t hits = pool_.Lookup(keys);
+  const size_t hits = pool_.retired() ? 0 : pool_.Lookup(keys);
   counters_->lookups.fetch_add(1, std::memory_order_relaxed);
   counters_->hit_blocks.fetch_add(hits, std::memory_order_relaxed);
   counters_->miss_blocks.fetch_add(keys.size() - hits, std::memory_order_relaxed);
@@ -213,13 +221,15 @@ StatusOr<LoadHandle> KvTierClient::PrepareLoad(std::span<const PoolKey> keys, si
                            CountText(keys.size(), "keys") + " (cap " +
                            std::to_string(options_.max_keys_per_call) + ")");
   }
+  RETURN_IF_ERROR(CheckPool());
   PinnedBlocks pins = pool_.PinPrefix(keys.first(n));
   if (pins.size() < n) {
     counters_->loads_refused.fetch_add(1, std::memory_order_relaxed);
-    return NotFound("kv tier: prepare_load: only " + std::to_string(pins.size()) + " of " +
+    return NotFound("kv tier: prepare_load: only the first " + std::to_string(pins.size()) +
+                    " of " +
                     CountText(n,
-                              "blocks are still stored (evicted or pinned by too many "
-                              "processes)"));
+                              "blocks are stored (the next one was never stored, was evicted or "
+                              "removed, or is pinned by too many processes)"));
   }
   counters_->loads_prepared.fetch_add(1, std::memory_order_relaxed);
   LoadHandle handle;
@@ -280,6 +290,7 @@ StatusOr<StoreHandle> KvTierClient::PrepareStore(std::span<const PoolKey> keys,
       }
     }
   }
+  RETURN_IF_ERROR(CheckPool());
   StoreHandle handle;
   handle.keys_.assign(keys.begin(), keys.end());
   StatusOr<PrepareStoreResult> prepared = pool_.PrepareStore(keys, fingerprints);
@@ -371,9 +382,12 @@ Status KvTierClient::CompleteStore(StoreHandle& handle) {
   return status;
 }
 
-size_t KvTierClient::Touch(std::span<const PoolKey> keys) { return pool_.Touch(keys); }
+size_t KvTierClient::Touch(std::span<const PoolKey> keys) {
+  return pool_.retired() ? 0 : pool_.Touch(keys);
+}
 
 Status KvTierClient::Remove(const PoolKey& key) {
+  RETURN_IF_ERROR(CheckPool());
   RETURN_IF_ERROR(pool_.Remove(key));
   counters_->removals.fetch_add(1, std::memory_order_relaxed);
   Emit({TierEvent{TierEventKind::kRemoved, key, pid_}});

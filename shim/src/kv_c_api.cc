@@ -628,6 +628,7 @@ deltakv_status deltakv_kv_lookup(deltakv_kv_client* c, const deltakv_kv_key* key
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckArray(keys, num_keys, "keys"));
     RETURN_IF_ERROR(CheckOut(hits, "hits"));
+    RETURN_IF_ERROR(c->client->CheckPool());
     *hits = c->client->Lookup(ToKeys(keys, num_keys));
     return Status::Ok();
   });
@@ -638,6 +639,7 @@ deltakv_status deltakv_kv_touch(deltakv_kv_client* c, const deltakv_kv_key* keys
   return Run(__func__, [&]() -> Status {
     RETURN_IF_ERROR(CheckClient(c));
     RETURN_IF_ERROR(CheckArray(keys, num_keys, "keys"));
+    RETURN_IF_ERROR(c->client->CheckPool());
     const size_t n = c->client->Touch(ToKeys(keys, num_keys));
     if (found != nullptr) *found = n;
     return Status::Ok();

@@ -101,6 +101,7 @@ void Segment::Reset() {
   if (unlink_on_destroy_ && !name_.empty() &&
       (mapping_ == nullptr || mapping_->inode == 0 ||
        NamesObject(name_, mapping_->device, mapping_->inode))) {
+    if (data_ != nullptr) header()->retired.store(1, std::memory_order_release);
     bip::shared_memory_object::remove(name_.c_str());
   }
   mapping_.reset();
@@ -135,7 +136,10 @@ StatusOr<Segment> Segment::Create(const std::string& name, uint64_t size, Segmen
     return InvalidArgument("shm segment " + Quoted(name) + ": size " + std::to_string(size) +
                            " is smaller than the 64-byte header");
   }
-  if (options.if_exists == IfExists::kReplace) bip::shared_memory_object::remove(name.c_str());
+  if (options.if_exists == IfExists::kReplace) {
+    Retire(name);
+    bip::shared_memory_object::remove(name.c_str());
+  }
 
   Segment segment;
   try {
@@ -262,6 +266,7 @@ StatusOr<Segment> Segment::Open(const std::string& name, SegmentKind kind,
 Status Segment::Unlink(const std::string& name) {
   RETURN_IF_ERROR(ValidateName(name));
   if (!Exists(name)) return NotFound("shm segment " + Quoted(name) + " does not exist");
+  Retire(name);
   if (!bip::shared_memory_object::remove(name.c_str())) {
     if (!Exists(name)) return NotFound("shm segment " + Quoted(name) + " does not exist");
     return IoError("shm segment " + Quoted(name) + ": unlink failed");
@@ -295,9 +300,29 @@ StatusOr<size_t> Segment::UnlinkWithPrefix(std::string_view prefix) {
   if (prefix.empty()) return InvalidArgument("refusing to unlink every shm segment (empty prefix)");
   size_t removed = 0;
   for (const std::string& name : ListWithPrefix(prefix)) {
+    Retire(name);
     if (bip::shared_memory_object::remove(name.c_str())) ++removed;
   }
   return removed;
+}
+
+void Segment::Retire(const std::string& name) {
+  if (!ValidateName(name).ok()) return;
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return;
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= sizeof(SegmentHeader)) {
+    void* p = mmap(nullptr, sizeof(SegmentHeader), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      auto* h = static_cast<SegmentHeader*>(p);
+      if (h->magic.load(std::memory_order_acquire) == kSegmentMagic &&
+          h->header_size == sizeof(SegmentHeader)) {
+        h->retired.store(1, std::memory_order_release);
+      }
+      munmap(p, sizeof(SegmentHeader));
+    }
+  }
+  close(fd);
 }
 
 uint8_t* Segment::At(uint64_t offset, uint64_t length) const {

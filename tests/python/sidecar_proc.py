@@ -15,12 +15,14 @@ TOKEN = "python-test-token"
 
 class Sidecar:
     def __init__(self, tmp: str, kv_block_bytes: int = 0, kv_slots: int = 0,
-                 extra_args: Sequence[str] = ()) -> None:
-        self.shm = f"dkv-py-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                 extra_args: Sequence[str] = (), shm: str = "") -> None:
+        self.shm = shm or f"dkv-py-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.token_file = os.path.join(tmp, f"{self.shm}.token")
         with open(self.token_file, "w") as f:
             f.write(TOKEN + "\n")
         port_file = os.path.join(tmp, f"{self.shm}.port")
+        if os.path.exists(port_file):
+            os.remove(port_file)  # an earlier sidecar's on this --shm-name
         self.log = os.path.join(tmp, f"{self.shm}.log")
         args: List[str] = [os.environ["DELTAKV_BIN"], "sidecar", "--listen", "127.0.0.1:0",
                            "--port-file", port_file, "--token-file", self.token_file,
@@ -63,15 +65,16 @@ def remove_segments(prefix: str) -> None:
 
 @pytest.fixture
 def sidecar_factory(tmp_path) -> Iterator:
-    """start(kv_block_bytes=0, kv_slots=0, extra_args=()) starts a sidecar (stopped after the
-    test; extra_args are more sidecar flags); the test is skipped when DELTAKV_BIN is not
-    set."""
+    """start(kv_block_bytes=0, kv_slots=0, extra_args=(), shm="") starts a sidecar (stopped
+    after the test; extra_args are more sidecar flags; shm reuses a --shm-name, a fresh one by
+    default); the test is skipped when DELTAKV_BIN is not set."""
     if not os.environ.get("DELTAKV_BIN"):
         pytest.skip("DELTAKV_BIN (the deltakv binary) is not set")
     started: List[Sidecar] = []
 
-    def start(kv_block_bytes: int = 0, kv_slots: int = 0, extra_args: Sequence[str] = ()) -> Sidecar:
-        s = Sidecar(str(tmp_path), kv_block_bytes, kv_slots, extra_args)
+    def start(kv_block_bytes: int = 0, kv_slots: int = 0, extra_args: Sequence[str] = (),
+              shm: str = "") -> Sidecar:
+        s = Sidecar(str(tmp_path), kv_block_bytes, kv_slots, extra_args, shm)
         started.append(s)
         return s
 

@@ -75,6 +75,42 @@ TEST(SegmentTest, DestroyLeavesANameThatNowNamesAnotherSegment) {
   EXPECT_FALSE(Segment::Exists(name));
 }
 
+// A process that keeps a segment mapped sees when its name goes away or names another segment.
+TEST(SegmentTest, RetiredOnceTheNameIsRemovedOrReplaced) {
+  const std::string name = UniqueName("seg");
+  std::optional<Segment> owner(CreatePublished(name));
+  Segment reader = Segment::Open(name, SegmentKind::kScratch).value();
+  EXPECT_FALSE(reader.retired());
+  EXPECT_FALSE(owner->retired());
+  owner.reset();  // unlinks its name
+  EXPECT_TRUE(reader.retired());
+
+  owner.emplace(CreatePublished(name));
+  Segment second_reader = Segment::Open(name, SegmentKind::kScratch).value();
+  CreateOptions replace;
+  replace.if_exists = IfExists::kReplace;
+  Segment successor = Segment::Create(name, kSize, SegmentKind::kScratch, replace).value();
+  successor.Publish();
+  EXPECT_TRUE(second_reader.retired());
+  EXPECT_TRUE(owner->retired());
+  EXPECT_FALSE(successor.retired());
+  owner.reset();  // the name is the successor's: left alone, and not retired
+  EXPECT_FALSE(successor.retired());
+  EXPECT_FALSE(Segment::Open(name, SegmentKind::kScratch).value().retired());
+
+  Segment third_reader = Segment::Open(name, SegmentKind::kScratch).value();
+  ASSERT_TRUE(Segment::Unlink(name).ok());
+  EXPECT_TRUE(third_reader.retired());
+  EXPECT_TRUE(successor.retired());
+  successor.set_unlink_on_destroy(false);
+
+  // Retire leaves alone what is not a published segment of this layout.
+  Segment unpublished = Segment::Create(name, kSize, SegmentKind::kScratch).value();
+  Segment::Retire(name);
+  EXPECT_FALSE(unpublished.retired());
+  Segment::Retire(UniqueName("missing"));  // no such name: nothing happens
+}
+
 TEST(SegmentTest, CreateFailsIfExistsUnlessReplacing) {
   const std::string name = UniqueName("seg");
   Segment first = CreatePublished(name);

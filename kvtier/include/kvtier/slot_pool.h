@@ -332,6 +332,10 @@ class SlotPool {
 
   uint64_t block_bytes() const { return block_bytes_; }
   uint64_t capacity() const { return slot_count_; }
+  // True once the pool segment was retired (shm/PROTOCOL.md §2): the sidecar that created it
+  // stopped, or a new sidecar replaced it. Its blocks stay readable to those who have it mapped,
+  // but no other process will ever find what is stored in it from now on.
+  bool retired() const;
   bool poison_freed() const { return poison_; }
   uint32_t event_capacity() const { return event_capacity_; }
   const shm::Segment& segment() const;

@@ -213,7 +213,14 @@ class KvTierClient {
   KvTierClient(const KvTierClient&) = delete;
   KvTierClient& operator=(const KvTierClient&) = delete;
 
+  // OK while the pool is live; FailedPrecondition once it was retired (SlotPool::retired: its
+  // sidecar stopped or was replaced by a new one), after which nothing stored in it is found
+  // by anyone else: open a new client. PrepareLoad, PrepareStore and Remove fail with this
+  // error on a retired pool, Lookup and Touch find nothing; handles prepared before finish.
+  Status CheckPool() const;
+
   // The number of leading keys stored (READY) now. Advisory: only PrepareLoad protects them.
+  // 0 on a retired pool.
   size_t Lookup(std::span<const PoolKey> keys);
 
   // Pins the blocks of keys[0, n). NotFound (nothing pinned) if any of them is no longer
@@ -257,7 +264,8 @@ class KvTierClient {
   // commit error (the other slots are still committed). Spends the handle.
   Status CompleteStore(StoreHandle& handle);
 
-  // Marks the stored keys among `keys` recently used. Returns how many were found.
+  // Marks the stored keys among `keys` recently used. Returns how many were found (0 on a
+  // retired pool).
   size_t Touch(std::span<const PoolKey> keys);
 
   // Removes a stored block (kRemoved event). NotFound if absent; FailedPrecondition if pinned

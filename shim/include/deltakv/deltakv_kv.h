@@ -55,6 +55,14 @@
  * client or its handles. A load or store handle is used by one thread at a time (query and
  * wait included). The key functions are pure and thread-safe.
  *
+ * The pool's lifetime: the pool lives as long as its sidecar. When the sidecar stops (its pool
+ * is removed) or a new sidecar replaces it (a restart creates a new, empty pool under the same
+ * name), a client opened on the old pool keeps it mapped but is told: deltakv_kv_lookup,
+ * deltakv_kv_touch, deltakv_kv_remove, deltakv_kv_prepare_load and deltakv_kv_prepare_store fail
+ * with DELTAKV_ERR_FAILED_PRECONDITION ("... was removed or replaced ..."), so nothing is stored
+ * where no other process will find it. Handles prepared before finish as usual. Close the
+ * client and open a new one once the sidecar is back.
+ *
  * fork(): a client belongs to the process that opened it. In a child forked after it was
  * opened, every call on it and its handles fails with DELTAKV_ERR_FAILED_PRECONDITION, and
  * closing or freeing them there releases only the child's copy of the wrappers (the parent's

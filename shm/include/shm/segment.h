@@ -34,7 +34,7 @@ namespace deltakv::shm {
 
 // Layout version of every structure in shm/ (headers, control block, rings, arenas). Bump it on
 // any change to a byte offset or meaning; processes built with different values refuse to attach.
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
 
 // The 8 characters of `text` read as a little-endian u64 (how magics appear in a hex dump).
 constexpr uint64_t MagicFromText(const char (&text)[9]) {
@@ -64,7 +64,10 @@ struct SegmentHeader {
   uint32_t header_size;          // sizeof(SegmentHeader) == 64
   uint32_t creator_pid;          // pid of the process that created the segment
   uint64_t created_realtime_ns;  // CLOCK_REALTIME at creation; informational
-  uint8_t reserved[24];          // zero
+  // 0 while the segment's name refers to it; set to 1 (release) before the name is removed or
+  // handed to a new segment (Retire), so processes that keep it mapped can tell it is gone.
+  std::atomic<uint64_t> retired;
+  uint8_t reserved[16];  // zero
 };
 static_assert(sizeof(SegmentHeader) == 64);
 static_assert(offsetof(SegmentHeader, layout_version) == 8);
@@ -73,12 +76,14 @@ static_assert(offsetof(SegmentHeader, size) == 16);
 static_assert(offsetof(SegmentHeader, header_size) == 24);
 static_assert(offsetof(SegmentHeader, creator_pid) == 28);
 static_assert(offsetof(SegmentHeader, created_realtime_ns) == 32);
+static_assert(offsetof(SegmentHeader, retired) == 40);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<uint64_t>) == 8);
 
 enum class IfExists {
   kFail,     // Create returns FailedPrecondition when the name exists
-  kReplace,  // the caller has decided the existing segment is stale: unlink it, create anew
+  kReplace,  // the caller has decided the existing segment is stale: retire and unlink it,
+             // create anew
 };
 
 struct CreateOptions {
@@ -117,8 +122,14 @@ class Segment {
   static StatusOr<Segment> Open(const std::string& name, SegmentKind kind,
                                 const OpenOptions& options = {});
 
-  // Removes the name. OK if it was removed, NotFound if it did not exist, IoError otherwise.
+  // Removes the name (retiring the segment it named first). OK if it was removed, NotFound if
+  // it did not exist, IoError otherwise.
   static Status Unlink(const std::string& name);
+  // Sets `retired` in the header of the published segment `name` names, if any: the processes
+  // that have it mapped see it retired. Does nothing for a missing, unpublished or foreign
+  // object. Every removal of a name by this class (Unlink, UnlinkWithPrefix, Create with
+  // kReplace, destruction with unlink_on_destroy) retires the segment first.
+  static void Retire(const std::string& name);
   static bool Exists(const std::string& name);
   // Names of the segments (Linux: entries of /dev/shm) that start with `prefix`, sorted.
   static std::vector<std::string> ListWithPrefix(std::string_view prefix);
@@ -138,6 +149,9 @@ class Segment {
   uint64_t size() const { return size_; }
   SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(data_); }
   std::span<uint8_t> bytes() const { return {data_, static_cast<size_t>(size_)}; }
+
+  // True once the segment was retired: its name was removed or now names another segment.
+  bool retired() const { return header()->retired.load(std::memory_order_acquire) != 0; }
 
   // Pointer to `length` bytes at `offset`, or nullptr if they are not inside the segment.
   uint8_t* At(uint64_t offset, uint64_t length) const;

@@ -136,6 +136,26 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
   http.max_body_bytes = o.max_body_bytes;
   http.scrub_rate_bytes_per_s = static_cast<uint64_t>(o.scrub_rate_gbps * 1e9);
 
+  sidecar::ShmExecutorOptions eo;
+  eo.shm_name = o.shm_name;
+  eo.decoder = o.decoder;
+  eo.state_dir = o.state_dir;
+  eo.plan_buffer_bytes = o.plan_buffer_bytes;
+  eo.decode_threads = static_cast<unsigned>(o.decode_threads);
+  eo.http = *http_store;
+  eo.volume_store = o.volume_store;
+  if (!o.group.empty() || !o.group_members.empty() || !o.node.empty() || !o.topology.empty()) {
+    auto group = GroupFrom(o, group_token);
+    if (!group.ok()) return ReportError("sidecar", group.status().WithPrefix("group"), false);
+    eo.group = std::move(group).value();
+    log::SetProcessField("node", o.node);
+    log::Info("group member",
+              {{"group", o.group}, {"members", o.group_members}, {"etcd", o.etcd_endpoints}});
+  }
+  auto executor = sidecar::ShmSyncExecutor::Create(eo);
+  if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
+  // The KV pool comes after the control block: creating it replaces a pool of the same name,
+  // so it must not happen before this sidecar knows no other one is alive on --shm-name.
   std::unique_ptr<sidecar::KvPoolOwner> kv_pool;
   if (o.kv_block_bytes > 0) {
     sidecar::KvPoolConfig kc;
@@ -160,24 +180,6 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
                                 {"block_bytes", kc.block_bytes},
                                 {"placement", p->placement().Describe()}});
   }
-  sidecar::ShmExecutorOptions eo;
-  eo.shm_name = o.shm_name;
-  eo.decoder = o.decoder;
-  eo.state_dir = o.state_dir;
-  eo.plan_buffer_bytes = o.plan_buffer_bytes;
-  eo.decode_threads = static_cast<unsigned>(o.decode_threads);
-  eo.http = *http_store;
-  eo.volume_store = o.volume_store;
-  if (!o.group.empty() || !o.group_members.empty() || !o.node.empty() || !o.topology.empty()) {
-    auto group = GroupFrom(o, group_token);
-    if (!group.ok()) return ReportError("sidecar", group.status().WithPrefix("group"), false);
-    eo.group = std::move(group).value();
-    log::SetProcessField("node", o.node);
-    log::Info("group member",
-              {{"group", o.group}, {"members", o.group_members}, {"etcd", o.etcd_endpoints}});
-  }
-  auto executor = sidecar::ShmSyncExecutor::Create(eo);
-  if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
   const sidecar::ShmSyncExecutor* control = executor->get();  // owned by the manager below
   std::vector<unsigned> serving = *cores;
   sidecar::SyncManagerOptions mo;
