@@ -781,8 +781,9 @@ int RunRank(const std::string& dir, uint32_t rank, uint32_t tp, uint32_t tp_worl
       // The scheduler loop: a "step", then the sync hook between steps.
       std::unique_lock<std::shared_mutex> step(g_serving);
       int32_t committed = 0;
-      if (deltakv_engine_poll(engine, &committed) != DELTAKV_OK) {
-        std::fprintf(stderr, "rank %u: poll: %s\n", rank, deltakv_last_error());
+      if (const deltakv_status st = deltakv_engine_poll(engine, &committed); st != DELTAKV_OK) {
+        std::fprintf(stderr, "rank %u: poll: %s: %s\n", rank, deltakv_status_name(st),
+                     deltakv_last_error());
       }
       step.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));

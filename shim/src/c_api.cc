@@ -6,7 +6,9 @@
 
 #include "c_abi.h"
 #include "deltakv/deltakv.h"
+#include "deltasync/engine_tensors.h"
 #include "engine.h"
+#include "shm/segment.h"
 
 struct deltakv_engine {
   explicit deltakv_engine(const deltakv_engine_params& p) : impl(p) {}
@@ -65,6 +67,13 @@ deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltak
                              " (expected 0 <= first_global_rank and first_global_rank + "
                              "world_size <= global_world_size)");
     }
+    // A bad name is refused now, not after start has retried it for attach_timeout_ms.
+    const std::string shm_name = p.shm_name != nullptr ? p.shm_name : "deltakv";
+    RETURN_IF_ERROR(deltakv::shm::Segment::ValidateName(shm_name).WithPrefix("params.shm_name"));
+    RETURN_IF_ERROR(
+        deltakv::shm::Segment::ValidateName(deltakv::deltasync::EngineTensorTableSegmentName(
+                                                shm_name, static_cast<uint32_t>(p.rank)))
+            .WithPrefix("params.shm_name (the rank's tensor table is named after it)"));
     *out = new deltakv_engine(p);
     return Status::Ok();
   });

@@ -518,26 +518,28 @@ StatusOr<Engine::CommitPause> Engine::ApplyCommit(PendingCommit& pc) {
   pause.start_unix_ns = unix_ns();
   auto t0 = Clock::now();
   if (!poll_mode_ && callbacks_.pause != nullptr && callbacks_.pause(callbacks_.user) != 0) {
-    return Internal("the engine's pause callback failed; weights unchanged (old version)");
+    return DataLoss("the engine's pause callback failed; weights unchanged (old version)");
   }
   Status s = backend_->CommitScatters(pc.prepared);
   if (!s.ok()) {
-    s = Internal("writing the staged bytes failed; weights are partly new: " + s.message());
+    s = DataLoss("writing the staged bytes failed; weights are partly new: " + s.message());
   }
   bool written = s.ok();
   if (written) {
     // The new bytes are in place: the rank serves the new version from here on, whatever the
     // derived-weights hook reports.
+    // Counter and id change under the id's lock, so a reader that sees the same counter
+    // before and after reading the id (which takes the lock) has read a matching pair.
+    std::lock_guard<std::mutex> lock(version_mu_);
     uint64_t v = policy_version_.fetch_add(1) + 1;
     handle_->SetLivePolicyVersion(v + 1);
-    std::lock_guard<std::mutex> lock(version_mu_);
     version_id_ = pc.version;
   }
   if (written && callbacks_.derived != nullptr) {
     for (const auto& [t, v] : pc.regions) {
       if (v.empty()) continue;  // kept from an earlier sync, not touched by this one
       if (callbacks_.derived(callbacks_.user, locals_[t].name.c_str(), v.data(), v.size()) != 0) {
-        s = Internal("the engine's derived-weights callback failed for '" + locals_[t].name +
+        s = DataLoss("the engine's derived-weights callback failed for '" + locals_[t].name +
                      "'; the weights are the new version, derived weights may be stale");
         break;
       }

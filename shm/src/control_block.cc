@@ -167,6 +167,13 @@ Status ControlBlock::BecomeSidecar() {
 
 Status ControlBlock::Adopt() {
   RETURN_IF_ERROR(BecomeSidecar());
+  // A COMMIT whose commit_sync_id store the previous instance did not live to make is
+  // completed first, so older syncs keep reading their decision right (ReadDecision).
+  const uint64_t decided = header_->decided.load(std::memory_order_acquire);
+  if ((decided & 1) != 0 &&
+      header_->commit_sync_id.load(std::memory_order_acquire) < decided >> 1) {
+    header_->commit_sync_id.store(decided >> 1, std::memory_order_release);
+  }
   // The sync the previous instance left undecided can never commit: say so explicitly, so a
   // rank that staged it drops it even if it missed the death of the previous sidecar.
   const uint64_t last = header_->last_sync_id.load(std::memory_order_acquire);
@@ -297,17 +304,34 @@ StatusOr<bool> ControlBlock::IsSuperseded() const {
 
 Decision ControlBlock::ReadDecision(uint64_t sync_id) const {
   if (sync_id == 0) return Decision::kPending;
-  if (header_->commit_sync_id.load(std::memory_order_acquire) == sync_id) return Decision::kCommit;
-  const uint64_t aborted = header_->abort_sync_id.load(std::memory_order_acquire);
-  if (aborted == sync_id) return Decision::kAbort;
+  const uint64_t decided = header_->decided.load(std::memory_order_acquire);
+  const uint64_t newest = decided >> 1;
+  if (newest == sync_id) return (decided & 1) != 0 ? Decision::kCommit : Decision::kAbort;
+  if (newest < sync_id) return Decision::kPending;
   // Syncs are decided in id order, one at a time: once a newer sync is decided, an older one
-  // that was not committed can never be (PROTOCOL.md §7.3). Re-read the commit word after the
-  // abort word, so a commit of `sync_id` stored before a later abort is not missed.
-  const uint64_t committed = header_->commit_sync_id.load(std::memory_order_acquire);
-  if (committed == sync_id) return Decision::kCommit;
-  if (committed > sync_id || aborted > sync_id) return Decision::kAbort;
-  return Decision::kPending;
+  // that was not committed can never be (PROTOCOL.md §7.3). commit_sync_id was stored before
+  // the newer decision (a sidecar that adopts repairs it first: Adopt).
+  return header_->commit_sync_id.load(std::memory_order_acquire) == sync_id ? Decision::kCommit
+                                                                            : Decision::kAbort;
 }
+
+namespace {
+
+// The CAS of `decided` to sync `sync_id` with outcome `commit`, from any smaller sync id.
+// Returns the word that decides `sync_id` or a newer sync: ours on success, else the one found.
+uint64_t ClaimDecision(std::atomic<uint64_t>& decided, uint64_t sync_id, bool commit) {
+  const uint64_t want = sync_id << 1 | (commit ? 1 : 0);
+  uint64_t seen = decided.load(std::memory_order_acquire);
+  while ((seen >> 1) < sync_id) {
+    if (decided.compare_exchange_weak(seen, want, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      return want;
+    }
+  }
+  return seen;
+}
+
+}  // namespace
 
 AwaitOutcome ControlBlock::AwaitDecision(uint64_t sync_id, std::chrono::nanoseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -320,9 +344,16 @@ AwaitOutcome ControlBlock::AwaitDecision(uint64_t sync_id, std::chrono::nanoseco
     Decision d = ReadDecision(sync_id);
     if (d != Decision::kPending) return decided(d);
     if (CheckSidecar().state != PeerState::kAlive || instance_generation() != generation) {
-      // Re-read after observing the death: a decision stored before it is visible now.
-      d = ReadDecision(sync_id);
-      return d != Decision::kPending ? decided(d) : AwaitOutcome::kSidecarDead;
+      // The sidecar is judged dead or replaced: this rank decides ABORT, unless a decision came
+      // first (the CAS fails then, and that decision stands). A sidecar that was only stalled
+      // and resumes can then no longer decide COMMIT for a sync its ranks have dropped.
+      const uint64_t word = ClaimDecision(header_->decided, sync_id, /*commit=*/false);
+      if (word == sync_id << 1) {
+        header_->decision_seq.fetch_add(1, std::memory_order_release);
+        FutexWakeAll(&header_->decision_seq);
+        return AwaitOutcome::kSidecarDead;
+      }
+      return decided(ReadDecision(sync_id));
     }
     auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::nanoseconds::zero()) return AwaitOutcome::kTimedOut;
@@ -358,27 +389,36 @@ Status ControlBlock::CheckMayDecide(uint64_t sync_id) const {
   return Status::Ok();
 }
 
-Status ControlBlock::DecideCommit(uint64_t sync_id) {
+Status ControlBlock::Decide(uint64_t sync_id, bool commit) {
   RETURN_IF_ERROR(CheckMayDecide(sync_id));
-  if (ReadDecision(sync_id) == Decision::kAbort) {
-    return FailedPrecondition("sync " + std::to_string(sync_id) +
-                              " was already aborted, or a newer sync was decided");
+  const uint64_t word = ClaimDecision(header_->decided, sync_id, commit);
+  if (word != (sync_id << 1 | (commit ? 1 : 0))) {
+    if ((word >> 1) != sync_id) {
+      return FailedPrecondition("sync " + std::to_string(sync_id) + ": a newer sync was decided");
+    }
+    if (commit) {
+      return FailedPrecondition("sync " + std::to_string(sync_id) +
+                                " was already aborted (by a rank that judged this sidecar dead, "
+                                "if this sidecar did not abort it)");
+    }
+    return FailedPrecondition("sync " + std::to_string(sync_id) + " was already committed");
   }
-  header_->commit_sync_id.store(sync_id, std::memory_order_release);
+  (commit ? header_->commit_sync_id : header_->abort_sync_id)
+      .store(sync_id, std::memory_order_release);
   header_->decision_seq.fetch_add(1, std::memory_order_release);
   FutexWakeAll(&header_->decision_seq);
   return Status::Ok();
 }
 
+Status ControlBlock::DecideCommit(uint64_t sync_id) { return Decide(sync_id, true); }
+
 Status ControlBlock::DecideAbort(uint64_t sync_id) {
-  RETURN_IF_ERROR(CheckMayDecide(sync_id));
-  if (header_->commit_sync_id.load(std::memory_order_acquire) == sync_id) {
-    return FailedPrecondition("sync " + std::to_string(sync_id) + " was already committed");
+  // Already aborted (a rank that judged this sidecar dead decided so) is what was asked.
+  if (ReadDecision(sync_id) == Decision::kAbort &&
+      (header_->decided.load(std::memory_order_acquire) >> 1) == sync_id) {
+    return CheckMayDecide(sync_id);
   }
-  header_->abort_sync_id.store(sync_id, std::memory_order_release);
-  header_->decision_seq.fetch_add(1, std::memory_order_release);
-  FutexWakeAll(&header_->decision_seq);
-  return Status::Ok();
+  return Decide(sync_id, false);
 }
 
 }  // namespace deltakv::shm

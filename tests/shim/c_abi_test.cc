@@ -137,6 +137,21 @@ TEST(CAbiTest, EngineParamsAreVersioned) {
   EXPECT_EQ(deltakv_engine_create(&p, &e), DELTAKV_ERR_INVALID_ARGUMENT);
   EXPECT_NE(LastError().find("rank 2 of world_size 2"), std::string::npos) << LastError();
   EXPECT_EQ(deltakv_engine_create(&p, nullptr), DELTAKV_ERR_INVALID_ARGUMENT);
+
+  // A shm_name no segment can have is refused at create, not after start's attach timeout.
+  const std::string too_long(195, 'a');  // fits, but "<name>.tensors.0" does not
+  for (const char* bad : {"bad/name", "", ".hidden", "sp ace", too_long.c_str()}) {
+    p = deltakv_engine_default_params();
+    p.shm_name = bad;
+    e = reinterpret_cast<deltakv_engine*>(&p);
+    EXPECT_EQ(deltakv_engine_create(&p, &e), DELTAKV_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(e, nullptr);
+    EXPECT_NE(LastError().find("shm_name"), std::string::npos) << LastError();
+  }
+  p = deltakv_engine_default_params();
+  p.shm_name = "my-sidecar.1";
+  ASSERT_EQ(deltakv_engine_create(&p, &e), DELTAKV_OK) << LastError();
+  deltakv_engine_free(e);
 }
 
 TEST(CAbiTest, CallbacksAreVersioned) {

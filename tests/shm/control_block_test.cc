@@ -550,6 +550,36 @@ TEST(ControlBlockTest, RestartedSidecarAdoptsAndRanksStayRegistered) {
   EXPECT_EQ(engine->CheckSidecar().state, PeerState::kProcessGone);
 }
 
+// A sidecar killed between its COMMIT's CAS of `decided` and its store of commit_sync_id: the
+// sidecar that adopts the segment completes the store, so the sync still reads as committed
+// once a newer sync is decided.
+TEST(ControlBlockTest, AdoptingSidecarCompletesAnInterruptedCommit) {
+  const std::string name = UniqueName("ctl");
+  ScopedUnlink cleanup(name);
+  Words words;
+  pid_t first = ForkChild([&] {
+    auto block = ControlBlock::Create(name, SmallOptions());
+    if (!block.ok()) return 1;
+    const uint64_t id = (*block)->AllocateSyncId();
+    Segment raw = Segment::Open(name, SegmentKind::kControl).value();
+    auto* control = reinterpret_cast<ControlHeader*>(raw.data() + kControlHeaderOffset);
+    control->decided.store(id << 1 | 1);  // the CAS made, commit_sync_id not yet stored
+    words.Set(0, static_cast<uint32_t>(id));
+    pause();
+    return 0;
+  });
+  ASSERT_TRUE(words.AwaitNonzero(0));
+  const uint64_t committed = words[0].load();
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_EQ(WaitChild(first), 128 + SIGKILL);
+  auto second = ControlBlock::Create(name, SmallOptions()).value();  // adopts
+  EXPECT_EQ(second->ReadDecision(committed), Decision::kCommit);
+  const uint64_t next = second->AllocateSyncId();
+  ASSERT_TRUE(second->DecideAbort(next).ok());
+  EXPECT_EQ(second->ReadDecision(committed), Decision::kCommit);
+  EXPECT_EQ(second->ReadDecision(next), Decision::kAbort);
+}
+
 TEST(ControlBlockTest, LiveSidecarCannotBeReplaced) {
   const std::string name = UniqueName("ctl");
   ScopedUnlink cleanup(name);
@@ -571,6 +601,37 @@ TEST(ControlBlockTest, LiveSidecarCannotBeReplaced) {
 }
 
 // A sidecar that was stalled while another took over must not decide anything any more.
+// A sidecar stopped past the stale threshold while a rank waits for the decision: the rank
+// decides ABORT itself and drops the sync, so the resumed sidecar can no longer decide COMMIT
+// (it would commit a sync no rank holds any more); its own ABORT is accepted.
+TEST(ControlBlockTest, RankThatJudgedTheSidecarDeadDecidesAbortForAResumedSidecar) {
+  const std::string name = UniqueName("ctl");
+  ScopedUnlink cleanup(name);
+  Words words;
+  pid_t sidecar = ForkChild([&] {
+    auto block = ControlBlock::Create(name, SmallOptions());
+    if (!block.ok()) return 1;
+    const uint64_t id = (*block)->AllocateSyncId();
+    words.Set(0, static_cast<uint32_t>(id));
+    raise(SIGSTOP);  // stalled (throttled, paused in a debugger) until the rank gave up
+    Status commit = (*block)->DecideCommit(id);
+    if (commit.ok()) return 3;
+    if (commit.message().find("already aborted") == std::string::npos) return 4;
+    if ((*block)->ReadDecision(id) != Decision::kAbort) return 5;
+    if (!(*block)->DecideAbort(id).ok()) return 6;
+    return 0;
+  });
+  ASSERT_TRUE(words.AwaitNonzero(0));
+  const uint64_t id = words[0].load();
+  auto engine = ControlBlock::Attach(name).value();
+  EXPECT_EQ(engine->AwaitDecision(id, 60s), AwaitOutcome::kSidecarDead);
+  EXPECT_EQ(engine->ReadDecision(id), Decision::kAbort);
+  // A second rank waiting on the same sync sees the abort the first one decided.
+  EXPECT_EQ(engine->AwaitDecision(id, 1s), AwaitOutcome::kAbort);
+  kill(sidecar, SIGCONT);
+  EXPECT_EQ(WaitChild(sidecar), 0);
+}
+
 TEST(ControlBlockTest, SupersededSidecarCannotDecide) {
   const std::string name = UniqueName("ctl");
   ScopedUnlink cleanup(name);

@@ -710,8 +710,11 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
             framing = ("Transfer-Encoding: chunked\r\n" if chunked
                        else f"Content-Length: {len(body)}\r\n")
             sock.sendall(f"{head}\r\nHost: x\r\n{auth}{framing}\r\n".encode())
-            sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if chunked else body)
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            try:
+                sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if chunked else body)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the sidecar answered and closed the connection before all was sent
             out = b""
             try:
                 while chunk := sock.recv(65536):
@@ -1036,6 +1039,9 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(c.rank_state(0)["engine_state"], 6)
         self.assertEqual({r["version"] for r in c.status()["ranks"]}, {"v2"})
         c.assert_serves(self, self.t("v2"))
+        # deltakv_engine_poll said so with DATA_LOSS (a failed commit), not INTERNAL (a bug).
+        log = read(os.path.join(c.tmp, "engine.log"), "r")
+        self.assertIn("rank 0: poll: DATA_LOSS: ", log)
 
     def test_rank_killed_after_the_commit_decision_is_diverged(self):
         c = self.cluster(tp=2)
@@ -1063,6 +1069,51 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         dead = [r for r in st["ranks"] if r["rank"] == 1]
         self.assertTrue(not dead or not dead[0]["alive"], st["ranks"])
         self.assertIn('deltakv_syncs_total{result="diverged"} 1', c.metrics())
+
+    def staged_then(self, c, act):
+        """Starts v1 -> v2 with the sidecar held 3 s after every rank reported STAGED, runs
+        act() in that window and returns the sync's record."""
+        c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:3000"})
+        sid = c.sync("v2", self.t("d12"))
+        deadline = time.time() + 30
+        while http("GET", f"{c.url}/v1/syncs/{sid}")[1]["state"] != "staged":
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.01)
+        act()
+        return c.wait(sid)
+
+    def test_rank_that_dies_after_staging_aborts_the_sync(self):
+        c = self.cluster(tp=2)
+        before = c.answers()
+        victim = [r for r in c.status()["ranks"] if r["rank"] == 1][0]["pid"]
+        rec = self.staged_then(c, lambda: os.kill(victim, signal.SIGKILL))
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("engine rank 1", rec["error"])
+        self.assertIn("died", rec["error"])
+        # The survivor dropped the sync: old answers, no policy change, and syncs go on.
+        self.assertEqual(c.rank_state(0)["answer"], before[0])
+        self.assertEqual(c.rank_state(0)["policy_version"], 0)
+        self.assertFalse(c.status().get("diverged"), c.status())
+
+    def test_sidecar_stalled_past_the_stale_threshold_after_staging_aborts(self):
+        c = self.cluster(tp=2)
+        before = c.answers()
+
+        def stall():
+            c.sidecar.send_signal(signal.SIGSTOP)  # the ranks judge it dead within ~1 s
+            time.sleep(2.5)
+            c.sidecar.send_signal(signal.SIGCONT)
+
+        rec = self.staged_then(c, stall)
+        self.assertEqual(rec["state"], "aborted", rec)
+        self.assertIn("cannot decide COMMIT", rec["error"])
+        self.assertLess(rec["total_ms"], 20000, rec)  # not the 120 s commit timeout
+        self.assertEqual(c.answers(), before)
+        self.assertFalse(c.status().get("diverged"), c.status())
+        # Nothing to verify: the next sync runs and goes live.
+        rec = c.wait(c.sync("v2", self.t("d12")))
+        self.assertEqual(rec["state"], "live", rec)
+        c.assert_serves(self, self.t("v2"))
 
     def test_rank_stopped_mid_sync_is_noticed_by_its_heartbeat(self):
         c = self.cluster(tp=2)

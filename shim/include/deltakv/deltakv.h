@@ -146,7 +146,9 @@ static inline deltakv_callbacks deltakv_default_callbacks(void) {
 /* Creates a handle. Nothing is attached until deltakv_engine_start. NULL params = the defaults.
  * INVALID_ARGUMENT for a bad struct_size (deltakv_base.h), world_size <= 0, a rank outside
  * [0, world_size), global_world_size < 0, or (global_world_size > 0) a slice
- * [first_global_rank, + world_size) outside [0, global_world_size). *out is NULL on failure. */
+ * [first_global_rank, + world_size) outside [0, global_world_size), or a shm_name that is not
+ * a segment name (1-200 characters of [A-Za-z0-9._-], not starting with '.', leaving room for
+ * the rank's tensor table "<shm_name>.tensors.<rank>"). *out is NULL on failure. */
 deltakv_status deltakv_engine_create(const deltakv_engine_params* params, deltakv_engine** out);
 void deltakv_engine_free(deltakv_engine* engine);
 
@@ -172,10 +174,16 @@ deltakv_status deltakv_engine_set_callbacks(deltakv_engine* engine, const deltak
 deltakv_status deltakv_engine_start(deltakv_engine* engine);
 
 /* Poll mode: applies a pending commit, if any. On success *committed (may be NULL) is 1 if a
- * commit was applied, else 0; on failure it is not written. */
+ * commit was applied, else 0; on failure it is not written. DATA_LOSS if the commit failed
+ * after the COMMIT decision: writing the staged bytes failed (weights partly new) or the
+ * derived callback failed (weights new, derived weights may be stale); the handle is then
+ * DIVERGED and the message says which. */
 deltakv_status deltakv_engine_poll(deltakv_engine* engine, int32_t* committed);
 
-/* The policy version counter the engine serves now (starts at 0, +1 per commit; 0 for NULL). */
+/* The policy version counter the engine serves now (starts at 0, +1 per commit; 0 for NULL).
+ * A commit changes the counter and the version id together: a thread that reads the counter,
+ * then deltakv_engine_version_id, then the counter again, and sees the same counter both times,
+ * has read the id that goes with it. */
 uint64_t deltakv_engine_policy_version(const deltakv_engine* engine);
 /* The version id string the engine serves now ("" for NULL). The string is a copy owned by the
  * calling thread, valid until that thread calls this function again. */

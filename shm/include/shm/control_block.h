@@ -4,15 +4,18 @@
 // The segment holds: the sidecar's identity (pid, start time, PID namespace and liveness token,
 // so ranks of another PID namespace can judge it) and heartbeat; an instance generation, bumped
 // each time a sidecar creates or adopts the segment; the two-phase-commit decision words
-// (commit_sync_id, abort_sync_id, and the futex word decision_seq); and a fixed array of rank
+// (decided, commit_sync_id, abort_sync_id, and the futex word decision_seq); and a fixed array
+// of rank
 // slots. Each slot holds a packed 64-bit state word {claim seq, state, rank, pid} that is only
 // ever changed by CAS (FREE → REGISTERING → ACTIVE → FREE), the rank's identity, heartbeat and
 // live policy version, its liveness token and PID namespace, and the offsets of its two rings:
 // commands (sidecar → rank) and responses (rank → sidecar).
 //
 // Who writes what: the sidecar writes the header, its heartbeat and the decision words; a rank
-// writes only the slot it has claimed (and resets that slot's rings while REGISTERING); anyone
-// may CAS a slot whose owner is dead back to FREE. There is no lock: a process that dies at any
+// writes only the slot it has claimed (and resets that slot's rings while REGISTERING), except
+// that a rank which judges the sidecar dead decides ABORT by the same CAS of `decided` the
+// sidecar decides with (and bumps decision_seq); anyone may CAS a slot whose owner is dead back
+// to FREE. There is no lock: a process that dies at any
 // point leaves either a slot that a liveness check reclaims or a decision that is already
 // complete.
 //
@@ -75,13 +78,17 @@ struct ControlHeader {
   std::atomic<uint64_t> instance_generation;  // bumped on every create/adopt; never 0
   std::atomic<uint64_t> last_sync_id;         // highest sync id handed out
   std::atomic<uint64_t> sidecar_token_id;     // the sidecar's LivenessToken
-  // The 2PC decision, bytes 128-151. Release-stored by the sidecar, never cleared.
+  // The 2PC decision, bytes 128-151, and `decided` below. Never cleared.
   std::atomic<uint64_t> commit_sync_id;  // the most recent sync decided COMMIT
   std::atomic<uint64_t> abort_sync_id;   // the most recent sync decided ABORT
   std::atomic<uint32_t> decision_seq;    // futex word; bumped and woken on every decision
   uint32_t reserved2;                    // zero
   std::atomic<uint64_t> sidecar_pid_ns;  // the sidecar's PID namespace (SelfPidNamespace)
-  uint8_t reserved3[32];
+  // The newest decided sync and its outcome, (sync_id << 1) | commit; 0 = none. Every decision
+  // is one CAS of this word from a smaller sync id, by the sidecar (COMMIT or ABORT) or by a
+  // rank that judged the sidecar dead (ABORT): exactly one of them decides each sync.
+  std::atomic<uint64_t> decided;
+  uint8_t reserved3[24];
 };
 static_assert(sizeof(ControlHeader) == 192);
 static_assert(offsetof(ControlHeader, max_ranks) == 16);
@@ -98,6 +105,7 @@ static_assert(offsetof(ControlHeader, commit_sync_id) == 128);
 static_assert(offsetof(ControlHeader, abort_sync_id) == 136);
 static_assert(offsetof(ControlHeader, decision_seq) == 144);
 static_assert(offsetof(ControlHeader, sidecar_pid_ns) == 152);
+static_assert(offsetof(ControlHeader, decided) == 160);
 
 enum class SlotState : uint8_t { kFree = 0, kRegistering = 1, kActive = 2 };
 std::string_view SlotStateName(SlotState state);
@@ -283,13 +291,14 @@ class ControlBlock {
   // none; the rank should then Attach again and re-register. Error if the name cannot be read.
   StatusOr<bool> IsSuperseded() const;
 
-  // The decision for `sync_id` as of now (acquire): kCommit if commit_sync_id == sync_id;
-  // kAbort if abort_sync_id == sync_id, or if a newer sync has been decided either way (an older
-  // undecided sync can never be committed any more); kPending otherwise.
+  // The decision for `sync_id` as of now (acquire): the outcome `decided` records for it; for a
+  // sync older than the one `decided` names, kCommit if commit_sync_id == sync_id and kAbort
+  // otherwise (an older undecided sync can never be committed any more); kPending otherwise.
   Decision ReadDecision(uint64_t sync_id) const;
   // Waits (futex on decision_seq, in slices of at most 100 ms) until `sync_id` is decided, the
-  // sidecar is judged dead or replaced (kSidecarDead, returned only after re-reading the
-  // decision words, so a decision made before death wins), or `timeout` passes.
+  // sidecar is judged dead or replaced, or `timeout` passes. A rank that judges the sidecar dead
+  // decides ABORT itself (the CAS of `decided`, so a sidecar that was only stalled can no longer
+  // decide COMMIT): kSidecarDead then; a decision made first wins (kCommit or kAbort).
   AwaitOutcome AwaitDecision(uint64_t sync_id, std::chrono::nanoseconds timeout) const;
 
   // ----------------------------------------------------------------------- sidecar side
@@ -298,8 +307,10 @@ class ControlBlock {
   bool IsCurrentSidecar() const;
   // Hands out the next sync id (> every id handed out under this segment; never 0).
   uint64_t AllocateSyncId();
-  // Release-stores the decision and wakes every waiter. FailedPrecondition if sync_id is 0, was
-  // already decided the other way, or this process is no longer the current sidecar.
+  // Decides `sync_id` (the CAS of `decided`), release-stores commit_sync_id or abort_sync_id and
+  // wakes every waiter. FailedPrecondition if sync_id is 0, was already decided the other way
+  // (for COMMIT: also by a rank that judged this sidecar dead and decided ABORT), a newer sync
+  // was decided, or this process is no longer the current sidecar.
   Status DecideCommit(uint64_t sync_id);
   Status DecideAbort(uint64_t sync_id);
 
@@ -336,6 +347,7 @@ class ControlBlock {
   Status ValidateLayout() const;
   Status Adopt();
   Status CheckMayDecide(uint64_t sync_id) const;
+  Status Decide(uint64_t sync_id, bool commit);
   Status BecomeSidecar();
   // Starts the sidecar heartbeat, beating while this process is the current sidecar.
   void StartSidecarHeartbeat(std::chrono::nanoseconds period);

@@ -83,6 +83,8 @@ class ShmSyncExecutor::Job {
   // ---- shared by every kind of job
   Status AttachRanks();
   Status RankGone(uint32_t r) const;
+  // RankGone for every rank of the job: OK if all are alive.
+  Status RanksStillAlive() const;
   // A wait for every rank's `want` replies to this sync, failing when a rank is gone.
   CollectSpec RankReplies(shm::MessageType want, std::chrono::milliseconds timeout) {
     CollectSpec spec;

@@ -289,10 +289,21 @@ Status ShmSyncExecutor::Job::Stage() {
   return Status::Ok();
 }
 
+Status ShmSyncExecutor::Job::RanksStillAlive() const {
+  // A rank that died (or left its slot) after it reported STAGED holds nothing to commit: the
+  // sync aborts (PROTOCOL.md §8), as it does for a rank that dies before staging.
+  for (uint32_t r = 0; r < world_; ++r) RETURN_IF_ERROR(RankGone(r));
+  return Status::Ok();
+}
+
 Status ShmSyncExecutor::Job::Commit() {
   const auto t0 = Clock::now();
   const int64_t decided_ns = UnixNs();
-  RETURN_IF_ERROR(ex_.control_->DecideCommit(sync_id_));
+  // Fails when the sync was decided ABORT meanwhile: by the ranks, which judged this sidecar
+  // dead while it was stalled past the stale threshold and dropped the plan.
+  if (Status d = ex_.control_->DecideCommit(sync_id_); !d.ok()) {
+    return AbortAll(d.WithPrefix("cannot decide COMMIT"));
+  }
   SetState(SyncState::kCommitting);
   MaybeStall("committing");
   for (RankRun& rr : runs_) {
@@ -443,6 +454,7 @@ Status ShmSyncExecutor::Job::RunSync() {
   if (s.ok()) s = Decode();
   if (s.ok()) s = Stage();
   if (s.ok()) s = running();
+  if (s.ok()) s = RanksStillAlive();
   if (s.ok() && group != nullptr) s = GroupDecide(group_key);
   if (!s.ok()) return AbortAll(fail(s));
   if (group != nullptr) AwaitCommitPoint();
