@@ -195,7 +195,18 @@ class SidecarConfigTest(unittest.TestCase):
         self.refused({"kv_block_bytes": 4096, "kv_capacity_slots": 8, "kv_host_fraction": 0.25},
                      "both size the KV pool")
         self.refused({}, "both size the KV pool",
-                     flags=("--kv-capacity-slots", "8", "--kv-host-fraction", "0.1"))
+                     flags=("--kv-block-bytes", "4096", "--kv-capacity-slots", "8",
+                            "--kv-host-fraction", "0.1"))
+        # A pool size without a block size would be ignored: refused instead.
+        self.refused({}, "--kv-capacity-slots sizes a KV pool, which needs --kv-block-bytes",
+                     flags=("--kv-capacity-slots", "8"))
+        self.refused({"kv_host_fraction": 0.1},
+                     "--kv-host-fraction sizes a KV pool, which needs --kv-block-bytes")
+        # The ranges are the pool's own limits.
+        self.refused({}, "kv-block-bytes", flags=("--kv-block-bytes", str(2**30 + 1),
+                                                  "--kv-capacity-slots", "1"))
+        self.refused({}, "kv-capacity-slots", flags=("--kv-block-bytes", "4096",
+                                                     "--kv-capacity-slots", str(2**32 - 1)))
 
     def test_readme_table_is_the_code_table(self):
         table = subprocess.run([DELTAKV, "sidecar", "--config-keys-markdown"], capture_output=True,

@@ -22,6 +22,7 @@
 #include "log/log.h"
 #include "server/http_api.h"
 #include "server/peer_sync.h"
+#include "shm/segment.h"
 #include "sync/shm_executor.h"
 #include "sync/sync_manager.h"
 
@@ -152,6 +153,9 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
     log::Info("group member",
               {{"group", o.group}, {"members", o.group_members}, {"etcd", o.etcd_endpoints}});
   }
+  // A start that fails after it created the control block removes it again (it leaves nothing
+  // behind); one it adopted stays, as a stopped sidecar leaves it.
+  const bool control_existed = shm::Segment::Exists(o.shm_name);
   auto executor = sidecar::ShmSyncExecutor::Create(eo);
   if (!executor.ok()) return ReportError("sidecar", executor.status(), false);
   // The KV pool comes after the control block: creating it replaces a pool of the same name,
@@ -171,7 +175,13 @@ int RunSidecar(SidecarOpts& o, const CLI::App& cmd) {
       kc.numa_node = std::stoi(o.kv_numa_node);  // validated: at most 6 digits
     }
     auto pool = sidecar::KvPoolOwner::Create(kc);
-    if (!pool.ok()) return ReportError("sidecar", pool.status().WithPrefix("KV pool"), false);
+    if (!pool.ok()) {
+      if (!control_existed) {
+        executor->reset();
+        (void)shm::Segment::Unlink(o.shm_name);
+      }
+      return ReportError("sidecar", pool.status().WithPrefix("KV pool"), false);
+    }
     kv_pool = std::move(pool).value();
     sidecar::KvPoolOwner* p = kv_pool.get();
     http.metrics.push_back([p] { return p->Metrics(); });

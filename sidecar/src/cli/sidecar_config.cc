@@ -11,6 +11,7 @@
 #include "base/file_util.h"
 #include "base/host_port.h"
 #include "coord/peer_records.h"
+#include "kvtier/pool_layout.h"
 
 namespace deltakv::cli {
 
@@ -270,9 +271,10 @@ const std::vector<SidecarKey>& SidecarKeys() {
       {"port_file", K::kString, &O::port_file, "Write the bound port here (with listen HOST:0)"},
       {"kv_block_bytes", K::kUint, &O::kv_block_bytes,
        "Host KV tier: bytes per block slot (0 = no KV pool); pool '<shm_name>.kv'", 0,
-       double(uint64_t{1} << 40)},
-      {"kv_capacity_slots", K::kUint, &O::kv_capacity_slots, "Host KV tier: number of slots", 0,
-       double(uint64_t{1} << 40)},
+       double(kvtier::kMaxBlockBytes)},
+      {"kv_capacity_slots", K::kUint, &O::kv_capacity_slots,
+       "Host KV tier: number of slots (0: sized by kv_host_fraction)", 0,
+       double(kvtier::kMaxSlots)},
       {"kv_host_fraction", K::kNumber, &O::kv_host_fraction,
        "Host KV tier: size the pool as this fraction of usable host RAM (cgroup-aware)", 0, 1},
       {"kv_hugepages", K::kBool, &O::kv_hugepages,
@@ -535,6 +537,12 @@ Status ValidateSidecarOpts(const SidecarOpts& o, const std::set<std::string>& fr
       Status s = k.check(o);
       if (!s.ok()) return bad(s.message());
     }
+  }
+  // A pool's size without its block size would be ignored: no pool without kv_block_bytes.
+  if (o.kv_block_bytes == 0 && (o.kv_capacity_slots != 0 || o.kv_host_fraction != 0)) {
+    return InvalidArgument(
+        std::string(o.kv_capacity_slots != 0 ? "--kv-capacity-slots" : "--kv-host-fraction") +
+        " sizes a KV pool, which needs --kv-block-bytes (0: no KV pool)");
   }
   // The pool's size comes from one of the two, never both.
   if (o.kv_capacity_slots != 0 && o.kv_host_fraction != 0) {
