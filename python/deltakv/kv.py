@@ -11,7 +11,9 @@
 
 This is the C client (deltakv_kv.h) with the same rules: a stored block becomes visible only
 after its copy completed; handles and the client may be released in any order. The layout's
-arrays are kept alive by the client. Keys are numpy arrays of shape (n, 2), dtype uint64.
+arrays are kept alive by the client, and a layout whose blocks reach past one of its arrays is
+refused (InvalidArgumentError; a raw address is taken on trust). Keys are numpy arrays of shape
+(n, 2), dtype uint64.
 """
 from __future__ import annotations
 
@@ -102,15 +104,37 @@ def _rows(mem: Memory) -> Optional[Tuple[int, int]]:
     return int(shape[0]), nbytes // int(shape[0])
 
 
+def _check_extent(nbytes: Optional[int], num_blocks: Any, stride: Any, run: Any,
+                  what: str) -> None:
+    """InvalidArgumentError when the runs of `num_blocks` blocks (`run` bytes each, `stride`
+    apart; 0: `run`) reach past an array of `nbytes` bytes: a load would write past it. A raw
+    address (nbytes None) is taken on trust; the other layout errors are the library's."""
+    if nbytes is None:
+        return
+    try:
+        n, step, size = operator.index(num_blocks), operator.index(stride), operator.index(run)
+    except TypeError:
+        return
+    step = step or size
+    if n <= 0 or size <= 0 or step < size:
+        return
+    need = (n - 1) * step + size
+    if need > nbytes:
+        raise InvalidArgumentError(
+            f"{what}: {n} blocks of {size} bytes at a stride of {step} need {need} bytes, but "
+            f"the array has {nbytes}")
+
+
 def _layout_args(layout: Layout) -> Dict[str, Any]:
     args: Dict[str, Any] = dict(kind=0, num_blocks=0, layers=[], bytes_per_tensor=0, base=0,
                                 block_bytes=0, block_stride=0, pieces=[])
     keep: List[Any] = []
     if isinstance(layout, CrossLayer):
-        base, _n = _address(layout.memory)
+        base, nbytes = _address(layout.memory)
         rows = _rows(layout.memory)
         num_blocks = layout.num_blocks if layout.num_blocks is not None else (rows or (0, 0))[0]
         block_bytes = layout.block_bytes if layout.block_bytes is not None else (rows or (0, 0))[1]
+        _check_extent(nbytes, num_blocks, layout.block_stride, block_bytes, "CrossLayer memory")
         args.update(kind=_CROSS_LAYER, num_blocks=num_blocks, base=base, block_bytes=block_bytes,
                     block_stride=layout.block_stride)
         keep.append(layout.memory)
@@ -118,18 +142,31 @@ def _layout_args(layout: Layout) -> Dict[str, Any]:
         vs = list(layout.v) if layout.v is not None else [None] * len(layout.k)
         if len(vs) != len(layout.k):
             raise ValueError(f"{len(layout.k)} K tensors and {len(vs)} V tensors")
-        layers = []
-        for k, v in zip(layout.k, vs):
-            layers.append((_address(k)[0], 0 if v is None else _address(v)[0], layout.stride))
-            keep.extend([k, v])
         rows = _rows(layout.k[0]) if layout.k else None
-        args.update(kind=_PER_LAYER, layers=layers,
-                    num_blocks=layout.num_blocks if layout.num_blocks is not None
-                    else (rows or (0, 0))[0],
-                    bytes_per_tensor=layout.bytes_per_tensor if layout.bytes_per_tensor is not None
-                    else (rows or (0, 0))[1])
+        num_blocks = layout.num_blocks if layout.num_blocks is not None else (rows or (0, 0))[0]
+        bytes_per_tensor = (layout.bytes_per_tensor if layout.bytes_per_tensor is not None
+                            else (rows or (0, 0))[1])
+        layers = []
+        for i, (k, v) in enumerate(zip(layout.k, vs)):
+            addrs = []
+            for name, mem in ((f"k[{i}]", k), (f"v[{i}]", v)):
+                if mem is None:
+                    addrs.append(0)
+                    continue
+                address, nbytes = _address(mem)
+                _check_extent(nbytes, num_blocks, layout.stride, bytes_per_tensor,
+                              f"PerLayer {name}")
+                addrs.append(address)
+            layers.append((addrs[0], addrs[1], layout.stride))
+            keep.extend([k, v])
+        args.update(kind=_PER_LAYER, layers=layers, num_blocks=num_blocks,
+                    bytes_per_tensor=bytes_per_tensor)
     elif isinstance(layout, Pieces):
-        pieces = [(_address(m)[0], int(stride), int(nbytes)) for m, stride, nbytes in layout.pieces]
+        pieces = []
+        for i, (m, stride, nbytes) in enumerate(layout.pieces):
+            address, size = _address(m)
+            _check_extent(size, layout.num_blocks, stride, nbytes, f"Pieces piece {i}")
+            pieces.append((address, int(stride), int(nbytes)))
         keep.extend(m for m, _s, _b in layout.pieces)
         args.update(kind=_PIECES, pieces=pieces, num_blocks=layout.num_blocks)
     else:

@@ -187,3 +187,35 @@ def test_opening_errors(sidecar_factory):
     with pytest.raises(deltakv.UnimplementedError):
         deltakv.KvClient(deltakv.CrossLayer(np.zeros((2, BLOCK), np.uint8)), pool_name=s.pool,
                          copy_backend="cuda")
+
+
+def test_layout_reaching_past_its_arrays_is_refused():
+    # A layout whose blocks lie past the end of one of its arrays would let a load write past
+    # it: refused before the pool is opened (this pool does not exist), naming the array.
+    no_pool = "deltakv-py-no-such-pool.kv"
+    mem = np.zeros((8, BLOCK), np.uint8)
+    small = np.zeros((2, BLOCK // 8), np.uint8)
+    big = np.zeros((8, BLOCK // 8), np.uint8)
+    refused = [
+        (deltakv.CrossLayer(mem, num_blocks=1_000_000), "CrossLayer memory"),
+        (deltakv.CrossLayer(mem, num_blocks=9), "CrossLayer memory"),
+        (deltakv.CrossLayer(mem, block_stride=2 * BLOCK), "CrossLayer memory"),
+        (deltakv.PerLayer(k=[big, small], v=[big.copy(), big.copy()]), r"PerLayer k\[1\]"),
+        (deltakv.PerLayer(k=[big, big.copy()], v=[big.copy(), small]), r"PerLayer v\[1\]"),
+        (deltakv.PerLayer(k=[big], num_blocks=9), r"PerLayer k\[0\]"),
+        (deltakv.Pieces([(mem, BLOCK, BLOCK)], num_blocks=9), "Pieces piece 0"),
+    ]
+    for layout, what in refused:
+        with pytest.raises(deltakv.InvalidArgumentError, match=what + ".*bytes, but the array"):
+            deltakv.KvClient(layout, pool_name=no_pool)
+    fits = [
+        deltakv.CrossLayer(mem),
+        deltakv.CrossLayer(mem, num_blocks=4, block_stride=2 * BLOCK),
+        deltakv.CrossLayer(mem.ctypes.data, num_blocks=1_000_000, block_bytes=BLOCK),  # trusted
+        deltakv.PerLayer(k=[big, big.copy()], v=[big.copy(), None]),
+        deltakv.Pieces([(mem, BLOCK, BLOCK)], num_blocks=8),
+    ]
+    for layout in fits:
+        with pytest.raises(deltakv.NotFoundError):
+            deltakv.KvClient(layout, pool_name=no_pool)
+
