@@ -95,12 +95,15 @@ class Pieces:
 Layout = Union[CrossLayer, PerLayer, Pieces]
 
 
-def _rows(mem: Memory) -> Optional[Tuple[int, int]]:
+def _rows(mem: Memory, what: str) -> Optional[Tuple[int, int]]:
+    """(rows, bytes per row) of an array; None for a raw address. InvalidArgumentError for an
+    array without rows: it has no block to copy into."""
     if isinstance(mem, (int, np.integer)):
         return None
     _ptr, nbytes, shape, _dtype, _device = _native.array_info(mem)
     if not shape or shape[0] == 0:
-        return None
+        raise InvalidArgumentError(f"{what}: the array of shape {tuple(shape)} has no blocks "
+                                   "(it needs at least one row)")
     return int(shape[0]), nbytes // int(shape[0])
 
 
@@ -131,7 +134,7 @@ def _layout_args(layout: Layout) -> Dict[str, Any]:
     keep: List[Any] = []
     if isinstance(layout, CrossLayer):
         base, nbytes = _address(layout.memory)
-        rows = _rows(layout.memory)
+        rows = _rows(layout.memory, "CrossLayer memory")
         num_blocks = layout.num_blocks if layout.num_blocks is not None else (rows or (0, 0))[0]
         block_bytes = layout.block_bytes if layout.block_bytes is not None else (rows or (0, 0))[1]
         _check_extent(nbytes, num_blocks, layout.block_stride, block_bytes, "CrossLayer memory")
@@ -142,7 +145,7 @@ def _layout_args(layout: Layout) -> Dict[str, Any]:
         vs = list(layout.v) if layout.v is not None else [None] * len(layout.k)
         if len(vs) != len(layout.k):
             raise ValueError(f"{len(layout.k)} K tensors and {len(vs)} V tensors")
-        rows = _rows(layout.k[0]) if layout.k else None
+        rows = _rows(layout.k[0], "PerLayer k[0]") if layout.k else None
         num_blocks = layout.num_blocks if layout.num_blocks is not None else (rows or (0, 0))[0]
         bytes_per_tensor = (layout.bytes_per_tensor if layout.bytes_per_tensor is not None
                             else (rows or (0, 0))[1])

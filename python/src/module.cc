@@ -117,6 +117,10 @@ std::optional<std::string> DTypeNameOf(const nb::dlpack::dtype& d) {
 }
 
 bool IsCContiguous(const AnyArray& a) {
+  // An array without elements is contiguous whatever its strides (numpy gives it strides 0).
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    if (a.shape(i) == 0) return true;
+  }
   int64_t want = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != want) return false;
@@ -518,9 +522,17 @@ Owned<uint64_t> ChainKeys(const KeyContextArgs& ctx, U32Array tokens, uint32_t b
   return ToNumpy(std::move(out), n, 2);
 }
 
+// The longest engine hash deltakv_kv_engine_hash_keys takes (deltakv_kv.h, docs/KEYS.md §5).
+constexpr size_t kMaxEngineHashBytes = 256;
+
 Owned<uint64_t> EngineHashKeys(const KeyContextArgs& ctx, nb::bytes hashes, size_t hash_bytes) {
   const deltakv_kv_key_context c = ctx.ToC();
-  if (hash_bytes == 0 || hashes.size() % hash_bytes != 0) {
+  if (hash_bytes == 0 || hash_bytes > kMaxEngineHashBytes) {
+    Raise(DELTAKV_ERR_INVALID_ARGUMENT, "an engine hash is 1 to " +
+                                            std::to_string(kMaxEngineHashBytes) +
+                                            " bytes long, not " + std::to_string(hash_bytes));
+  }
+  if (hashes.size() % hash_bytes != 0) {
     Raise(DELTAKV_ERR_INVALID_ARGUMENT, std::to_string(hashes.size()) +
                                             " bytes of hashes are not a multiple of hash_bytes " +
                                             std::to_string(hash_bytes));

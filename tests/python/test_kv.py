@@ -219,3 +219,14 @@ def test_layout_reaching_past_its_arrays_is_refused():
         with pytest.raises(deltakv.NotFoundError):
             deltakv.KvClient(layout, pool_name=no_pool)
 
+
+def test_messages_name_what_is_wrong():
+    with pytest.raises(deltakv.InvalidArgumentError, match=r"shape \(0, 4096\) has no blocks"):
+        deltakv.KvClient(deltakv.CrossLayer(np.zeros((0, BLOCK), np.uint8)),
+                         pool_name="deltakv-py-no-such-pool.kv")
+    ctx = deltakv.KeyContext()
+    for hashes, hash_bytes in (([b""], None), ([b"\x01" * 257], None), (b"", 0)):
+        with pytest.raises(deltakv.InvalidArgumentError, match="1 to 256 bytes long, not"):
+            deltakv.engine_hash_keys(ctx, hashes, hash_bytes)
+    assert deltakv.engine_hash_keys(ctx, [b"\x01" * 256]).shape == (1, 2)
+    assert deltakv.engine_hash_keys(ctx, [b"\x01"]).shape == (1, 2)
