@@ -515,7 +515,11 @@ void Replay::Step() {
   }
   now_ += cost_.StepSeconds(prefill, attn, decodes, decode_ctx);
   ++res_.steps;
-  for (size_t i = 0; i < running_.size();) {
+  // Finished requests leave without reordering the rest: the prefill budget goes to running
+  // requests in admission order (FCFS), so the oldest prefill always advances and no request
+  // starves behind later ones.
+  size_t kept = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
     Running& r = *running_[i];
     bool done = false;
     if (r.phase == Phase::kDecode) {
@@ -532,12 +536,12 @@ void Replay::Step() {
     }
     if (done) {
       FinishRequest(r);
-      running_[i] = std::move(running_.back());
-      running_.pop_back();
     } else {
-      ++i;
+      if (kept != i) running_[kept] = std::move(running_[i]);
+      ++kept;
     }
   }
+  running_.resize(kept);
 }
 
 void Replay::FinishRequest(Running& r) {
@@ -598,7 +602,8 @@ Status Replay::Run() {
       }
     }
     if (o_.progress && end_t_ != kNever) {
-      const double f = std::clamp(1.0 - (end_t_ - now_) / o_.duration_s, 0.0, 1.0);
+      // 100 % only once the requests in flight at the end have finished too.
+      const double f = std::clamp(1.0 - (end_t_ - now_) / o_.duration_s, 0.0, 0.99);
       if (f - last_progress >= 0.01) {
         o_.progress(f);
         last_progress = f;

@@ -8,8 +8,8 @@ import argparse, glob, json, os, re, subprocess, sys, tempfile, unittest
 DELTAKV = None
 
 
-def run(*args, expect=0):
-    p = subprocess.run([DELTAKV, *args], capture_output=True, text=True)
+def run(*args, expect=0, timeout=None):
+    p = subprocess.run([DELTAKV, *args], capture_output=True, text=True, timeout=timeout)
     if p.returncode != expect:
         raise AssertionError(f"deltakv {' '.join(args)}: exit {p.returncode}, wanted {expect}\n"
                              f"stdout: {p.stdout}\nstderr: {p.stderr}")
@@ -143,6 +143,21 @@ class KvReplayCli(unittest.TestCase):
             p = run("bench", "agentx", "--synthetic", "2", flag, value, "--json", expect=1)
             self.assertIn(flag, p.stderr)
             self.assertEqual(p.stdout, "")
+
+    def test_regress_high_concurrency_finishes(self):
+        # Above about 1,400 lanes the long warmup prefills starved behind later requests (the
+        # prefill budget went to running requests in an order that finished ones reshuffled):
+        # the warmup never ended and the run never did either.
+        corpus = os.path.join(self.tmp.name, "cliff")
+        run("trace", "generate", "--out", corpus, "--traces", "4", "--scale", "0.1")
+        p = run("bench", "agentx", corpus, "--model", "qwen3-32b", "--node", "h200x8",
+                "--duration-s", "1", "--concurrency", "1500,5000", "--host-kv-gib", "0",
+                "--no-progress", "--json", timeout=120)
+        arms = lines(p.stdout)
+        self.assertEqual([a["concurrency"] for a in arms], [1500, 5000])
+        for a in arms:
+            self.assertEqual(a["warmup_requests"], a["concurrency"])
+            self.assertGreater(a["requests"], 0)
 
     def test_a_plot_that_cannot_be_written_fails_before_the_replay(self):
         # One answer, before any arm runs: the plot's directory is missing, or it is a directory.

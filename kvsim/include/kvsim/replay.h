@@ -32,6 +32,7 @@
 //     share one salt.
 //   - the run ends `duration_s` after the last warmup request finished: no request becomes
 //     ready after that, and those in flight finish.
+//   - each step's prefill budget goes to the running requests in admission order (FCFS).
 //   - a seed makes runs reproducible (the warmup draws; nothing else is random).
 //
 // Thread-safety: RunReplay may be called from several threads with distinct pool names.
@@ -81,8 +82,9 @@ struct ReplayOptions {
   uint32_t max_batched_tokens = 8192;   // tokens per engine step (prefill chunks + decodes)
   uint32_t max_running = 512;           // requests admitted at once
   std::string pool_name;  // shared-memory name of the pool; "" = "deltakv-replay-<pid>-<n>"
-  // Called now and then with the fraction of the run done (simulated time), from the calling
-  // thread.
+  // Called now and then with the fraction of the run done (simulated time after the warmup;
+  // at most 0.99 until the requests in flight at the end have finished, then 1), from the
+  // calling thread.
   std::function<void(double)> progress;
   // When set, called for every request as it finishes, from the calling thread.
   std::function<void(const RequestRecord&)> on_request;
