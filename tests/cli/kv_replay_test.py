@@ -159,6 +159,13 @@ class KvReplayCli(unittest.TestCase):
             self.assertEqual(a["warmup_requests"], a["concurrency"])
             self.assertGreater(a["requests"], 0)
 
+    def test_regress_host_sizes_are_finite_and_in_range(self):
+        # inf and 1e300 ran a "gpu + host" arm without a host pool.
+        for size in ("inf", "1e300", "1e9.5", "1000000001", "-1", "nan"):
+            p = run("bench", "agentx", "--synthetic", "2", "--host-kv-gib", size, "--json",
+                    expect=2)
+            self.assertIn("0 to 1e9", json.loads(p.stdout)["error"]["message"])
+
     def test_a_plot_that_cannot_be_written_fails_before_the_replay(self):
         # One answer, before any arm runs: the plot's directory is missing, or it is a directory.
         for plot in (os.path.join(self.tmp.name, "no-dir", "p.svg"), self.tmp.name):

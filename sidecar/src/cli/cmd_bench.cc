@@ -106,9 +106,9 @@ void AddBenchCommands(CLI::App& app, int* rc) {
       ->delimiter(',')
       ->capture_default_str();
   ax->add_option("--host-kv-gib", o->host_sizes,
-                 "Host tier sizes per replica in GiB of real KV bytes ('auto': what the node "
-                 "has free; 'copy': what is left beside a CPU copy of the checkpoint); a "
-                 "gpu-only arm is always run first")
+                 "Host tier sizes per replica in GiB of real KV bytes (0 to 1e9; 'auto': what "
+                 "the node has free; 'copy': what is left beside a CPU copy of the checkpoint); "
+                 "a gpu-only arm is always run first")
       ->delimiter(',')
       ->capture_default_str();
   ax->add_option("--duration-s", o->duration_s, "Simulated seconds profiled after the warmup")

@@ -18,6 +18,9 @@ namespace deltakv::cli {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
+// The largest host tier size `bench agentx --host-kv-gib` takes (a finite number, as every
+// other GiB option's range ends at 1e9).
+constexpr double kMaxHostKvGib = 1e9;
 
 std::string Join(const std::vector<std::string>& v) {
   std::string s;
@@ -209,8 +212,8 @@ StatusOr<std::vector<double>> ResolveHostSizes(const std::vector<std::string>& s
     } else {
       char* end = nullptr;
       v = std::strtod(x.c_str(), &end);
-      if (end == x.c_str() || *end != '\0' || !(v >= 0)) {
-        return InvalidArgument("host size '" + x + "': expected GiB, 'auto' or 'copy'");
+      if (end == x.c_str() || *end != '\0' || !(v >= 0 && v <= kMaxHostKvGib)) {
+        return InvalidArgument("host size '" + x + "': expected GiB (0 to 1e9), 'auto' or 'copy'");
       }
     }
     if (v > 0 && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);

@@ -60,7 +60,8 @@ struct KvSetup {
 
 void AddKvSetupFlags(CLI::App* cmd, KvSetupFlags* f);
 StatusOr<KvSetup> ResolveKvSetup(const KvSetupFlags& f);
-// "0" is prepended; "auto" = the host KV budget without a CPU copy, "copy" = beside one.
+// "0" is prepended; "auto" = the host KV budget without a CPU copy, "copy" = beside one; a
+// number is GiB in [0, 1e9] (InvalidArgument for anything else, infinity and NaN included).
 StatusOr<std::vector<double>> ResolveHostSizes(const std::vector<std::string>& sizes,
                                                const KvSetup& s);
 // Tokens a host tier of `gib` GiB (real KV bytes, per replica) holds.
