@@ -25,6 +25,17 @@ uint64_t NextPow2(uint64_t v) {
   return p;
 }
 
+// v rounded down to a multiple of 1 / per (the tolerance keeps 0.29 from becoming 0.28).
+double FloorTo(double v, double per) { return std::floor(v * per * (1 + 1e-12)) / per; }
+
+// The largest power of two at most v (0 for 0).
+uint64_t PrevPow2(uint64_t v) { return v == 0 ? 0 : uint64_t{1} << (63 - __builtin_clzll(v)); }
+
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
 }  // namespace
 
 StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in) {
@@ -175,25 +186,64 @@ StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in) {
                      "of the memory available when the sidecar starts (after the engine "
                      "loaded); an estimate, the slot count above is exact"});
   {
-    const double gib = replica_bytes / kGiB;
+    // vLLM's allocation rounds each per-rank tensor up to a power of two: the setting is the
+    // largest whole GiB whose rounded tensors still fit this node's budget.
     const uint64_t tensors = uint64_t{m.kv_layers} * (m.attention == AttentionKind::kMla ? 1 : 2);
-    const uint64_t per_tensor = tensors ? replica_bytes / (uint64_t{p.tp} * tensors) : 0;
-    const double real = static_cast<double>(NextPow2(per_tensor)) * p.tp * tensors / kGiB;
-    p.flags.push_back({"vllm", "--kv-offloading-size " + Num(std::floor(gib), "%.0f"),
-                       "per replica (GiB, total over TP ranks)",
-                       "the allocation rounds each of its " + std::to_string(p.tp * tensors) +
-                           " per-rank tensors up to a power of two: " + Num(real) +
-                           " GiB really pinned for " + Num(gib) + " asked"});
+    const uint64_t replica_tensors = uint64_t{p.tp} * tensors;
+    const uint64_t node_tensors = ranks_here * tensors;
+    const uint64_t gib = static_cast<uint64_t>(kGiB);
+    auto tensor_bytes = [&](uint64_t size_gib) {  // one rounded tensor
+      return replica_tensors ? NextPow2(size_gib * gib / replica_tensors) : 0;
+    };
+    auto pinned_per_node = [&](uint64_t size_gib) { return tensor_bytes(size_gib) * node_tensors; };
+    const uint64_t whole = replica_bytes / gib;
+    uint64_t size = whole;
+    if (node_tensors != 0 && pinned_per_node(size) > p.host_kv_bytes) {
+      const uint64_t tensor = PrevPow2(p.host_kv_bytes / node_tensors);
+      size = std::min(size, SaturatingMul(tensor, replica_tensors) / gib);
+    }
+    const double pinned = static_cast<double>(tensor_bytes(size) * replica_tensors);
+    std::string note = "the allocation rounds each of its " + std::to_string(replica_tensors) +
+                       " per-rank tensors up to a power of two: " + Num(pinned / kGiB) +
+                       " GiB really pinned for " + Num(static_cast<double>(size)) + " asked";
+    if (size < whole) {
+      note += " (the pool's " + std::to_string(whole) + " GiB would pin " +
+              Num(static_cast<double>(pinned_per_node(whole)) / kGiB) + " GiB per node, over the " +
+              Num(p.host_kv_bytes / kGiB) + " GiB budget)";
+    }
+    p.flags.push_back({"vllm", "--kv-offloading-size " + std::to_string(size),
+                       "per replica (GiB, total over TP ranks)", note});
+    if (size == 0) {
+      if (whole > 0) {
+        p.warnings.push_back(
+            "vLLM: no whole GiB of --kv-offloading-size fits the host KV budget (" +
+            Num(p.host_kv_bytes / kGiB) +
+            " GiB per node) once each per-rank tensor rounds up to a power of two");
+      }
+    } else if (pinned_per_node(size) > std::min(p.host_kv_bytes, p.host_limit_bytes)) {
+      p.warnings.push_back("vLLM: --kv-offloading-size " + std::to_string(size) + " really pins " +
+                           Num(static_cast<double>(pinned_per_node(size)) / kGiB) +
+                           " GiB per node, more than the host KV budget (" +
+                           Num(p.host_kv_bytes / kGiB) + " GiB)");
+    }
   }
-  p.flags.push_back({"lmcache", "max_local_cpu_size: " + Num(rank_bytes / kGiB),
+  // Rounded down, so that no setting asks for more than the pool's share.
+  p.flags.push_back({"lmcache", "max_local_cpu_size: " + Num(FloorTo(rank_bytes / kGiB, 10)),
                      "per rank (GiB)", ""});
-  p.flags.push_back({"sglang", "--hicache-size " + Num(rank_bytes / 1e9, "%.0f"), "per rank (GB)",
-                     p.gpu_kv_bytes_per_gpu
-                         ? "or --hicache-ratio " +
-                               Num(static_cast<double>(rank_bytes) / p.gpu_kv_bytes_per_gpu,
-                                   "%.2f") +
-                               " (host pool over the device KV pool)"
-                         : ""});
+  const uint64_t hicache_gb = rank_bytes / 1'000'000'000;
+  std::string ratio;
+  if (p.gpu_kv_bytes_per_gpu) {
+    const double r = static_cast<double>(rank_bytes) / p.gpu_kv_bytes_per_gpu;
+    ratio = "or --hicache-ratio " + Num(FloorTo(r, 100), "%.2f") +
+            " (host pool over the device KV pool)";
+  }
+  p.flags.push_back(
+      {"sglang", "--hicache-size " + std::to_string(hicache_gb), "per rank (GB)", ratio});
+  if (hicache_gb == 0 && rank_bytes > 0) {
+    p.warnings.push_back("SGLang: the host KV per rank (" + Num(rank_bytes / 1e9, "%.2f") +
+                         " GB) rounds down to --hicache-size 0 (whole GB; 0 means the ratio "
+                         "decides): give --hicache-ratio instead");
+  }
   return p;
 }
 

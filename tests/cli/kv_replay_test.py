@@ -16,6 +16,10 @@ def run(*args, expect=0, timeout=None):
     return p
 
 
+def plan_json(*args):
+    return json.loads(run("plan", *args, "--json").stdout)["plan"]
+
+
 def lines(stdout):
     return [json.loads(l) for l in stdout.splitlines() if l.strip()]
 
@@ -165,6 +169,23 @@ class KvReplayCli(unittest.TestCase):
             p = run("bench", "agentx", "--synthetic", "2", "--host-kv-gib", size, "--json",
                     expect=2)
             self.assertIn("0 to 1e9", json.loads(p.stdout)["error"]["message"])
+
+    def test_regress_plan_sglang_size_fits_the_budget(self):
+        p = plan_json("--model", "kimi-k3", "--node", "gb300x4", "--host-ram-gib", "70")
+        setting = next(f["setting"] for f in p["flags"] if f["engine"] == "sglang")
+        self.assertEqual(setting, "--hicache-size 1")  # 1.61 GB per rank, rounded down
+        gb = int(setting.split()[1])
+        self.assertLessEqual(gb * 1e9 * p["ranks_per_node"], p["host_kv_budget_bytes_per_node"])
+
+    def test_regress_plan_vllm_setting_pins_within_the_budget(self):
+        # vLLM rounds each per-rank tensor up to a power of two: what the setting really pins
+        # fits the node.
+        p = plan_json()
+        vllm = next(f for f in p["flags"] if f["engine"] == "vllm")
+        pinned = float(re.search(r"([0-9.]+) GiB really pinned", vllm["note"]).group(1))
+        per_node = pinned / p["nodes_per_replica"] * p["replicas_per_node"] * 2**30
+        self.assertLessEqual(per_node, p["host_kv_bytes_per_node"])
+        self.assertEqual(vllm["setting"], "--kv-offloading-size 1536")
 
     def test_a_plot_that_cannot_be_written_fails_before_the_replay(self):
         # One answer, before any arm runs: the plot's directory is missing, or it is a directory.

@@ -239,6 +239,99 @@ TEST(Capacity, WarningsBeforeTheOomKiller) {
   EXPECT_FALSE(big->warnings.empty());
 }
 
+// The setting of one engine in a plan ("" when absent).
+std::string Setting(const CapacityPlan& p, const std::string& engine) {
+  for (const auto& f : p.flags) {
+    if (f.engine == engine) return f.setting;
+  }
+  return "";
+}
+
+bool Warns(const CapacityPlan& p, const std::string& needle) {
+  for (const auto& w : p.warnings) {
+    if (w.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// SGLang's --hicache-size was rounded to the nearest GB: 1.61 GB per rank became 2, 8 GB on
+// four ranks against a 6.44 GB budget.
+TEST(Capacity, RegressSglangHicacheSizeIsRoundedDown) {
+  CapacityInputs in;
+  in.model = *ModelPreset("kimi-k3");
+  in.node = *NodePreset("gb300x4");
+  in.host_ram_bytes = 70ull << 30;
+  auto p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok());
+  const uint64_t rank_bytes = p->host_kv_tokens * p->kv_bytes_per_token_per_rank;
+  EXPECT_EQ(rank_bytes / 1'000'000'000, 1u);  // 1.61 GB
+  EXPECT_EQ(Setting(*p, "sglang"), "--hicache-size 1");
+  EXPECT_FALSE(Warns(*p, "SGLang"));
+  // Under 1 GB per rank: 0, which SGLang reads as "the ratio decides"; the plan says so.
+  in.host_ram_bytes = 66ull << 30;
+  p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Setting(*p, "sglang"), "--hicache-size 0");
+  EXPECT_TRUE(Warns(*p, "--hicache-size 0"));
+}
+
+// vLLM pins each per-rank tensor rounded up to a power of two: the plan's setting must pin
+// no more than the node's host budget once rounded.
+TEST(Capacity, RegressVllmSettingPinsWithinTheBudget) {
+  struct Case {
+    const char* model;
+    const char* node;
+    uint64_t ram_gib;  // 0: the node's
+  };
+  for (const Case& c : {Case{"kimi-k3", "gb300x4", 0}, Case{"qwen3-32b", "h200x8", 0},
+                        Case{"llama-3.1-70b", "h200x8", 1000}, Case{"deepseek-v3", "b200x8", 0}}) {
+    SCOPED_TRACE(std::string(c.model) + " on " + c.node);
+    CapacityInputs in;
+    in.model = *ModelPreset(c.model);
+    in.node = *NodePreset(c.node);
+    if (c.ram_gib) in.host_ram_bytes = c.ram_gib << 30;
+    auto p = PlanCapacity(in);
+    ASSERT_TRUE(p.ok());
+    const std::string s = Setting(*p, "vllm");
+    ASSERT_EQ(s.rfind("--kv-offloading-size ", 0), 0u) << s;
+    const uint64_t size = std::stoull(s.substr(21));
+    const uint64_t tensors =
+        uint64_t{in.model.kv_layers} * (in.model.attention == AttentionKind::kMla ? 1 : 2);
+    auto pinned_per_node = [&](uint64_t gib) {
+      uint64_t t = 1;
+      while (t < (gib << 30) / (p->tp * tensors)) t <<= 1;
+      return t * tensors * p->ranks_per_node * p->replicas_per_node;
+    };
+    ASSERT_GT(size, 0u);
+    EXPECT_LE(pinned_per_node(size), p->host_kv_bytes);
+    // The largest such size up to the pool's share: one GiB more pins over the budget.
+    const uint64_t pool_gib =
+        p->slots / (p->ranks_per_node * p->replicas_per_node) * p->block_bytes * p->tp >> 30;
+    EXPECT_LE(size, pool_gib);
+    if (size < pool_gib) {
+      EXPECT_GT(pinned_per_node(size + 1), p->host_kv_bytes);
+    }
+    EXPECT_FALSE(Warns(*p, "vLLM"));
+  }
+  // The default plan of the report: 1,659 GiB would pin 3,072 (1,536 per tray, 894 GiB each).
+  CapacityInputs in;
+  in.model = *ModelPreset("kimi-k3");
+  in.node = *NodePreset("gb300x4");
+  auto p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Setting(*p, "vllm"), "--kv-offloading-size 1536");
+  // A budget under one rounded GiB: no size fits, and the plan warns.
+  in.host_ram_bytes = (64ull << 30) + (100ull << 20);
+  p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Setting(*p, "vllm"), "--kv-offloading-size 0");
+  EXPECT_FALSE(Warns(*p, "vLLM"));  // the pool itself is under one GiB: nothing was asked
+  in.host_ram_bytes = (64ull << 30) + (600ull << 20);
+  p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(Warns(*p, "vLLM: no whole GiB")) << Setting(*p, "vllm");
+}
+
 TEST(CostModel, RooflineFromPresets) {
   CostModelOptions o;
   o.tp = 8;
