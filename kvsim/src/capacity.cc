@@ -104,6 +104,11 @@ StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in) {
     p.gpu_kv_bytes_per_gpu = static_cast<uint64_t>(left);
     p.gpu_kv_tokens = p.gpu_kv_bytes_per_gpu / p.kv_bytes_per_token_per_rank;
   }
+  if (in.gpu_kv_tokens) {
+    p.gpu_kv_tokens = *in.gpu_kv_tokens;
+    p.gpu_kv_tokens_given = true;
+    p.gpu_kv_bytes_per_gpu = SaturatingMul(p.gpu_kv_tokens, p.kv_bytes_per_token_per_rank);
+  }
 
   // Host, per node.
   p.host_ram_bytes = in.host_ram_bytes ? in.host_ram_bytes : node.host_ram_bytes;
@@ -264,6 +269,7 @@ std::string CapacityPlanJson(const CapacityPlan& p) {
                       {"weight_bytes_per_gpu", p.weight_bytes_per_gpu},
                       {"gpu_kv_bytes_per_gpu", p.gpu_kv_bytes_per_gpu},
                       {"gpu_kv_tokens_per_replica", p.gpu_kv_tokens},
+                      {"gpu_kv_tokens_given", p.gpu_kv_tokens_given},
                       {"host_ram_bytes_per_node", p.host_ram_bytes},
                       {"host_limit_bytes_per_node", p.host_limit_bytes},
                       {"checkpoint_copy_bytes_per_node", p.checkpoint_copy_bytes},

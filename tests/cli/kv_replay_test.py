@@ -170,6 +170,21 @@ class KvReplayCli(unittest.TestCase):
                     expect=2)
             self.assertIn("0 to 1e9", json.loads(p.stdout)["error"]["message"])
 
+    def test_regress_plan_uses_given_gpu_kv_tokens(self):
+        # --gpu-kv-tokens is the plan's own figure too (and SGLang's ratio follows it).
+        p = plan_json("--gpu-kv-tokens", "1000")
+        self.assertEqual(p["gpu_kv_tokens_per_replica"], 1000)
+        self.assertTrue(p["gpu_kv_tokens_given"])
+        self.assertEqual(p["gpu_kv_bytes_per_gpu"], 1000 * p["kv_bytes_per_token_per_rank"])
+        sglang = next(f for f in p["flags"] if f["engine"] == "sglang")
+        rank_bytes = p["host_kv_tokens_per_replica"] * p["kv_bytes_per_token_per_rank"]
+        ratio = float(re.search(r"--hicache-ratio ([0-9.]+)", sglang["note"]).group(1))
+        self.assertAlmostEqual(ratio, rank_bytes / p["gpu_kv_bytes_per_gpu"], delta=0.01)
+        self.assertFalse(plan_json()["gpu_kv_tokens_given"])
+        text = run("plan", "--gpu-kv-tokens", "1000").stdout
+        self.assertIn("0.00M tokens per replica (given by --gpu-kv-tokens)", text)
+        run("plan", "--gpu-kv-tokens", "0", expect=1)
+
     def test_regress_plan_sglang_size_fits_the_budget(self):
         p = plan_json("--model", "kimi-k3", "--node", "gb300x4", "--host-ram-gib", "70")
         setting = next(f["setting"] for f in p["flags"] if f["engine"] == "sglang")

@@ -332,6 +332,35 @@ TEST(Capacity, RegressVllmSettingPinsWithinTheBudget) {
   EXPECT_TRUE(Warns(*p, "vLLM: no whole GiB")) << Setting(*p, "vllm");
 }
 
+// --gpu-kv-tokens reached the replays but not the plan's own GPU figures and SGLang's ratio.
+TEST(Capacity, RegressGivenGpuKvTokensAreThePlans) {
+  CapacityInputs in;
+  in.model = *ModelPreset("qwen3-32b");
+  in.node = *NodePreset("h200x8");
+  auto computed = PlanCapacity(in);
+  in.gpu_kv_tokens = 1000;
+  auto p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok() && computed.ok());
+  EXPECT_FALSE(computed->gpu_kv_tokens_given);
+  EXPECT_NE(computed->gpu_kv_tokens, 1000u);
+  EXPECT_EQ(p->gpu_kv_tokens, 1000u);
+  EXPECT_TRUE(p->gpu_kv_tokens_given);
+  EXPECT_EQ(p->gpu_kv_bytes_per_gpu, 1000 * p->kv_bytes_per_token_per_rank);
+  const uint64_t rank_bytes = p->host_kv_tokens * p->kv_bytes_per_token_per_rank;
+  const double ratio = std::floor(100.0 * rank_bytes / p->gpu_kv_bytes_per_gpu) / 100;
+  char want[64];
+  std::snprintf(want, sizeof want, "or --hicache-ratio %.2f ", ratio);
+  std::string note;
+  for (const auto& f : p->flags) {
+    if (f.engine == "sglang") note = f.note;
+  }
+  EXPECT_EQ(note.rfind(want, 0), 0u) << note;
+  auto j = nlohmann::json::parse(CapacityPlanJson(*p));
+  EXPECT_EQ(j["gpu_kv_tokens_per_replica"], 1000u);
+  EXPECT_EQ(j["gpu_kv_tokens_given"], true);
+  EXPECT_EQ(nlohmann::json::parse(CapacityPlanJson(*computed))["gpu_kv_tokens_given"], false);
+}
+
 TEST(CostModel, RooflineFromPresets) {
   CostModelOptions o;
   o.tp = 8;

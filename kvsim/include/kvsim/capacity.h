@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ struct CapacityInputs {
   uint64_t host_reserve_bytes = 64ull << 30;  // per node: OS, engine and sidecar processes
   double host_fraction = 1.0;             // of what is left, the share given to the KV pool
   uint32_t block_tokens = 64;             // tokens per pool block
+  // GPU KV capacity per replica in tokens, given instead of computed from the formula.
+  std::optional<uint64_t> gpu_kv_tokens;
 };
 
 struct EngineFlag {
@@ -56,8 +59,9 @@ struct CapacityPlan {
   uint64_t fixed_state_bytes = 0;            // per request (hybrid models)
   // GPU side.
   uint64_t weight_bytes_per_gpu = 0;
-  uint64_t gpu_kv_bytes_per_gpu = 0;
+  uint64_t gpu_kv_bytes_per_gpu = 0;  // given tokens: what they take on each GPU
   uint64_t gpu_kv_tokens = 0;  // per replica
+  bool gpu_kv_tokens_given = false;  // CapacityInputs::gpu_kv_tokens, not the formula
   // Host side, per node.
   uint64_t host_ram_bytes = 0;
   uint64_t host_limit_bytes = 0;         // min(RAM, container limit)
@@ -78,7 +82,7 @@ struct CapacityPlan {
 
 // InvalidArgument for a model without KV bytes, a node without GPUs or memory, tp that is not
 // a divisor or multiple of the node's GPUs, or fractions outside (0, 1]. A plan whose weights do
-// not fit on the GPUs is still returned, with gpu_kv_tokens 0 and a warning.
+// not fit on the GPUs is still returned, with a warning and gpu_kv_tokens 0 (or as given).
 StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in);
 
 // The plan as a one-line JSON object.

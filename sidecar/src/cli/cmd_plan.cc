@@ -39,9 +39,10 @@ void PrintPlan(const char* label, const kvsim::CapacityPlan& p, uint64_t copy_by
   if (p.fixed_state_bytes) {
     std::printf("  fixed per-request state: %.1f MiB\n", p.fixed_state_bytes / 1048576.0);
   }
-  std::printf("  GPU: weights %.1f GiB/GPU, KV %.1f GiB/GPU = %.2fM tokens per replica\n",
+  std::printf("  GPU: weights %.1f GiB/GPU, KV %.1f GiB/GPU = %.2fM tokens per replica%s\n",
               p.weight_bytes_per_gpu / kGiB, p.gpu_kv_bytes_per_gpu / kGiB,
-              static_cast<double>(p.gpu_kv_tokens) / 1e6);
+              static_cast<double>(p.gpu_kv_tokens) / 1e6,
+              p.gpu_kv_tokens_given ? " (given by --gpu-kv-tokens)" : "");
   std::printf(
       "  host per node: RAM %.0f GiB (limit %.0f), KV budget %.0f GiB without a CPU "
       "checkpoint copy, %.0f GiB beside one (copy %.0f GiB/node)\n",

@@ -21,6 +21,8 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 // The largest host tier size `bench agentx --host-kv-gib` takes (a finite number, as every
 // other GiB option's range ends at 1e9).
 constexpr double kMaxHostKvGib = 1e9;
+// The most --gpu-kv-tokens takes: a trillion tokens, far beyond any replica.
+constexpr uint64_t kMaxGpuKvTokens = 1'000'000'000'000;
 
 std::string Join(const std::vector<std::string>& v) {
   std::string s;
@@ -106,7 +108,8 @@ void AddKvSetupFlags(CLI::App* cmd, KvSetupFlags* f) {
   cmd->add_flag("--cpu-copy", f->cpu_copy,
                 "The engine keeps a CPU copy of its checkpoint in host RAM");
   cmd->add_option("--gpu-kv-tokens", f->gpu_kv_tokens,
-                  "GPU KV capacity per replica in tokens (default: from the formula)");
+                  "GPU KV capacity per replica in tokens (default: from the formula)")
+      ->check(CLI::Range(uint64_t{1}, kMaxGpuKvTokens));
   cmd->add_option("--sim-block-bytes", f->sim_block_bytes,
                   "Bytes per block copied in the replay's real pool (scaled down)")
       ->capture_default_str();
@@ -166,6 +169,7 @@ StatusOr<KvSetup> ResolveKvSetup(const KvSetupFlags& f) {
   in.host_reserve_bytes = static_cast<uint64_t>(f.host_reserve_gib * kGiB);
   in.cpu_checkpoint_copy = f.cpu_copy;
   in.block_tokens = s.corpus.traces.empty() ? 64 : s.corpus.traces[0].block_size;
+  in.gpu_kv_tokens = f.gpu_kv_tokens;
   if (f.detect_host) {
     if (f.host_ram_gib > 0 || f.container_limit_gib > 0) {
       return InvalidArgument("--detect-host and --host-ram-gib/--container-limit-gib exclude each other");
@@ -178,7 +182,7 @@ StatusOr<KvSetup> ResolveKvSetup(const KvSetupFlags& f) {
   ASSIGN_OR_RETURN(s.plan_copy, kvsim::PlanCapacity(alt));
   alt.cpu_checkpoint_copy = false;
   ASSIGN_OR_RETURN(s.plan_free, kvsim::PlanCapacity(alt));
-  s.gpu_kv_tokens = f.gpu_kv_tokens ? f.gpu_kv_tokens : s.plan.gpu_kv_tokens;
+  s.gpu_kv_tokens = s.plan.gpu_kv_tokens;  // --gpu-kv-tokens when given
   kvsim::CostModelOptions co;
   co.tp = s.plan.tp;
   co.kv_dtype = s.kv_dtype;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ struct KvSetupFlags {
   double host_reserve_gib = 64;
   bool cpu_copy = false;  // the engine keeps a CPU copy of its checkpoint
   bool detect_host = false;  // host RAM (hwloc), cgroup limit and /dev/shm of this machine
-  uint64_t gpu_kv_tokens = 0;  // override the GPU KV capacity
+  std::optional<uint64_t> gpu_kv_tokens;  // override the GPU KV capacity (at least 1)
   uint32_t sim_block_bytes = 256;
   uint64_t max_sim_mib = 4096;
   double prefill_mfu = 0.45;
