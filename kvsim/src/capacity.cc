@@ -111,8 +111,10 @@ StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in) {
   }
 
   // Host, per node.
-  p.host_ram_bytes = in.host_ram_bytes ? in.host_ram_bytes : node.host_ram_bytes;
-  if (p.host_ram_bytes == 0) return InvalidArgument("capacity: the node's host RAM is unknown");
+  p.host_ram_bytes = in.host_ram_bytes.value_or(node.host_ram_bytes);
+  if (!in.host_ram_bytes && p.host_ram_bytes == 0) {
+    return InvalidArgument("capacity: the node's host RAM is unknown");
+  }
   p.host_limit_bytes = in.container_limit_bytes ? std::min(in.container_limit_bytes, p.host_ram_bytes)
                                                 : p.host_ram_bytes;
   const uint64_t copy = m.weight_bytes / p.nodes_per_replica * p.replicas_per_node;

@@ -170,6 +170,17 @@ class KvReplayCli(unittest.TestCase):
                     expect=2)
             self.assertIn("0 to 1e9", json.loads(p.stdout)["error"]["message"])
 
+    def test_regress_plan_takes_zero_host_ram_and_refuses_zero_weights(self):
+        # 0 GiB of host RAM is a value, not "the preset's"; a checkpoint of 0 GiB is refused
+        # (the step model reads the weights), not replaced by the model's size.
+        p = plan_json("--host-ram-gib", "0")
+        self.assertEqual(p["host_ram_bytes_per_node"], 0)
+        self.assertEqual(p["pool"]["slots"], 0)
+        self.assertTrue(any("leaves no host memory" in w for w in p["warnings"]))
+        self.assertIn("--weights-gib", run("plan", "--weights-gib", "0", expect=1).stderr)
+        self.assertEqual(plan_json("--weights-gib", "8", "--tp", "8")["weight_bytes_per_gpu"],
+                         2**30)
+
     def test_regress_plan_uses_given_gpu_kv_tokens(self):
         # --gpu-kv-tokens is the plan's own figure too (and SGLang's ratio follows it).
         p = plan_json("--gpu-kv-tokens", "1000")

@@ -361,6 +361,24 @@ TEST(Capacity, RegressGivenGpuKvTokensAreThePlans) {
   EXPECT_EQ(nlohmann::json::parse(CapacityPlanJson(*computed))["gpu_kv_tokens_given"], false);
 }
 
+// 0 bytes of host RAM meant "the node's".
+TEST(Capacity, RegressZeroHostRamIsHonoured) {
+  CapacityInputs in;
+  in.model = *ModelPreset("qwen3-32b");
+  in.node = *NodePreset("h200x8");
+  in.host_ram_bytes = 0;
+  auto p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->host_ram_bytes, 0u);
+  EXPECT_EQ(p->host_kv_budget_bytes, 0u);
+  EXPECT_EQ(p->slots, 0u);
+  EXPECT_TRUE(Warns(*p, "leaves no host memory"));
+  in.host_ram_bytes.reset();
+  EXPECT_EQ(PlanCapacity(in)->host_ram_bytes, in.node.host_ram_bytes);
+  in.node.host_ram_bytes = 0;  // a node whose RAM nobody knows
+  EXPECT_FALSE(PlanCapacity(in).ok());
+}
+
 TEST(CostModel, RooflineFromPresets) {
   CostModelOptions o;
   o.tp = 8;

@@ -30,7 +30,7 @@ struct CapacityInputs {
   double gpu_memory_utilization = 0.9;    // fraction of HBM the engine may use
   uint64_t gpu_reserve_bytes = 4ull << 30;  // per GPU: activations, CUDA graphs, NCCL buffers
   bool cpu_checkpoint_copy = false;       // the engine keeps a copy of its weights in host RAM
-  uint64_t host_ram_bytes = 0;            // per node; 0 = the node's
+  std::optional<uint64_t> host_ram_bytes;  // per node; none = the node's (0 is none at all)
   uint64_t container_limit_bytes = 0;     // per node (memory limit of the pod); 0 = none
   uint64_t shm_bytes = 0;                 // size of /dev/shm on the node; 0 = unknown
   uint64_t host_reserve_bytes = 64ull << 30;  // per node: OS, engine and sidecar processes

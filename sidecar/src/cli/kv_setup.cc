@@ -38,7 +38,7 @@ Status DetectHost(kvsim::CapacityInputs* in) {
     return IoError("hwloc cannot read this machine's topology");
   }
   const hwloc_obj_t root = hwloc_get_root_obj(topo);
-  in->host_ram_bytes = root != nullptr ? root->total_memory : 0;
+  uint64_t ram = root != nullptr ? root->total_memory : 0;
   hwloc_topology_destroy(topo);
   // Some virtual machines hand memory to the guest outside the NUMA nodes hwloc sums; the
   // kernel's MemTotal counts it.
@@ -47,13 +47,14 @@ Status DetectHost(kvsim::CapacityInputs* in) {
     while (std::fgets(line, sizeof line, f) != nullptr) {
       unsigned long long kib = 0;
       if (std::sscanf(line, "MemTotal: %llu kB", &kib) == 1) {
-        in->host_ram_bytes = std::max<uint64_t>(in->host_ram_bytes, kib * 1024);
+        ram = std::max<uint64_t>(ram, kib * 1024);
         break;
       }
     }
     std::fclose(f);
   }
-  if (in->host_ram_bytes == 0) return IoError("hwloc reports no host memory");
+  if (ram == 0) return IoError("hwloc reports no host memory");
+  in->host_ram_bytes = ram;
   auto mem = kvtier::ProbeHostMemory();
   if (mem.ok() && mem->cgroup_limit != 0) in->container_limit_bytes = mem->cgroup_limit;
   struct statvfs st;
@@ -79,7 +80,7 @@ void AddKvSetupFlags(CLI::App* cmd, KvSetupFlags* f) {
       ->capture_default_str();
   cmd->add_option("--model-config", f->model_config, "A Hugging Face config.json instead");
   cmd->add_option("--weights-gib", f->weights_gib, "Checkpoint size (default: the model's)")
-      ->check(FiniteRange(0.0, 1e9));
+      ->check(FiniteRange(0.0, 1e9, /*lo_open=*/true));
   cmd->add_option("--node", f->node, "Node preset: " + Join(kvsim::NodePresetNames()))
       ->capture_default_str();
   cmd->add_option("--tp", f->tp, "GPUs per replica (default: the fewest whole nodes that hold "
@@ -150,7 +151,7 @@ StatusOr<KvSetup> ResolveKvSetup(const KvSetupFlags& f) {
   } else {
     ASSIGN_OR_RETURN(s.model, kvsim::ModelPreset(f.model));
   }
-  if (f.weights_gib > 0) s.model.weight_bytes = static_cast<uint64_t>(f.weights_gib * kGiB);
+  if (f.weights_gib) s.model.weight_bytes = static_cast<uint64_t>(*f.weights_gib * kGiB);
   ASSIGN_OR_RETURN(s.node, kvsim::NodePreset(f.node));
   s.kv_dtype = s.model.default_kv_dtype;
   if (!f.kv_dtype.empty()) {
@@ -164,14 +165,14 @@ StatusOr<KvSetup> ResolveKvSetup(const KvSetupFlags& f) {
   in.mla_replicated = !f.dcp;
   in.gpu_memory_utilization = f.gpu_memory_utilization;
   in.gpu_reserve_bytes = static_cast<uint64_t>(f.gpu_reserve_gib * kGiB);
-  in.host_ram_bytes = static_cast<uint64_t>(f.host_ram_gib * kGiB);
+  if (f.host_ram_gib) in.host_ram_bytes = static_cast<uint64_t>(*f.host_ram_gib * kGiB);
   in.container_limit_bytes = static_cast<uint64_t>(f.container_limit_gib * kGiB);
   in.host_reserve_bytes = static_cast<uint64_t>(f.host_reserve_gib * kGiB);
   in.cpu_checkpoint_copy = f.cpu_copy;
   in.block_tokens = s.corpus.traces.empty() ? 64 : s.corpus.traces[0].block_size;
   in.gpu_kv_tokens = f.gpu_kv_tokens;
   if (f.detect_host) {
-    if (f.host_ram_gib > 0 || f.container_limit_gib > 0) {
+    if (f.host_ram_gib || f.container_limit_gib > 0) {
       return InvalidArgument("--detect-host and --host-ram-gib/--container-limit-gib exclude each other");
     }
     RETURN_IF_ERROR(DetectHost(&in));

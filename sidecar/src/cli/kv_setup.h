@@ -23,14 +23,14 @@ struct KvSetupFlags {
   double synthetic_scale = 1.0;
   std::string model = "kimi-k3";
   std::string model_config;  // a Hugging Face config.json instead of a preset
-  double weights_gib = 0;    // override the checkpoint size
+  std::optional<double> weights_gib;  // override the checkpoint size (above 0)
   std::string node = "gb300x4";
   uint32_t tp = 0;  // GPUs per replica (0: the fewest whole nodes that hold the weights)
   std::string kv_dtype;  // default: the model's
   bool dcp = false;      // MLA latents sharded across ranks (decode context parallel)
   double gpu_memory_utilization = 0.9;
   double gpu_reserve_gib = 4;
-  double host_ram_gib = 0;
+  std::optional<double> host_ram_gib;  // default: the node's (0 included: no host RAM)
   double container_limit_gib = 0;
   double host_reserve_gib = 64;
   bool cpu_copy = false;  // the engine keeps a CPU copy of its checkpoint
