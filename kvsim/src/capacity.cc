@@ -12,6 +12,7 @@ namespace deltakv::kvsim {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
+constexpr uint64_t kChunkBytes = 256ull << 20;  // the sidecar's chunk of lazily touched slots
 
 std::string Num(double v, const char* fmt = "%.1f") {
   char b[64];
@@ -34,6 +35,19 @@ uint64_t PrevPow2(uint64_t v) { return v == 0 ? 0 : uint64_t{1} << (63 - __built
 uint64_t SaturatingMul(uint64_t a, uint64_t b) {
   uint64_t r;
   return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+// The largest slot count (up to `want`) whose pool segment kvtier::ComputeGeometry accepts:
+// the pool has a limit on its slots and on its total size. 0 when none does.
+uint64_t LargestPoolSlots(uint64_t block_bytes, uint64_t want) {
+  auto ok = [&](uint64_t n) { return kvtier::ComputeGeometry(block_bytes, n, kChunkBytes).ok(); };
+  if (want == 0 || ok(want)) return want;
+  uint64_t lo = 0, hi = std::min(want, kvtier::kMaxSlots + 1);  // ok(lo), !ok(hi) but lo = 0
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (ok(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 }  // namespace
@@ -138,10 +152,22 @@ StatusOr<CapacityPlan> PlanCapacity(const CapacityInputs& in) {
                          std::to_string(p.block_bytes) +
                          " bytes, over the pool's block limit: use smaller blocks");
   }
-  // The largest slot count whose real segment (metadata, index and data) fits the budget.
+  // The largest slot count whose real segment (metadata, index and data) fits the budget, and
+  // that one pool can have.
   uint64_t slots = p.host_kv_bytes / stride;
+  if (p.block_bytes <= kvtier::kMaxBlockBytes) {
+    const uint64_t most = LargestPoolSlots(p.block_bytes, slots);
+    if (most < slots && most > 0) {
+      auto g = kvtier::ComputeGeometry(p.block_bytes, most, kChunkBytes);
+      p.warnings.push_back("the host KV budget (" + Num(p.host_kv_bytes / kGiB, "%.0f") +
+                           " GiB per node) is more than one pool can map (" + std::to_string(most) +
+                           " slots, " + Num(g.ok() ? g->total_size / kGiB : 0, "%.0f") +
+                           " GiB): the pool is capped there");
+    }
+    slots = most;
+  }
   while (slots > 0) {
-    auto g = kvtier::ComputeGeometry(p.block_bytes, slots, 256ull << 20);
+    auto g = kvtier::ComputeGeometry(p.block_bytes, slots, kChunkBytes);
     if (!g.ok()) break;
     if (g->total_size <= p.host_kv_bytes) {
       p.pool_segment_bytes = g->total_size;

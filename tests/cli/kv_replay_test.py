@@ -196,6 +196,13 @@ class KvReplayCli(unittest.TestCase):
         self.assertIn("0.00M tokens per replica (given by --gpu-kv-tokens)", text)
         run("plan", "--gpu-kv-tokens", "0", expect=1)
 
+    def test_regress_plan_caps_a_pool_over_the_segment_limit(self):
+        # A budget over what one pool maps (4 PiB) gave 0 slots: now the largest pool, warned.
+        p = plan_json("--host-ram-gib", "5000000")
+        self.assertGreater(p["pool"]["slots"], 0)
+        self.assertGreater(p["pool"]["segment_bytes"], 0)
+        self.assertTrue(any("more than one pool can map" in w for w in p["warnings"]))
+
     def test_regress_plan_sglang_size_fits_the_budget(self):
         p = plan_json("--model", "kimi-k3", "--node", "gb300x4", "--host-ram-gib", "70")
         setting = next(f["setting"] for f in p["flags"] if f["engine"] == "sglang")

@@ -8,6 +8,7 @@
 
 #include "kvsim/capacity.h"
 #include "kvsim/cost_model.h"
+#include "kvtier/pool_layout.h"
 
 namespace deltakv::kvsim {
 namespace {
@@ -377,6 +378,27 @@ TEST(Capacity, RegressZeroHostRamIsHonoured) {
   EXPECT_EQ(PlanCapacity(in)->host_ram_bytes, in.node.host_ram_bytes);
   in.node.host_ram_bytes = 0;  // a node whose RAM nobody knows
   EXPECT_FALSE(PlanCapacity(in).ok());
+}
+
+// A budget over the 4 PiB one pool segment maps gave a pool of 0 slots, without a warning.
+TEST(Capacity, RegressHugeBudgetCapsThePool) {
+  CapacityInputs in;
+  in.model = *ModelPreset("kimi-k3");
+  in.node = *NodePreset("gb300x4");
+  in.host_ram_bytes = 5'000'000ull << 30;
+  auto p = PlanCapacity(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_GT(p->slots, 0u);
+  EXPECT_GT(p->pool_segment_bytes, 4000000ull << 30);
+  EXPECT_LE(p->pool_segment_bytes, 1ull << 52);
+  auto g = kvtier::ComputeGeometry(p->block_bytes, p->slots, 256ull << 20);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->total_size, p->pool_segment_bytes);
+  EXPECT_FALSE(kvtier::ComputeGeometry(p->block_bytes, p->slots + 1, 256ull << 20).ok());
+  EXPECT_TRUE(Warns(*p, "more than one pool can map"));
+  EXPECT_NE(Setting(*p, "deltakv sidecar").find(std::to_string(p->slots)), std::string::npos);
+  in.host_ram_bytes = 2000ull << 30;  // an ordinary budget: no such warning
+  EXPECT_FALSE(Warns(*PlanCapacity(in), "pool can map"));
 }
 
 TEST(CostModel, RooflineFromPresets) {
