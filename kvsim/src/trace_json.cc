@@ -165,12 +165,20 @@ StatusOr<uint64_t> JsonField::Count(const nlohmann::json& j, const std::string& 
   return n;
 }
 
-Status JsonField::HashIds(const nlohmann::json& j, const std::string& where,
+Status JsonField::HashIds(const nlohmann::json& j, const std::string& where, uint64_t input_tokens,
+                          const char* in_key, uint32_t block_size,
                           std::vector<uint64_t>* out) const {
   out->clear();
   if (!j.contains("hash_ids")) return Status::Ok();
   const nlohmann::json& v = j["hash_ids"];
   if (!v.is_array()) return Error(where + ".hash_ids", "expected an array of integers");
+  const uint64_t blocks = input_tokens / block_size + (input_tokens % block_size != 0);
+  if (v.size() > blocks) {
+    return Error(where + ".hash_ids", std::to_string(v.size()) + " ids for " + in_key + " " +
+                                          std::to_string(input_tokens) + " (at most " +
+                                          std::to_string(blocks) + " blocks of " +
+                                          std::to_string(block_size) + " tokens)");
+  }
   out->reserve(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     const nlohmann::json& x = v[i];

@@ -50,9 +50,12 @@ class JsonField {
   // An integer in [0, max]; 0 when absent and not required.
   StatusOr<uint64_t> Count(const nlohmann::json& j, const std::string& where, const char* key,
                            bool required, uint64_t max) const;
-  // `hash_ids`: an array of integers >= 0 (empty when absent).
-  Status HashIds(const nlohmann::json& j, const std::string& where,
-                 std::vector<uint64_t>* out) const;
+  // `hash_ids`: an array of integers >= 0 (empty when absent), one per block of `block_size`
+  // tokens of a prompt of `input_tokens` (the field `in_key`): at most ceil(input_tokens /
+  // block_size) of them, the last block possibly partial. The count is checked before the ids
+  // are read.
+  Status HashIds(const nlohmann::json& j, const std::string& where, uint64_t input_tokens,
+                 const char* in_key, uint32_t block_size, std::vector<uint64_t>* out) const;
   Status StringList(const nlohmann::json& j, const std::string& where) const;
 
  private:

@@ -49,14 +49,8 @@ StatusOr<Trace> ParseMooncakeTrace(std::string_view text, std::string_view file,
     ASSIGN_OR_RETURN(r.output_tokens,
                      f.Count(j, "record", "output_length", true, limits.max_tokens_per_request));
     if (!j.contains("hash_ids")) return f.Error("record.hash_ids", "missing");
-    RETURN_IF_ERROR(f.HashIds(j, "record", &r.hash_ids));
-    const uint64_t blocks = (r.input_tokens + kMooncakeBlock - 1) / kMooncakeBlock;
-    if (r.hash_ids.size() > blocks) {
-      return f.Error("record.hash_ids", std::to_string(r.hash_ids.size()) +
-                                            " ids for input_length " +
-                                            std::to_string(r.input_tokens) + " (at most " +
-                                            std::to_string(blocks) + " blocks of 512 tokens)");
-    }
+    RETURN_IF_ERROR(
+        f.HashIds(j, "record", r.input_tokens, "input_length", kMooncakeBlock, &r.hash_ids));
     r.line = line;
     if (t.conversations.size() >= limits.max_requests) {
       return f.Error("record", "more than " + std::to_string(limits.max_requests) + " records");

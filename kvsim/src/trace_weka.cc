@@ -32,7 +32,7 @@ bool IsSubagent(const json& j) { return j.contains("type") && j["type"] == "suba
 
 // Reads one "n"/"s" request at `where`.
 Status ReadRequest(const JsonField& f, const json& j, const std::string& where,
-                   const TraceLimits& limits, TraceRequest* r) {
+                   const TraceLimits& limits, uint32_t block_size, TraceRequest* r) {
   RETURN_IF_ERROR(f.CheckObject(j, where, kRequestFields));
   if (!j.contains("type")) return f.Error(where + ".type", "missing");
   const json& type = j["type"];
@@ -48,7 +48,8 @@ Status ReadRequest(const JsonField& f, const json& j, const std::string& where,
                                             limits.max_tokens_per_request));
   ASSIGN_OR_RETURN(r->output_tokens, f.Count(j, where, has_ol ? "output_length" : "out", true,
                                              limits.max_tokens_per_request));
-  RETURN_IF_ERROR(f.HashIds(j, where, &r->hash_ids));
+  RETURN_IF_ERROR(f.HashIds(j, where, r->input_tokens, has_il ? "input_length" : "in", block_size,
+                            &r->hash_ids));
   ASSIGN_OR_RETURN(r->api_time_s, f.Time(j, where, "api_time", false));
   ASSIGN_OR_RETURN(r->think_time_s, f.Time(j, where, "think_time", false));
   if (j.contains("ttft")) {
@@ -68,7 +69,7 @@ Status ReadRequest(const JsonField& f, const json& j, const std::string& where,
 // Reads a subagent entry (its anchors are set later, from the root turns around it).
 Status ReadSubagent(const JsonField& f, const json& j, const std::string& w,
                     const RecordLines& lines, size_t outer, const TraceLimits& limits,
-                    const std::string& trace_id, uint64_t* count, Conversation* c) {
+                    const Trace& t, uint64_t* count, Conversation* c) {
   RETURN_IF_ERROR(f.CheckObject(j, w, kSubagentFields));
   ASSIGN_OR_RETURN(c->spawn_t_s, f.Time(j, w, "t", true));
   if (!j.contains("agent_id") || !j["agent_id"].is_string()) {
@@ -85,7 +86,7 @@ Status ReadSubagent(const JsonField& f, const json& j, const std::string& w,
     RETURN_IF_ERROR(f.Count(j, w, k, false, UINT64_MAX).status());
   }
   if (j.contains("models")) RETURN_IF_ERROR(f.StringList(j["models"], w + ".models"));
-  c->id = trace_id + "::sa:" + j["agent_id"].get<std::string>();
+  c->id = t.id + "::sa:" + j["agent_id"].get<std::string>();
   if (!j.contains("requests")) return f.Error(w + ".requests", "missing");
   const json& list = j["requests"];
   if (!list.is_array()) return f.Error(w + ".requests", "expected an array");
@@ -99,7 +100,7 @@ Status ReadSubagent(const JsonField& f, const json& j, const std::string& w,
       return fk.Error(wk, "a subagent inside a subagent");
     }
     TraceRequest r;
-    RETURN_IF_ERROR(ReadRequest(fk, list[k], wk, limits, &r));
+    RETURN_IF_ERROR(ReadRequest(fk, list[k], wk, limits, t.block_size, &r));
     // Inner times are relative to the spawn in raw captures and absolute in published
     // corpora: a time earlier than the spawn is a relative one.
     if (r.t_s + kTimeEpsilon < c->spawn_t_s) r.t_s += c->spawn_t_s;
@@ -184,13 +185,13 @@ StatusOr<Trace> ParseWekaTrace(std::string_view text, std::string_view file,
     }
     if (IsSubagent(e)) {
       Conversation c;
-      RETURN_IF_ERROR(ReadSubagent(f, e, w, lines, i, limits, t.id, &count, &c));
+      RETURN_IF_ERROR(ReadSubagent(f, e, w, lines, i, limits, t, &count, &c));
       subagents.push_back(std::move(c));
       root_turns_before.push_back(root.turns.size());
       continue;
     }
     TraceRequest r;
-    RETURN_IF_ERROR(ReadRequest(f, e, w, limits, &r));
+    RETURN_IF_ERROR(ReadRequest(f, e, w, limits, t.block_size, &r));
     if (!root.turns.empty() && r.t_s < root.turns.back().t_s) {
       return f.Error(w + ".t", "a root turn starts before the root turn before it");
     }

@@ -188,7 +188,7 @@ TEST(WekaTrace, EachMalformedClassIsNamed) {
               "requests[0].t: expected a finite");
   ExpectError(kHead + R"({"t":0,"type":"n","in":-5,"out":1}]})", "requests[0].in");
   ExpectError(kHead + R"({"t":0,"type":"x","in":1,"out":1}]})", "requests[0].type");
-  ExpectError(kHead + R"({"t":0,"type":"n","in":1,"out":1,"hash_ids":[1,-2]}]})",
+  ExpectError(kHead + R"({"t":0,"type":"n","in":128,"out":1,"hash_ids":[1,-2]}]})",
               "requests[0].hash_ids[1]");
   ExpectError(kHead + R"({"t":0,"type":"n","in":1,"out":1,"api_time":"x"}]})",
               "requests[0].api_time");
@@ -240,6 +240,28 @@ TEST(WekaTrace, RegressNumberOverflowIsAnError) {
   auto m = ParseMooncakeTrace("{\"timestamp\":" + huge + "}\n", "big.jsonl");
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+}
+
+// More hash ids than the prompt has blocks were taken, and counted as blocks the request
+// did not have.
+TEST(WekaTrace, RegressHashIdsAreCheckedAgainstTheInput) {
+  // As in Mooncake files: at most ceil(in / block_size), the last block possibly partial.
+  ExpectError(kHead + R"({"t":0,"type":"n","in":64,"out":1,"hash_ids":[1,2,3,4,5,6,7,8,9,10]}]})",
+              "bad.json:1: trace.requests[0].hash_ids: 10 ids for in 64 (at most 1 blocks of 64 "
+              "tokens)");
+  ExpectError(kHead + R"({"t":0,"type":"n","input_length":0,"out":1,"hash_ids":[1]}]})",
+              "hash_ids: 1 ids for input_length 0 (at most 0 blocks");
+  ExpectError(kHead + R"({"t":0,"type":"n","in":64,"out":1,"hash_ids":[1]},
+      {"t":1,"type":"subagent","agent_id":"a","requests":[
+      {"t":1,"type":"n","in":129,"out":1,"hash_ids":[1,2,3,4]}]}]})",
+              "bad.json:3: trace.requests[1].requests[0].hash_ids: 4 ids for in 129 (at most 3");
+  // Checked before the ids are read: a bad id past the limit is not what is reported.
+  ExpectError(kHead + R"({"t":0,"type":"n","in":64,"out":1,"hash_ids":[1,-2]}]})", "2 ids for in");
+  auto t = ParseWekaTrace(kHead + R"({"t":0,"type":"n","in":65,"out":1,"hash_ids":[1,2]},
+      {"t":1,"type":"n","in":65,"out":1,"hash_ids":[1]}]})",
+                          "ok.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->conversations[0].turns[0].hash_ids.size(), 2u);
 }
 
 TEST(WekaTrace, LimitsAreEnforced) {
