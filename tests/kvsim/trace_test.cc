@@ -237,6 +237,13 @@ TEST(WekaTrace, RegressNumberOverflowIsAnError) {
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("big.json:2:5: malformed JSON"), std::string::npos)
       << w.status().ToString();
+  // docs/TRACES.md's example: a number on the third line of a Weka file.
+  w = ParseWekaTrace(
+      kHead + "\n{\"t\":0,\"type\":\"n\",\"in\":64,\"out\":1,\n \"api_time\":1e400}]}", "big.json");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("big.json:3:13: malformed JSON: "), std::string::npos)
+      << w.status().ToString();
+  EXPECT_NE(w.status().message().find("number overflow parsing '1e400'"), std::string::npos);
   auto m = ParseMooncakeTrace("{\"timestamp\":" + huge + "}\n", "big.jsonl");
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
