@@ -220,6 +220,15 @@ class KvReplayCli(unittest.TestCase):
         self.assertLessEqual(per_node, p["host_kv_bytes_per_node"])
         self.assertEqual(vllm["setting"], "--kv-offloading-size 1536")
 
+    def test_regress_generate_max_turns_range_is_the_check(self):
+        help_text = run("trace", "generate", "--help").stdout
+        self.assertIn("UINT in [3 - 1000000000]", help_text)
+        for bad in ("1", "2", "1000000001"):
+            run("trace", "generate", "--out", os.path.join(self.tmp.name, "mt" + bad),
+                "--traces", "1", "--max-turns", bad, expect=1)
+        run("trace", "generate", "--out", os.path.join(self.tmp.name, "mt3"), "--traces", "1",
+            "--scale", "0.05", "--max-turns", "3")
+
     def test_a_plot_that_cannot_be_written_fails_before_the_replay(self):
         # One answer, before any arm runs: the plot's directory is missing, or it is a directory.
         for plot in (os.path.join(self.tmp.name, "no-dir", "p.svg"), self.tmp.name):

@@ -159,7 +159,7 @@ void AddTraceCommands(CLI::App& app, int* rc) {
         ->check(FiniteRange(0.0, 1.0))
         ->capture_default_str();
     gen->add_option("--max-turns", o->s.max_turns, "Root turns per trace at most")
-        ->check(CLI::Range(1.0, 1e9))
+        ->check(CLI::Range(uint32_t{3}, uint32_t{1'000'000'000}))
         ->capture_default_str();
     gen->add_option("--max-input-tokens", o->s.max_input_tokens,
                     "Cap on a prompt's tokens, before --scale")
