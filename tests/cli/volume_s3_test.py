@@ -1,8 +1,9 @@
 """End-to-end tests of `deltakv volume` on an S3 store: moto's S3 server on loopback
 (tests/store/s3_helper.py), objects written by deltakv read back with an independent client
 (the aws CLI and boto3 from the moto venv, plain HTTP) and objects written by that client read
-by deltakv, and the scenarios of volume_scenarios.py (a push killed with SIGKILL, racing pushes
-and tag moves) on S3.
+by deltakv, the scenarios of volume_scenarios.py (a push killed with SIGKILL, racing pushes
+and tag moves) on S3, and writes whose answers are lost on the way back
+(lost_answer_proxy.py).
 Skipped, with a message, when the moto venv that scripts/setup-deps.sh makes is absent.
 
 Run: python3 tests/cli/volume_s3_test.py --deltakv build/sidecar/deltakv
@@ -11,6 +12,7 @@ import argparse, hashlib, json, os, shutil, signal, subprocess, sys, tempfile, t
 import urllib.parse, urllib.request, xml.etree.ElementTree as ET
 
 import volume_scenarios
+from lost_answer_proxy import LostAnswerProxy
 
 DELTAKV = None
 VENV = os.environ.get("DELTAKV_MOTO_VENV", os.path.expanduser("~/.cache/deltakv-venvs/moto"))
@@ -234,6 +236,27 @@ class S3VolumeTest(unittest.TestCase):
         # A bucket named only in the host name that does not exist is S3's NoSuchBucket.
         p = self.deltakv("volume", "--store", "s3://no-such-bucket", "ls", expect="fail", env=env)
         self.assertIn("NoSuchBucket", p.stderr)
+
+    def through_proxy(self):
+        """A LostAnswerProxy in front of moto, and the environment that sends deltakv to it."""
+        proxy = LostAnswerProxy(int(self.endpoint.rsplit(":", 1)[1]))
+        self.addCleanup(proxy.close)
+        return proxy, dict(self.env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{proxy.port}")
+
+    def test_gc_whose_marker_answer_was_lost_holds_and_releases_the_marker(self):
+        # The marker PUT lands, its answer is lost, the retry gets 412: the marker names this
+        # gc as holder, so gc goes on and releases it, and pushes are not blocked for an hour.
+        store = self.scenario_store("lostgc")
+        src = self.make_dir("src-lostgc", "lostgc")
+        self.vol_json(store.url, "push", src, "team/a")
+        proxy, env = self.through_proxy()
+        proxy.arm(b"PUT /vols/lostgc/gc/sweep.json")
+        self.vol_json(store.url, "gc", env=env)
+        self.assertEqual(proxy.lost, 1)
+        self.assertEqual(json.loads(store.read_key("gc/sweep.json")), {"expires": 0})
+        with open(os.path.join(src, "sub", "config.json"), "w") as f:
+            f.write("changed")
+        self.vol_json(store.url, "push", src, "team/a")
 
     def test_bad_credentials_and_config_errors(self):
         env = dict(self.env, AWS_SECRET_ACCESS_KEY="other-secret")

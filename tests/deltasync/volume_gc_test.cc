@@ -159,17 +159,24 @@ TEST(VolumeGc, HeldSweepMarkerBlocksPushesAndOtherGcsUntilItExpires) {
 class HookedStore : public VolumeStore {
  public:
   explicit HookedStore(VolumeStore& inner) : inner_(inner) {}
-  std::function<void(const std::string& key)> before_list, before_delete;
+  std::function<void(const std::string&key)> before_list, before_delete, before_write;
   // Writes whose key contains this fail with IoError (a full store), nothing written.
   std::string fail_writes_to;
+  // The next conditional write whose key contains this takes effect but reports
+  // FailedPrecondition, as an S3 write does whose answer was lost and whose retry found the
+  // object it had written itself (VOLUME.md, section 2.1).
+  std::string lose_answer_to;
 
   Status Put(const std::string& k, std::span<const uint8_t> d) override {
     if (Fails(k)) return IoError("write '" + k + "': No space left on device");
     return inner_.Put(k, d);
   }
   Status PutIfAbsent(const std::string& k, std::span<const uint8_t> d) override {
+    if (before_write) before_write(k);
     if (Fails(k)) return IoError("write '" + k + "': No space left on device");
-    return inner_.PutIfAbsent(k, d);
+    Status s = inner_.PutIfAbsent(k, d);
+    if (s.ok() && LosesAnswer(k)) return FailedPrecondition("'" + k + "' already exists");
+    return s;
   }
   StatusOr<std::string> Get(const std::string& k, uint64_t m) override { return inner_.Get(k, m); }
   StatusOr<bool> Exists(const std::string& k) override { return inner_.Exists(k); }
@@ -187,14 +194,22 @@ class HookedStore : public VolumeStore {
   }
   StatusOr<std::string> PutIfGeneration(const std::string& k, std::span<const uint8_t> d,
                                         const std::string& e) override {
+    if (before_write) before_write(k);
     if (Fails(k)) return IoError("write '" + k + "': No space left on device");
-    return inner_.PutIfGeneration(k, d, e);
+    auto s = inner_.PutIfGeneration(k, d, e);
+    if (s.ok() && LosesAnswer(k)) return FailedPrecondition("'" + k + "': generation changed");
+    return s;
   }
   std::string Describe() const override { return inner_.Describe(); }
 
  private:
   bool Fails(const std::string& k) const {
     return !fail_writes_to.empty() && k.find(fail_writes_to) != std::string::npos;
+  }
+  bool LosesAnswer(const std::string& k) {
+    if (lose_answer_to.empty() || k.find(lose_answer_to) == std::string::npos) return false;
+    lose_answer_to.clear();
+    return true;
   }
   VolumeStore& inner_;
 };
@@ -324,7 +339,8 @@ TEST(VolumeGc, AGcThatOutlivedItsMarkerLeavesTheNewHoldersMarker) {
   EXPECT_NE(gc.status().message().find("marking outlasted the sweep marker"), std::string::npos);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->chunks_deleted, 3u);
-  EXPECT_EQ(second_marker, "{\"expires\":" + std::to_string(f.now.load() + 3600) + "}");
+  const std::string held = "{\"expires\":" + std::to_string(f.now.load() + 3600) + ",\"holder\":\"";
+  EXPECT_EQ(second_marker.substr(0, held.size()), held) << second_marker;
 }
 
 TEST(VolumeGc, ReleaseNeedsTheGenerationItWrote) {
@@ -348,6 +364,65 @@ TEST(VolumeGc, ReleaseNeedsTheGenerationItWrote) {
   EXPECT_EQ(after.generation, taken_over);
   EXPECT_EQ(after.data, "{\"expires\":" + std::to_string(f.now.load() + 3600) + "}");
   EXPECT_EQ(f.volumes->Gc().status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A gc whose marker write took effect but whose answer was lost recognises the marker as its
+// own (it names this run as holder), sweeps, and releases it: pushes go ahead afterwards.
+TEST(VolumeGc, TakesTheMarkerItWroteWhenTheAnswerWasLost) {
+  Fixture f;
+  PutOrphans(*f.store);
+  WriteTinyDir(f.tmp / "src");
+  HookedStore hooked(*f.store);
+  VolumesOptions options;
+  options.clock = [&f] { return f.now.load(); };
+  Volumes volumes(hooked, options);
+  hooked.lose_answer_to = "gc/sweep.json";
+  auto gc = volumes.Gc();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_TRUE(hooked.lose_answer_to.empty());  // the marker write did lose its answer
+  EXPECT_EQ(gc->chunks_deleted, 3u);
+  EXPECT_EQ(f.store->GetVersioned("gc/sweep.json", 100).value().data, "{\"expires\":0}");
+  ASSERT_TRUE(volumes.Push(f.tmp / "src", "team", "tiny").ok());
+  // The same for a marker left behind by a gc that died: replaced, then released.
+  const std::string stale = "{\"expires\":" + std::to_string(f.now - 1) + "}";
+  const auto current = f.store->GetVersioned("gc/sweep.json", 100).value();
+  ASSERT_TRUE(f.store->PutIfGeneration("gc/sweep.json", AsSpan(stale), current.generation).ok());
+  hooked.lose_answer_to = "gc/sweep.json";
+  ASSERT_TRUE(volumes.Gc().ok());
+  EXPECT_EQ(f.store->GetVersioned("gc/sweep.json", 100).value().data, "{\"expires\":0}");
+}
+
+// A marker another gc wrote first is not taken for this gc's own, even with the same expiry.
+TEST(VolumeGc, AMarkerWrittenFirstByAnotherGcIsNotItsOwn) {
+  Fixture f;
+  PutOrphans(*f.store);
+  HookedStore hooked(*f.store);
+  VolumesOptions options;
+  options.clock = [&f] { return f.now.load(); };
+  Volumes volumes(hooked, options);
+  const std::string other = "{\"expires\":" + std::to_string(f.now + 3600) +
+                            ",\"holder\":\"0123456789abcdef0123456789abcdef\"}";
+  hooked.before_write = [&](const std::string& key) {
+    if (key != "gc/sweep.json" || f.store->Exists(key).value()) return;
+    ASSERT_TRUE(f.store->PutIfGeneration(key, AsSpan(other), "").ok());
+  };
+  auto gc = volumes.Gc();
+  EXPECT_EQ(gc.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(gc.status().message().find("(it took it first)"), std::string::npos)
+      << gc.status().ToString();
+  EXPECT_EQ(f.store->GetVersioned("gc/sweep.json", 100).value().data, other);
+  EXPECT_EQ(f.CountChunks(), 3u);
+}
+
+TEST(VolumeGc, MarkerHoldersAreRandomIds) {
+  for (const std::string holder : {"\"abc\"", "1", "\"0123456789ABCDEF0123456789ABCDEF\""}) {
+    Fixture f;
+    const std::string marker = "{\"expires\":1,\"holder\":" + holder + "}";
+    ASSERT_TRUE(f.store->PutIfGeneration("gc/sweep.json", AsSpan(marker), "").ok());
+    auto gc = f.volumes->Gc();
+    EXPECT_EQ(gc.status().code(), StatusCode::kInvalidArgument) << holder;
+    EXPECT_NE(gc.status().message().find("gc/sweep.json"), std::string::npos);
+  }
 }
 
 TEST(VolumeGc, RecordTimesOutOfRangeAreMalformed) {

@@ -41,17 +41,24 @@ class Marker {
     std::string expected;
     auto current = store.GetVersioned(key, kMaxSmallRecordBytes);
     if (current.ok()) {
-      ASSIGN_OR_RETURN(int64_t until, ParseTimeRecord(current->data, "expires", key));
-      if (until > now) {
+      ASSIGN_OR_RETURN(MarkerRecord held, ParseMarkerRecord(current->data, key));
+      if (held.expires > now) {
         return FailedPrecondition("gc: another gc holds '" + key + "' until " +
-                                  std::to_string(until));
+                                  std::to_string(held.expires));
       }
       expected = current->generation;
     } else if (current.status().code() != StatusCode::kNotFound) {
       return current.status();
     }
-    auto generation =
-        store.PutIfGeneration(key, Bytes(TimeRecordJson("expires", now + ttl)), expected);
+    const std::string mine = MarkerRecordJson({now + ttl, RandomId()});
+    auto generation = store.PutIfGeneration(key, Bytes(mine), expected);
+    if (!generation.ok()) {
+      // A write whose answer was lost may fail on its retry although it took effect (VOLUME.md,
+      // section 2.1): if the marker names this run as its holder, this run holds it (and
+      // releases it when done).
+      auto back = store.GetVersioned(key, kMaxSmallRecordBytes);
+      if (back.ok() && back->data == mine) generation = std::move(back->generation);
+    }
     if (generation.status().code() == StatusCode::kFailedPrecondition) {
       return FailedPrecondition("gc: another gc holds '" + key + "' (it took it first)");
     }
@@ -62,7 +69,7 @@ class Marker {
   Marker& operator=(const Marker&) = delete;
   ~Marker() {
     // FailedPrecondition here means another gc holds the marker now: it is left to that gc.
-    (void)store_.PutIfGeneration(std::string(keys::kGcMarker), Bytes(TimeRecordJson("expires", 0)),
+    (void)store_.PutIfGeneration(std::string(keys::kGcMarker), Bytes(MarkerRecordJson({})),
                                  generation_);
   }
   int64_t expires() const { return expires_; }

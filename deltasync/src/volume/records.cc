@@ -19,6 +19,12 @@ StatusOr<int64_t> TimeField(const Json& j, const char* field, const std::string&
   return v->get<int64_t>();
 }
 
+bool IsRandomId(const std::string& s) {
+  return s.size() == 32 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+}  // namespace
+
 std::string RandomId() {
   std::random_device rd;
   static const char kHex[] = "0123456789abcdef";
@@ -29,8 +35,6 @@ std::string RandomId() {
   }
   return id;
 }
-
-}  // namespace
 
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -95,6 +99,27 @@ StatusOr<int64_t> ParseTimeRecord(const std::string& text, const char* field,
   return TimeField(j, field, where);
 }
 
+std::string MarkerRecordJson(const MarkerRecord& r) {
+  Json j{{"expires", r.expires}};
+  if (!r.holder.empty()) j["holder"] = r.holder;
+  return j.dump();
+}
+
+StatusOr<MarkerRecord> ParseMarkerRecord(const std::string& text, const std::string& key) {
+  const std::string where = "gc sweep marker '" + key + "'";
+  ASSIGN_OR_RETURN(Json j, ParseStrictJson(text, where));
+  RETURN_IF_ERROR(CheckFields(j, {"expires"}, {"holder"}, where));
+  MarkerRecord r;
+  ASSIGN_OR_RETURN(r.expires, TimeField(j, "expires", where));
+  if (j.contains("holder")) {
+    ASSIGN_OR_RETURN(r.holder, json_fields::String(j, "holder", where));
+    if (!IsRandomId(r.holder)) {
+      return InvalidArgument(where + ": field 'holder' must be 32 lowercase hex digits");
+    }
+  }
+  return r;
+}
+
 std::optional<keys::RecordKey> keys::SplitRecordKey(const std::string& key) {
   std::vector<std::string> parts;
   for (size_t start = 0;;) {
@@ -143,11 +168,11 @@ StatusOr<std::unique_ptr<Lease>> Lease::Acquire(VolumeStore& store, const std::s
   auto marker = store.GetVersioned(std::string(keys::kGcMarker), kMaxSmallRecordBytes);
   if (marker.status().code() == StatusCode::kNotFound) return lease;
   if (!marker.ok()) return marker.status();
-  ASSIGN_OR_RETURN(int64_t until,
-                   ParseTimeRecord(marker->data, "expires", std::string(keys::kGcMarker)));
-  if (until <= now) return lease;  // left behind by a gc that did not finish
+  ASSIGN_OR_RETURN(MarkerRecord held,
+                   ParseMarkerRecord(marker->data, std::string(keys::kGcMarker)));
+  if (held.expires <= now) return lease;  // left behind by a gc that did not finish
   return FailedPrecondition("a gc sweep holds '" + std::string(keys::kGcMarker) + "' until " +
-                            std::to_string(until) + "; retry when it has finished");
+                            std::to_string(held.expires) + "; retry when it has finished");
 }
 
 Lease::~Lease() { (void)store_.Delete(key_); }

@@ -47,6 +47,20 @@ std::string TimeRecordJson(const char* field, int64_t t);
 StatusOr<int64_t> ParseTimeRecord(const std::string& text, const char* field,
                                   const std::string& key);
 
+// The gc sweep marker `{"expires":T,"holder":"<id>"}`: `holder` names the gc run that wrote it,
+// so a gc whose write was retried after a lost answer can tell its own marker from another's.
+// A released marker has `expires` 0 and no holder.
+struct MarkerRecord {
+  int64_t expires = 0;
+  std::string holder;  // 32 lowercase hex digits; empty in a released marker
+};
+std::string MarkerRecordJson(const MarkerRecord& r);
+// InvalidArgument naming the key for a malformed marker (a holder that is not 32 hex digits).
+StatusOr<MarkerRecord> ParseMarkerRecord(const std::string& text, const std::string& key);
+
+// 32 random lowercase hex digits: the id of a lease, the holder of a marker.
+std::string RandomId();
+
 std::span<const uint8_t> Bytes(const std::string& s);
 
 // Reads the delta object xchunks/sha256/<hex> (VOLUME.md, "Parent-XOR chunks") and checks that

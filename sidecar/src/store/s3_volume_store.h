@@ -17,7 +17,8 @@
 // ResourceExhausted (its transfer is stopped); any other answer or a transport failure after the
 // last try = IoError with S3's error code and message. A failed multipart upload is aborted.
 // A conditional write whose answer was lost and which is then retried may report
-// FailedPrecondition although its first try took effect; callers treat that like a lost race.
+// FailedPrecondition although its first try took effect; callers read the object back to tell
+// their own write from another's.
 //
 // Keys may hold only A-Z a-z 0-9 - _ . ~ and '/', so no key needs percent-encoding; the
 // interface's key rules (no empty, ".", ".." or dot-led component) are checked: InvalidArgument.
