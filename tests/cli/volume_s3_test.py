@@ -258,6 +258,23 @@ class S3VolumeTest(unittest.TestCase):
             f.write("changed")
         self.vol_json(store.url, "push", src, "team/a")
 
+    def test_push_and_restore_whose_lease_answer_was_lost_go_on(self):
+        # The lease id is random: a lease found under it on the retry is the command's own.
+        store = self.scenario_store("lostlease")
+        proxy, env = self.through_proxy()
+        proxy.arm(b"PUT /vols/lostlease/volumes/team/a/pushes/")
+        r = self.vol_json(store.url, "push", self.make_dir("src-lost", "lost"), "team/a",
+                          "--tag", "t", env=env)
+        self.assertEqual(proxy.lost, 1)
+        self.assertEqual([k for k in store.list_keys() if "/pushes/" in k], [])
+        ref = f"team/a@{r['digest']}"
+        self.vol_json(store.url, "rm", ref)
+        proxy.arm(b"PUT /vols/lostlease/volumes/team/a/pushes/")
+        self.vol_json(store.url, "restore", ref, env=env)
+        self.assertEqual(proxy.lost, 2)
+        self.assertEqual([k for k in store.list_keys() if "/pushes/" in k], [])
+        self.assertEqual(self.vol_json(store.url, "show", "team/a:t")["digest"], r["digest"])
+
     def test_bad_credentials_and_config_errors(self):
         env = dict(self.env, AWS_SECRET_ACCESS_KEY="other-secret")
         # moto here accepts any credentials; the message must still never show the secret.

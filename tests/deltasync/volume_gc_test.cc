@@ -425,6 +425,29 @@ TEST(VolumeGc, MarkerHoldersAreRandomIds) {
   }
 }
 
+// A push or restore whose lease write took effect but whose answer was lost goes on with that
+// lease (its id is random, so it can only be its own) and deletes it when done.
+TEST(VolumePush, ALeaseWhoseAnswerWasLostIsThePushsOwn) {
+  Fixture f;
+  WriteTinyDir(f.tmp / "src");
+  HookedStore hooked(*f.store);
+  VolumesOptions options;
+  options.clock = [&f] { return f.now.load(); };
+  Volumes volumes(hooked, options);
+  hooked.lose_answer_to = "/pushes/";
+  auto pushed = volumes.Push(f.tmp / "src", "team", "tiny");
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  EXPECT_TRUE(hooked.lose_answer_to.empty());
+  EXPECT_TRUE(f.store->List("volumes/team/tiny/pushes/").value().empty());
+  ASSERT_TRUE(volumes.Remove(pushed->ref).ok());
+  hooked.lose_answer_to = "/pushes/";
+  const Status restored = volumes.Restore(pushed->ref);
+  ASSERT_TRUE(restored.ok()) << restored.ToString();
+  EXPECT_TRUE(hooked.lose_answer_to.empty());
+  EXPECT_TRUE(f.store->List("volumes/team/tiny/pushes/").value().empty());
+  EXPECT_TRUE(volumes.Show(pushed->ref).ok());
+}
+
 TEST(VolumeGc, RecordTimesOutOfRangeAreMalformed) {
   for (const std::string t : {"-1", "253402300800", "18446744073709551615", "1.5", "\"1\""}) {
     Fixture f;

@@ -163,7 +163,17 @@ StatusOr<std::unique_ptr<Lease>> Lease::Acquire(VolumeStore& store, const std::s
                                                 const std::string& name, LeaseRecord record,
                                                 int64_t now) {
   const std::string key = keys::Record(ns, name, keys::kPushes, RandomId());
-  RETURN_IF_ERROR(store.PutIfAbsent(key, Bytes(LeaseRecordJson(record))));
+  const std::string text = LeaseRecordJson(record);
+  if (Status written = store.PutIfAbsent(key, Bytes(text)); !written.ok()) {
+    // The id is random, so a lease under it can only be this write: one whose answer was lost
+    // took effect although its retry failed (VOLUME.md, section 2.1). Otherwise the write may
+    // still have landed: it is deleted, so no orphan pins chunks until it expires.
+    auto back = store.Get(key, kMaxLeaseBytes);
+    if (!back.ok() || *back != text) {
+      if (!back.ok() && back.status().code() != StatusCode::kNotFound) (void)store.Delete(key);
+      return written;
+    }
+  }
   std::unique_ptr<Lease> lease(new Lease(store, key, record.expires));
   auto marker = store.GetVersioned(std::string(keys::kGcMarker), kMaxSmallRecordBytes);
   if (marker.status().code() == StatusCode::kNotFound) return lease;
