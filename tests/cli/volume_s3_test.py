@@ -2,8 +2,8 @@
 (tests/store/s3_helper.py), objects written by deltakv read back with an independent client
 (the aws CLI and boto3 from the moto venv, plain HTTP) and objects written by that client read
 by deltakv, the scenarios of volume_scenarios.py (a push killed with SIGKILL, racing pushes
-and tag moves) on S3, and writes whose answers are lost on the way back
-(lost_answer_proxy.py).
+and tag moves) on S3, writes whose answers are lost on the way back (lost_answer_proxy.py) and
+an endpoint that is not S3.
 Skipped, with a message, when the moto venv that scripts/setup-deps.sh makes is absent.
 
 Run: python3 tests/cli/volume_s3_test.py --deltakv build/sidecar/deltakv
@@ -274,6 +274,26 @@ class S3VolumeTest(unittest.TestCase):
         self.assertEqual(proxy.lost, 2)
         self.assertEqual([k for k in store.list_keys() if "/pushes/" in k], [])
         self.assertEqual(self.vol_json(store.url, "show", "team/a:t")["digest"], r["digest"])
+
+    def test_an_endpoint_that_is_not_s3_is_an_environment_error(self):
+        # A web server answering 404 without an S3 error code is a wrong endpoint, not a
+        # missing tag or volume: exit 3, naming the endpoint.
+        ready = os.path.join(self.tmp, "not-s3.json")
+        web = subprocess.Popen([os.path.join(VENV, "bin", "python"), HELPER, "not-s3",
+                                "--ready", ready])
+        self.addCleanup(web.wait)
+        self.addCleanup(web.send_signal, signal.SIGTERM)
+        while not os.path.exists(ready):
+            self.assertIsNone(web.poll(), "not-s3 server did not start")
+            time.sleep(0.05)
+        with open(ready) as f:
+            endpoint = f"http://127.0.0.1:{json.load(f)['port']}"
+        env = dict(self.env, AWS_ENDPOINT_URL=endpoint)
+        src = self.make_dir("src-not-s3", "not-s3")
+        for args in (("show", "team/m:latest"), ("ls",), ("push", src, "team/m"), ("gc",)):
+            p = self.deltakv("volume", "--store", "s3://vols/pre", *args, expect=3, env=env)
+            self.assertIn(f"is {endpoint} an S3 endpoint?", p.stderr)
+            self.assertNotIn("does not exist", p.stderr)
 
     def test_bad_credentials_and_config_errors(self):
         env = dict(self.env, AWS_SECRET_ACCESS_KEY="other-secret")

@@ -16,6 +16,9 @@
       (127.0.0.1:PORT/BUCKET/KEY) or virtual-hosted (BUCKET.localhost:PORT/KEY). It counts the
       requests it checked; GET /__checked answers that count and /__hosts the Host headers of
       the checked requests (a sorted JSON list), without a signature.
+  s3_helper.py not-s3 --ready FILE
+      A web server that is not S3 (a wrong endpoint): every request gets 404 with a plain-text
+      body, no S3 error document.
 The server runs until SIGTERM.
 """
 import argparse
@@ -177,7 +180,9 @@ def run_sigv4(args):
                         return self.error(412, "PreconditionFailed", "If-None-Match")
                     im = self.headers.get("If-Match")
                     if im is not None and (cur is None or cur[1] != im):
-                        return self.error(412 if cur else 404, "PreconditionFailed", "If-Match")
+                        if cur is None:  # as S3: If-Match on an absent object
+                            return self.error(404, "NoSuchKey", "no such key")
+                        return self.error(412, "PreconditionFailed", "If-Match")
                     etag = '"' + hashlib.md5(body).hexdigest() + '"'
                     objects[key] = (body, etag)
                     return self.reply(200, b"", [("ETag", etag)])
@@ -209,13 +214,40 @@ def run_sigv4(args):
     server.serve_forever()
 
 
+def run_not_s3(args):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def handle_any(self):
+            n = int(self.headers.get("Content-Length", "0"))
+            if n:
+                self.rfile.read(n)
+            body = b"404 page not found\n"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = handle_any
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    write_ready(args.ready, {"port": server.server_address[1]})
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    server.serve_forever()
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["moto", "sigv4"])
+    p.add_argument("mode", choices=["moto", "sigv4", "not-s3"])
     p.add_argument("--ready", required=True)
     p.add_argument("--auth", action="store_true")
     args = p.parse_args()
-    run_moto(args) if args.mode == "moto" else run_sigv4(args)
+    {"moto": run_moto, "sigv4": run_sigv4, "not-s3": run_not_s3}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -492,6 +492,27 @@ TEST_F(S3StoreTest, NoSuchBucketIsAnIoErrorWithS3sCode) {
   EXPECT_TRUE(Fails(store->List("").status(), StatusCode::kIoError, "NoSuchBucket"));
 }
 
+// An endpoint that is not S3 (a web server, an ingress) answers 404 without an S3 error code:
+// that says nothing about the object, so it is an IoError naming the endpoint, never NotFound.
+// Only HEAD, whose answers have no body, takes a 404 as a missing object.
+TEST(S3StoreErrorsTest, A404WithoutAnS3ErrorCodeIsAnIoErrorNamingTheEndpoint) {
+  if (!HaveMoto()) GTEST_SKIP() << "no moto venv (python) at " << MotoPython();
+  Helper web("not-s3", false);
+  ASSERT_TRUE(web.ok()) << "not-s3 server did not start";
+  auto store = MustMake("s3://vols/pre", Config(web.endpoint()));
+  const std::string hint = "is " + web.endpoint() + " an S3 endpoint?";
+  EXPECT_TRUE(Fails(store->Get("tags/t.json", 100).status(), StatusCode::kIoError, hint));
+  EXPECT_TRUE(Fails(store->GetVersioned("tags/t.json", 100).status(), StatusCode::kIoError, hint));
+  EXPECT_TRUE(Fails(store->Put("a", Bytes("x")), StatusCode::kIoError, hint));
+  EXPECT_TRUE(Fails(store->PutIfAbsent("a", Bytes("x")), StatusCode::kIoError, hint));
+  EXPECT_TRUE(Fails(store->PutIfGeneration("t", Bytes("x"), "\"etag\"").status(),
+                    StatusCode::kIoError, hint));
+  EXPECT_TRUE(Fails(store->List("volumes/").status(), StatusCode::kIoError, hint));
+  EXPECT_TRUE(Fails(store->Delete("a"), StatusCode::kIoError, hint));
+  EXPECT_EQ(store->Exists("a").value(), false);
+  EXPECT_EQ(store->Size("a").status().code(), StatusCode::kNotFound);
+}
+
 // The delta store over the same bucket: sizes, ranges, whole objects and each error.
 TEST_F(S3StoreTest, DeltaObjectStoreReadsRangesAndWholeObjects) {
   auto volumes = Store("/deltas/step-2");

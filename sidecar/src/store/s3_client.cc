@@ -183,7 +183,8 @@ std::string S3Client::Url(const S3Request& q) const {
   return url;
 }
 
-Status S3Client::Failure(const std::string& where, const std::string& op, const S3Response& r) {
+Status S3Client::Failure(const std::string& where, const std::string& op,
+                         const S3Response& r) const {
   const std::string code = XmlElement(r.body, "Code").value_or("");
   const std::string message = XmlElement(r.body, "Message").value_or("");
   std::string text = where + ": " + op + ": HTTP " + std::to_string(r.status);
@@ -192,8 +193,12 @@ Status S3Client::Failure(const std::string& where, const std::string& op, const 
   if (code.empty() && r.status == 403) {
     text += " (no error document; check the credentials, region and bucket permissions)";
   }
-  // Only a missing object is NotFound; a missing bucket (NoSuchBucket) is the store's fault.
-  if (r.status == 404 && (code.empty() || code == "NoSuchKey")) return NotFound(text);
+  // Only a missing object is NotFound; a missing bucket (NoSuchBucket) is the store's fault,
+  // and a 404 that S3 did not send (no error code) says nothing about the object.
+  if (r.status == 404 && (code == "NoSuchKey" || r.head)) return NotFound(text);
+  if (r.status == 404 && code.empty()) {
+    text += " (no S3 error document: is " + config_.endpoint + " an S3 endpoint?)";
+  }
   if (r.status == 412) return FailedPrecondition(text);
   return IoError(text);
 }
@@ -264,6 +269,7 @@ Status S3Client::Perform(CURL* c, const S3Request& q, S3Response& r) const {
 
   r.cap = q.cap;
   r.get = std::string_view(q.method) == "GET";
+  r.head = std::string_view(q.method) == "HEAD";
   char errbuf[CURL_ERROR_SIZE];
   RETURN_IF_ERROR(Configure(c, q, url, headers.get(), r, errbuf));
 

@@ -80,6 +80,7 @@ struct S3Response {
   bool over_cap = false;
   uint64_t cap = 0;
   bool get = false;
+  bool head = false;
   void Clear();
 };
 
@@ -94,10 +95,12 @@ class S3Client {
   Status Perform(const S3Request& q, S3Response& r);
 
   // The error an answer means, as "<where>: <op>: HTTP <status> <Code>: <Message>": NotFound
-  // for 404 NoSuchKey (or a 404 without an error code; a missing bucket, NoSuchBucket, is
-  // IoError), FailedPrecondition for 412, IoError otherwise (a 403 without an error document
-  // gets a hint about credentials, region and permissions).
-  static Status Failure(const std::string& where, const std::string& op, const S3Response& r);
+  // for 404 NoSuchKey and for a 404 to HEAD (whose answer has no body to say more);
+  // FailedPrecondition for 412; IoError otherwise. So a missing bucket (NoSuchBucket) and a
+  // 404 without an S3 error code to GET, PUT, POST or DELETE (a web server or ingress that is
+  // not S3: a wrong endpoint) are IoError; the latter's message names the endpoint, and a 403
+  // without an error document gets a hint about credentials, region and permissions.
+  Status Failure(const std::string& where, const std::string& op, const S3Response& r) const;
 
   const std::string& bucket() const { return bucket_; }
   const S3Config& config() const { return config_; }

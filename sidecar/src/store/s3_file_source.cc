@@ -37,7 +37,7 @@ class S3FileSource final : public deltasync::FileSource {
         return NotFound(Describe() + ": bucket '" + where_.bucket +
                         "' does not exist (NoSuchBucket)");
       }
-      if (!r.ok()) return S3Client::Failure(Describe() + "/", "LIST", r);
+      if (!r.ok()) return client_.Failure(Describe() + "/", "LIST", r);
       for (const std::string& entry : XmlElements(r.body, "Contents")) {
         ASSIGN_OR_RETURN(ListedFile f, ParseEntry(entry));
         ++objects;
@@ -80,11 +80,11 @@ class S3FileSource final : public deltasync::FileSource {
     const std::string listed = " since it was listed (" + std::to_string(file.size) +
                                " bytes, ETag " + file.version + "); sync again";
     if (r.status == 412) return FailedPrecondition(where + " changed" + listed);
-    if (r.status == 404 && XmlElement(r.body, "Code").value_or("NoSuchKey") == "NoSuchKey") {
+    if (r.status == 404 && XmlElement(r.body, "Code").value_or("") == "NoSuchKey") {
       return FailedPrecondition(where + " was removed" + listed);
     }
     if (r.status == 416) return FailedPrecondition(where + " was cut short" + listed);
-    if (!r.ok()) return S3Client::Failure(where, "GET", r);
+    if (!r.ok()) return client_.Failure(where, "GET", r);
     if (r.status == 206) {
       const std::optional<uint64_t> total = S3ContentRangeTotal(r.content_range);
       if (!total) {

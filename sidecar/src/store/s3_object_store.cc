@@ -118,7 +118,7 @@ class S3ObjectStore final : public deltasync::ObjectStore {
     if (r.status == 404 && XmlElement(r.body, "Code").value_or("") == "NoSuchBucket") {
       return IoError(Describe() + ": bucket '" + where_.bucket + "' does not exist (NoSuchBucket)");
     }
-    return S3Client::Failure(Where(name), op, r);
+    return client_.Failure(Where(name), op, r);
   }
 
   const S3Location where_;

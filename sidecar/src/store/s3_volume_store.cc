@@ -126,7 +126,9 @@ class S3VolumeStore final : public deltasync::VolumeStore {
     q.object = Object(key);
     Response r;
     RETURN_IF_ERROR(Perform(q, r));
-    if (r.ok() || r.status == 404) return Status::Ok();
+    if (r.ok() || (r.status == 404 && XmlElement(r.body, "Code") == "NoSuchKey")) {
+      return Status::Ok();
+    }
     return Failure("DELETE", key, r);
   }
 
@@ -150,9 +152,8 @@ class S3VolumeStore final : public deltasync::VolumeStore {
     const std::string cond = expected.empty() ? "If-None-Match: *" : "If-Match: " + expected;
     Response r;
     RETURN_IF_ERROR(PutObject(key, AsView(data), cond, r));
-    // If-Match on an absent object is 404 in S3.
-    const bool no_such_key =
-        r.status == 404 && XmlElement(r.body, "Code").value_or("NoSuchKey") == "NoSuchKey";
+    // If-Match on an absent object is 404 NoSuchKey in S3.
+    const bool no_such_key = r.status == 404 && XmlElement(r.body, "Code") == "NoSuchKey";
     if (r.status == 412 || (no_such_key && !expected.empty())) {
       return FailedPrecondition(Where(key) + ": generation is not " +
                                 (expected.empty() ? "absent" : expected) + " (it is " +
@@ -180,7 +181,7 @@ class S3VolumeStore final : public deltasync::VolumeStore {
   }
   // The error an answer means (S3Client::Failure) for the object `key`.
   Status Failure(const std::string& op, const std::string& key, const Response& r) const {
-    return S3Client::Failure(Where(key), op, r);
+    return client_.Failure(Where(key), op, r);
   }
 
   std::string CurrentGeneration(const std::string& key) {

@@ -12,13 +12,14 @@
 // x-amz-content-sha256: the sha256 of the body (or UNSIGNED-PAYLOAD when sign_payload is off),
 // so the service checks what it received. Connection errors, timeouts, 5xx answers (S3's
 // SlowDown and InternalError included) and 409 ConditionalRequestConflict are retried with
-// exponential backoff; other answers are final. Errors: 404 = NotFound; 412 = FailedPrecondition
-// naming the key (and both generations for PutIfGeneration); an object above the caller's cap =
-// ResourceExhausted (its transfer is stopped); any other answer or a transport failure after the
-// last try = IoError with S3's error code and message. A failed multipart upload is aborted.
-// A conditional write whose answer was lost and which is then retried may report
-// FailedPrecondition although its first try took effect; callers read the object back to tell
-// their own write from another's.
+// exponential backoff; other answers are final. Errors: 404 NoSuchKey (and 404 to HEAD, which
+// has no body) = NotFound; 412 = FailedPrecondition naming the key (and both generations for
+// PutIfGeneration); an object above the caller's cap = ResourceExhausted (its transfer is
+// stopped); any other answer (NoSuchBucket, a 404 without an S3 error code from an endpoint that
+// is not S3) or a transport failure after the last try = IoError with S3's error code and
+// message. A failed multipart upload is aborted. A conditional write whose answer was lost and
+// which is then retried may report FailedPrecondition although its first try took effect;
+// callers read the object back to tell their own write from another's.
 //
 // Keys may hold only A-Z a-z 0-9 - _ . ~ and '/', so no key needs percent-encoding; the
 // interface's key rules (no empty, ".", ".." or dot-led component) are checked: InvalidArgument.
