@@ -102,6 +102,15 @@ class VolumeCli(unittest.TestCase):
         self.assertEqual(len(listing), 1)
         self.assertEqual(listing[0]["versions"], [pushed["digest"]])
         self.assertEqual(sorted(x["tag"] for x in listing[0]["tags"]), ["prod", "stable"])
+        # A tag's generation is read without moving it: from ls and from show of the tag.
+        listed = {x["tag"]: x for x in listing[0]["tags"]}
+        self.assertEqual(listed["stable"]["generation"], moved["generation"])
+        self.assertEqual(listed["stable"]["digest"], pushed["digest"])
+        shown = vol_json(self.store, "show", "demo/tiny:stable")
+        self.assertEqual((shown["tag"], shown["tag_generation"]), ("stable", moved["generation"]))
+        self.assertNotIn("tag_generation", vol_json(self.store, "show", pushed["ref"]))
+        vol_json(self.store, "tag", pushed["ref"], "prod", "--expect-generation",
+                 listed["prod"]["generation"])
         out = self.path("out")
         p = vol(self.store, "pull", "demo/tiny:stable", out)
         self.assertIn("pull: 3/3 files", p.stderr)  # progress on stderr

@@ -162,6 +162,15 @@ class S3VolumeTest(unittest.TestCase):
         a = self.vol_json(store, "push", self.make_dir("src5", "five"), "ns/v", "--tag", "latest")
         b = self.vol_json(store, "push", self.make_dir("src6", "six"), "ns/v", "--tag", "latest")
         self.assertNotEqual(a["digest"], b["digest"])
+        # The tag's generation (its ETag), read from ls or show, is what a guarded move takes.
+        [tag] = self.vol_json(store, "ls")["volumes"][0]["tags"]
+        self.assertEqual((tag["tag"], tag["digest"]), ("latest", b["digest"]))
+        shown = self.vol_json(store, "show", "ns/v:latest")
+        self.assertEqual(shown["tag_generation"], tag["generation"])
+        self.vol_json(store, "tag", f"ns/v@{a['digest']}", "latest", "--expect-generation",
+                      tag["generation"])
+        self.vol_json(store, "tag", f"ns/v@{b['digest']}", "latest", "--expect-generation",
+                      tag["generation"], expect=2)
         self.vol_json(store, "rm", f"ns/v@{a['digest']}")
         self.vol_json(store, "restore", f"ns/v@{a['digest']}")
         gc = self.vol_json(store, "gc")

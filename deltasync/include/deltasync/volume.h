@@ -293,6 +293,7 @@ struct VolumeVersion {
   VolumeRef ref;  // digest reference
   VolumeManifest manifest;
   std::optional<int64_t> created;  // unix seconds of the first push, when recorded
+  std::string tag_generation;      // for a tag reference: the generation of the tag read
 };
 
 struct TagInfo {
@@ -382,8 +383,9 @@ class Volumes {
   StatusOr<std::string> Resolve(const VolumeRef& ref);
 
   // Returns a live version's manifest, read and verified (sha256 of the bytes, canonical
-  // form). NotFound if the version does not exist, saying so when it was removed and until
-  // when it is restorable; DataLoss if the stored manifest does not match its digest.
+  // form), and for a tag reference the tag's generation. NotFound if the version does not exist,
+  // saying so when it was removed and until when it is restorable; DataLoss if the stored manifest
+  // does not match its digest.
   StatusOr<VolumeVersion> Show(const VolumeRef& ref);
 
   // Returns the bytes of one chunk of a version's manifest, fetched from the store and

@@ -63,8 +63,13 @@ StatusOr<TagInfo> Volumes::GetTag(std::string_view ns, std::string_view name,
 }
 
 StatusOr<VolumeVersion> Volumes::Show(const VolumeRef& ref) {
-  ASSIGN_OR_RETURN(std::string digest, Resolve(ref));
-  VolumeVersion v{{ref.ns, ref.name, digest, ""}, {}, std::nullopt};
+  RETURN_IF_ERROR(ParseVolumeRef(ref.ToString()).status());
+  TagInfo tag{"", ref.digest, ""};
+  if (!ref.is_digest()) {
+    ASSIGN_OR_RETURN(tag, GetTag(ref.ns, ref.name, ref.tag));
+  }
+  const std::string& digest = tag.digest;
+  VolumeVersion v{{ref.ns, ref.name, digest, ""}, {}, std::nullopt, tag.generation};
   auto m = ReadManifest(store_, ref.ns, ref.name, digest, options_.max_manifest_bytes);
   if (m.status().code() == StatusCode::kNotFound) {
     const std::string key = keys::Record(ref.ns, ref.name, keys::kRemoved, digest);

@@ -256,7 +256,9 @@ Status SyncPlain(deltasync::Volumes& volumes, const SyncArgs& o, const Common& c
 json ListingJson(const deltasync::VolumeListing& l) {
   json versions = json::array(), tags = json::array(), removed = json::array();
   for (const std::string& v : l.versions) versions.push_back(Digest(v));
-  for (const auto& t : l.tags) tags.push_back({{"tag", t.tag}, {"digest", Digest(t.digest)}});
+  for (const auto& t : l.tags) {
+    tags.push_back({{"tag", t.tag}, {"digest", Digest(t.digest)}, {"generation", t.generation}});
+  }
   for (const auto& r : l.removed) {
     removed.push_back({{"digest", Digest(r.digest)},
                        {"removed_at", r.removed_at},
@@ -490,7 +492,10 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
           if (common->json) {
             json j = {{"ok", true},        {"ref", v.ref.ToString()}, {"digest", Digest(v.ref.digest)},
                       {"files", files},    {"bytes", bytes},          {"chunks", chunks}};
-            if (!r.is_digest()) j["tag"] = r.tag;
+            if (!r.is_digest()) {
+              j["tag"] = r.tag;
+              j["tag_generation"] = v.tag_generation;
+            }
             if (!v.manifest.parent.empty()) j["parent"] = Digest(v.manifest.parent);
             if (v.created) j["created"] = *v.created;
             PrintJson(j);
@@ -542,7 +547,8 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
     cmd->add_option("TAG", o->tag, "The tag to move")->required();
     auto* expect = cmd->add_option(
         "--expect-generation", o->expect,
-        "Move only if the tag's generation is this (from `tag --json` or `ls`)");
+        "Move only if the tag's generation is this (from `ls --json`, `show --json NS/NAME:TAG` "
+        "or `tag --json`)");
     cmd->add_flag("--create", o->create, "Move only if the tag does not exist yet")
         ->excludes(expect);
   }
