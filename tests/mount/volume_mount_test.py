@@ -2,8 +2,9 @@
 with FUSE and checked against its source (listing, bytes, modes, random reads), versions pushed
 with --parent must read exactly through their XOR chains, writes must fail with EROFS, a
 corrupt chunk object must fail its reads with EIO while other files read, the chunk cache must
-stay under its bound, and mount time must not grow with the volume's size (volumes of 100 MiB
-and 10 GiB whose manifests are written here, following VOLUME.md).
+stay under its bound, mount time must not grow with the volume's size (volumes of 100 MiB
+and 10 GiB whose manifests are written here, following VOLUME.md), a mount point left dead by
+a killed mount must be reported with its fix.
 
 Exits 77 (skipped) without /dev/fuse or fusermount3.
 Run: python3 tests/mount/volume_mount_test.py --deltakv build/sidecar/deltakv
@@ -348,6 +349,27 @@ class VolumeMount(unittest.TestCase):
         run("volume", "--store", self.store, "mount", "demo/model@sha256:" + "0" * 64,
             self.path("m"), expect=2)
         self.assertFalse(os.path.ismount(self.path("m")))
+
+    def test_remount_after_the_mount_process_was_killed(self):
+        # kill -9 leaves the kernel mount with no one serving it (ENOTCONN): mounting again
+        # says so and how to unmount it; after that, the mount works again.
+        pushed = self.push(self.source())
+        m = self.mount(pushed["ref"])
+        with open(os.path.join(m.dir, "model/config.json"), "rb") as f:
+            f.read()  # the kernel now caches the root's attributes: stat still works
+        m.proc.kill()
+        m.proc.wait()
+        self.addCleanup(subprocess.run, ["fusermount3", "-uz", m.dir], capture_output=True)
+        with self.assertRaises(OSError) as e:
+            os.listdir(m.dir)
+        self.assertEqual(e.exception.errno, errno.ENOTCONN)
+        p = run("volume", "--store", self.store, "mount", pushed["ref"], m.dir, expect=2)
+        self.assertIn("is a FUSE mount whose process is gone", p.stderr)
+        self.assertIn(f"fusermount3 -u {m.dir}", p.stderr)
+        subprocess.run(["fusermount3", "-u", m.dir], check=True)
+        again = self.mount(pushed["ref"])
+        with open(os.path.join(again.dir, "model/config.json"), "rb") as f:
+            self.assertEqual(f.read(), b'{"layers": 2}\n')
 
     def write_zero_volume(self, name, file_count, file_size, piece=16 * MIB):
         """Writes a version whose files are all zeros straight into the store (VOLUME.md

@@ -247,13 +247,23 @@ struct LoopConfigDeleter {
 
 Status CheckMountPoint(const std::string& dir) {
   namespace fs = std::filesystem;
+  // The FUSE mount of a process that died (SIGKILL) stays, with no one serving it: stat, or
+  // only opendir while the kernel still caches the root's attributes, fails with ENOTCONN.
+  const Status dead = FailedPrecondition(
+      "mount point '" + dir +
+      "' is a FUSE mount whose process is gone (Transport endpoint is not connected); unmount "
+      "it with `fusermount3 -u " +
+      dir + "` (or, as root, `umount -l " + dir + "`) and mount again");
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
+  if (ec == std::errc::not_connected) return dead;
   if (!fs::exists(st)) return FailedPrecondition("mount point '" + dir + "' does not exist");
   if (!fs::is_directory(st)) {
     return FailedPrecondition("mount point '" + dir + "' is not a directory");
   }
-  if (!fs::is_empty(dir, ec) || ec) {
+  const bool empty = fs::is_empty(dir, ec);
+  if (ec == std::errc::not_connected) return dead;
+  if (!empty || ec) {
     return FailedPrecondition("mount point '" + dir + "' is not an empty directory");
   }
   return Status::Ok();

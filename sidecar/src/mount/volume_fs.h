@@ -40,8 +40,8 @@ class VolumeFs {
   // Mounts on `dir`, calls ready() once the kernel mount exists, then serves requests until
   // the file system is unmounted (fusermount3 -u) or the process gets SIGINT, SIGTERM or
   // SIGHUP, and unmounts before returning. FailedPrecondition if `dir` is not an empty
-  // directory; IoError if the mount fails (libfuse prints its reason to stderr) or the loop
-  // ends with an error.
+  // directory (or is the mount of a process that died); IoError if the mount fails (libfuse
+  // prints its reason to stderr) or the loop ends with an error.
   Status Serve(const std::string& dir, const std::function<void()>& ready);
 
   // For the callbacks (the low-level API passes this object as userdata).
@@ -59,7 +59,8 @@ class VolumeFs {
   uint64_t total_bytes_ = 0;
 };
 
-// OK if `dir` is an existing, empty directory; FailedPrecondition saying what it is otherwise.
+// OK if `dir` is an existing, empty directory; FailedPrecondition saying what it is otherwise,
+// and for a FUSE mount left by a process that died (ENOTCONN) how to unmount it.
 Status CheckMountPoint(const std::string& dir);
 
 }  // namespace deltakv::mount
