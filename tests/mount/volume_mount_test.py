@@ -4,7 +4,8 @@ with --parent must read exactly through their XOR chains, writes must fail with 
 corrupt chunk object must fail its reads with EIO while other files read, the chunk cache must
 stay under its bound, mount time must not grow with the volume's size (volumes of 100 MiB
 and 10 GiB whose manifests are written here, following VOLUME.md), a mount point left dead by
-a killed mount must be reported with its fix.
+a killed mount must be reported with its fix, and other users may read only with
+--allow-other (as root, reading as nobody).
 
 Exits 77 (skipped) without /dev/fuse or fusermount3.
 Run: python3 tests/mount/volume_mount_test.py --deltakv build/sidecar/deltakv
@@ -370,6 +371,27 @@ class VolumeMount(unittest.TestCase):
         again = self.mount(pushed["ref"])
         with open(os.path.join(again.dir, "model/config.json"), "rb") as f:
             self.assertEqual(f.read(), b'{"layers": 2}\n')
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("su"),
+                         "needs root (to mount for another user) and su")
+    def test_other_users_read_only_with_allow_other(self):
+        os.chmod(self.tmp, 0o755)  # so that nobody can reach the mount point
+        pushed = self.push(self.source())
+
+        def cat_as_nobody(path):
+            return subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", f"cat {path}"],
+                                  capture_output=True)
+        m = self.mount(pushed["ref"], name="private")
+        p = cat_as_nobody(os.path.join(m.dir, "model/config.json"))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"Permission denied", p.stderr)
+        shared = self.mount(pushed["ref"], "--allow-other", name="shared")
+        p = cat_as_nobody(os.path.join(shared.dir, "model/config.json"))
+        self.assertEqual((p.returncode, p.stdout), (0, b'{"layers": 2}\n'), p.stderr)
+        with open("/proc/self/mounts") as f:
+            options = [line.split()[3] for line in f if line.split()[1] == shared.dir]
+        self.assertEqual(len(options), 1)
+        self.assertIn("allow_other", options[0].split(","))
 
     def write_zero_volume(self, name, file_count, file_size, piece=16 * MIB):
         """Writes a version whose files are all zeros straight into the store (VOLUME.md

@@ -100,6 +100,9 @@ void AddVolumeMountOptions(CLI::App& cmd, VolumeMountArgs& a) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd.add_option("--log", a.log_file, "Append read errors to this file instead of stderr");
+  cmd.add_flag("--allow-other", a.allow_other,
+               "Let other users read the mount (FUSE allow_other; without it only the mounting "
+               "user can; a user other than root needs user_allow_other in /etc/fuse.conf)");
 }
 
 Status RunVolumeMount(deltasync::Volumes& volumes, const VolumeMountArgs& a, bool json) {
@@ -143,6 +146,7 @@ Status RunVolumeMount(deltasync::Volumes& volumes, const VolumeMountArgs& a, boo
   mount::ServeOptions serve;
   serve.fsname = "deltakv:" + ref.ns + "/" + ref.name;
   serve.mtime = version.created.value_or(0);
+  serve.allow_other = a.allow_other;
   mount::VolumeFs fs(version.manifest, tree, reader, serve);
 
   const std::string digest = "sha256:" + version.ref.digest;

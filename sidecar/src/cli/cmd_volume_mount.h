@@ -19,6 +19,7 @@ struct VolumeMountArgs {
   std::string readahead_inflight = "256MiB";
   int readahead_threads = 4;
   std::string log_file;               // read errors go here instead of stderr
+  bool allow_other = false;           // FUSE allow_other: other users may read the mount
 };
 
 void AddVolumeMountOptions(CLI::App& cmd, VolumeMountArgs& args);

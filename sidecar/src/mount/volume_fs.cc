@@ -280,7 +280,8 @@ Status VolumeFs::Serve(const std::string& dir, const std::function<void()>& read
   static const fuse_lowlevel_ops kOps = MakeOps();
   fuse_args raw = FUSE_ARGS_INIT(0, nullptr);
   std::unique_ptr<fuse_args, ArgsDeleter> args(&raw);
-  const std::string opts = "ro,default_permissions,fsname=" + options_.fsname + ",subtype=deltakv";
+  const std::string opts = "ro,default_permissions,fsname=" + options_.fsname + ",subtype=deltakv" +
+                           (options_.allow_other ? ",allow_other" : "");
   if (fuse_opt_add_arg(&raw, "deltakv") != 0 || fuse_opt_add_arg(&raw, "-o") != 0 ||
       fuse_opt_add_arg(&raw, opts.c_str()) != 0) {
     return Internal("mount: out of memory building libfuse arguments");
@@ -293,7 +294,13 @@ Status VolumeFs::Serve(const std::string& dir, const std::function<void()>& read
   }
   if (fuse_session_mount(se.get(), dir.c_str()) != 0) {
     fuse_remove_signal_handlers(se.get());
-    return IoError("mount '" + dir + "' failed (libfuse's reason is above)");
+    std::string hint;
+    if (options_.allow_other && geteuid() != 0) {
+      hint =
+          "; --allow-other for a user other than root needs a line `user_allow_other` in "
+          "/etc/fuse.conf";
+    }
+    return IoError("mount '" + dir + "' failed (libfuse's reason is above)" + hint);
   }
   ready();
   std::unique_ptr<fuse_loop_config, LoopConfigDeleter> cfg(fuse_loop_cfg_create());

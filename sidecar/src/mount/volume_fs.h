@@ -4,7 +4,8 @@
 // read, so mounting costs the same for any volume size. Inode numbers are MountTree node ids;
 // attributes and entries are immutable, so the kernel may cache them (entry and attribute
 // timeouts of a day, keep_cache on open). Files are 0444 (0555 if executable), directories
-// 0555, owned by the mounting user, timestamped with the version's creation time. Every call
+// 0555, owned by the mounting user, timestamped with the version's creation time; only the
+// mounting user may use the mount unless ServeOptions::allow_other is set. Every call
 // that would change anything fails with EROFS, and the mount itself is read-only with
 // default_permissions. Reads go through a VolumeReader; a read that cannot be verified fails
 // with EIO and its error line goes to the error sink.
@@ -30,6 +31,10 @@ struct ServeOptions {
   int64_t mtime = 0;               // unix seconds for every node's timestamps
   double cache_timeout_s = 86400;  // kernel entry/attribute cache timeout
   int max_threads = 16;            // libfuse worker threads
+  // FUSE's allow_other: users other than the mounting one may use the mount (the modes above
+  // then apply to them). Without it the kernel refuses every other user, root included. A user
+  // other than root needs `user_allow_other` in /etc/fuse.conf for it.
+  bool allow_other = false;
 };
 
 class VolumeFs {
@@ -41,7 +46,8 @@ class VolumeFs {
   // the file system is unmounted (fusermount3 -u) or the process gets SIGINT, SIGTERM or
   // SIGHUP, and unmounts before returning. FailedPrecondition if `dir` is not an empty
   // directory (or is the mount of a process that died); IoError if the mount fails (libfuse
-  // prints its reason to stderr) or the loop ends with an error.
+  // prints its reason to stderr; with allow_other, the message says what a user other than
+  // root needs) or the loop ends with an error.
   Status Serve(const std::string& dir, const std::function<void()>& ready);
 
   // For the callbacks (the low-level API passes this object as userdata).
