@@ -600,7 +600,6 @@ TEST(ControlBlockTest, LiveSidecarCannotBeReplaced) {
   EXPECT_TRUE(sidecar->IsCurrentSidecar());
 }
 
-// A sidecar that was stalled while another took over must not decide anything any more.
 // A sidecar stopped past the stale threshold while a rank waits for the decision: the rank
 // decides ABORT itself and drops the sync, so the resumed sidecar can no longer decide COMMIT
 // (it would commit a sync no rank holds any more); its own ABORT is accepted.
@@ -632,6 +631,7 @@ TEST(ControlBlockTest, RankThatJudgedTheSidecarDeadDecidesAbortForAResumedSideca
   EXPECT_EQ(WaitChild(sidecar), 0);
 }
 
+// A sidecar that was stalled while another took over must not decide anything any more.
 TEST(ControlBlockTest, SupersededSidecarCannotDecide) {
   const std::string name = UniqueName("ctl");
   ScopedUnlink cleanup(name);
