@@ -11,6 +11,7 @@
 #include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "base/file_util.h"
 
@@ -83,10 +84,93 @@ StatusOr<uint64_t> ByteSize(std::string_view what, DType dtype,
   return bytes;
 }
 
-// Thrown from the parser callback to stop parsing; never leaves this file.
-struct HeaderRejected : std::exception {
-  explicit HeaderRejected(std::string m) : message(std::move(m)) {}
-  std::string message;
+// Builds the JSON value of a header from the parser's SAX events, refusing duplicate keys in
+// any object and nesting beyond kMaxJsonDepth. Each event costs O(log n) in the size of the
+// object it adds to (nlohmann's callback parser, which could do the same checks, scans the
+// enclosing object at the end of every nested one: O(n^2) for a header of n tensors).
+class HeaderJsonBuilder {
+ public:
+  // The parsed value, once Json::sax_parse returned true.
+  Json& root() { return root_; }
+  // Why parsing stopped, once Json::sax_parse returned false.
+  const Status& error() const { return error_; }
+
+  bool null() { return Add(nullptr); }
+  bool boolean(bool v) { return Add(v); }
+  bool number_integer(Json::number_integer_t v) { return Add(v); }
+  bool number_unsigned(Json::number_unsigned_t v) { return Add(v); }
+  bool number_float(Json::number_float_t v, const Json::string_t& /*text*/) { return Add(v); }
+  bool string(Json::string_t& v) { return Add(std::move(v)); }
+  bool binary(Json::binary_t& v) { return Add(Json::binary(std::move(v))); }
+  bool start_object(size_t /*elements*/) { return Open(Json::object()); }
+  bool start_array(size_t /*elements*/) { return Open(Json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+
+  bool key(Json::string_t& key) {
+    // The number of containers open around the key: 1 for the header object itself.
+    const size_t depth = open_.size();
+    if (depth == 1) tensor_name_ = key;
+    if (open_.back()->contains(key)) {
+      if (depth == 1) return Reject("duplicate tensor name " + Quote(key));
+      return Reject("duplicate key " + Quote(key) +
+                    (tensor_name_.empty() ? "" : " inside " + Quote(tensor_name_)));
+    }
+    key_ = std::move(key);
+    return true;
+  }
+
+  bool parse_error(size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& e) {
+    error_ = InvalidArgument(std::string("header is not valid JSON: ") + e.what());
+    return false;
+  }
+
+ private:
+  bool Reject(const std::string& why) {
+    error_ = InvalidArgument("header JSON: " + why);
+    return false;
+  }
+
+  // Places `v` in the innermost open container (under the last key, in an object), or makes it
+  // the root; returns where it went.
+  Json* Place(Json&& v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    return &parent.get_ref<Json::object_t&>().emplace(std::move(key_), std::move(v)).first->second;
+  }
+
+  template <class V>
+  bool Add(V&& v) {
+    Place(Json(std::forward<V>(v)));
+    return true;
+  }
+
+  bool Open(Json&& container) {
+    if (open_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+      return Reject("JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
+    }
+    open_.push_back(Place(std::move(container)));
+    return true;
+  }
+
+  bool Close() {
+    open_.pop_back();
+    return true;
+  }
+
+  Json root_;
+  std::vector<Json*> open_;  // the containers being filled, outermost first
+  std::string key_;          // the key of the next value placed in an object
+  std::string tensor_name_;  // the last key of the top-level object
+  Status error_;
 };
 
 // Parses JSON text, refusing NUL bytes, duplicate keys in any object and nesting beyond
@@ -98,47 +182,15 @@ StatusOr<Json> ParseHeaderJson(std::string_view text) {
     return InvalidArgument("header is not valid JSON: NUL byte at header offset " +
                            std::to_string(nul));
   }
-  std::vector<std::set<std::string, std::less<>>> open_objects;
-  std::string tensor_name;  // the last key of the top-level object
-  Json::parser_callback_t callback =
-      [&open_objects, &tensor_name](int depth, Json::parse_event_t event, Json& parsed) -> bool {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
-        if (depth >= kMaxJsonDepth) {
-          throw HeaderRejected("JSON nested more than " + std::to_string(kMaxJsonDepth) +
-                               " levels deep");
-        }
-        if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
-        break;
-      case Json::parse_event_t::object_end:
-        open_objects.pop_back();
-        break;
-      case Json::parse_event_t::key: {
-        // depth counts the containers open around the key: 1 for the header object itself.
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (depth == 1) tensor_name = key;
-        if (!open_objects.back().insert(key).second) {
-          if (depth == 1) throw HeaderRejected("duplicate tensor name " + Quote(key));
-          throw HeaderRejected("duplicate key " + Quote(key) +
-                               (tensor_name.empty() ? "" : " inside " + Quote(tensor_name)));
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    return true;  // keep every value; errors are thrown
-  };
+  HeaderJsonBuilder builder;
   try {
-    return Json::parse(text.begin(), text.end(), callback);
-  } catch (const HeaderRejected& e) {
-    return InvalidArgument("header JSON: " + e.message);
+    if (!Json::sax_parse(text.begin(), text.end(), &builder)) return builder.error();
   } catch (const Json::exception& e) {
     return InvalidArgument(std::string("header is not valid JSON: ") + e.what());
   } catch (const std::exception& e) {  // allocation failure and the like
     return InvalidArgument(std::string("header could not be parsed: ") + e.what());
   }
+  return std::move(builder.root());
 }
 
 // Reads a non-negative integer element of an array field.
