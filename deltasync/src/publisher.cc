@@ -52,6 +52,24 @@ struct TensorPair {
   std::span<const uint8_t> current;
 };
 
+// "F32 [4, 4]".
+std::string DTypeAndShape(DType dtype, const std::vector<uint64_t>& shape) {
+  std::string s = std::string(DTypeName(dtype)) + " [";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+Status ChangedDTypeOrShape(const std::string& name, DType parent_dtype,
+                           const std::vector<uint64_t>& parent_shape, DType new_dtype,
+                           const std::vector<uint64_t>& new_shape) {
+  return InvalidArgument("tensor '" + name + "' changed dtype or shape between parent (" +
+                         DTypeAndShape(parent_dtype, parent_shape) + ") and new (" +
+                         DTypeAndShape(new_dtype, new_shape) + "); a delta cannot express it");
+}
+
 // Checks that both checkpoints hold the same tensors with the same dtype and shape, and
 // returns them in the new checkpoint's file/offset order.
 StatusOr<std::vector<TensorPair>> PairTensors(const Checkpoint& parent, const Checkpoint& next) {
@@ -65,9 +83,7 @@ StatusOr<std::vector<TensorPair>> PairTensors(const Checkpoint& parent, const Ch
                                "cannot add tensors (publish a full checkpoint)");
       }
       if (p->info->dtype != t.dtype || p->info->shape != t.shape) {
-        return InvalidArgument("tensor '" + t.name + "' changed dtype or shape between parent (" +
-                               std::string(DTypeName(p->info->dtype)) + ") and new (" +
-                               std::string(DTypeName(t.dtype)) + "); a delta cannot express it");
+        return ChangedDTypeOrShape(t.name, p->info->dtype, p->info->shape, t.dtype, t.shape);
       }
       out.push_back({&t, parent.Bytes(*p), f.TensorBytes(t)});
     }
@@ -398,9 +414,7 @@ StatusOr<PublishSummary> PublishDeltaFromTensors(std::span<const TensorBytes> pa
     }
     const TensorBytes& p = *it->second;
     if (p.dtype != t.dtype || p.shape != t.shape) {
-      return InvalidArgument("tensor '" + t.name + "' changed dtype or shape between parent (" +
-                             std::string(DTypeName(p.dtype)) + ") and new (" +
-                             std::string(DTypeName(t.dtype)) + "); a delta cannot express it");
+      return ChangedDTypeOrShape(t.name, p.dtype, p.shape, t.dtype, t.shape);
     }
     infos[i] = TensorInfo{t.name, t.dtype, t.shape, 0, t.bytes.size()};
     tensors[i] = TensorPair{&infos[i], p.bytes, t.bytes};

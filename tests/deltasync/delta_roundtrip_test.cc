@@ -344,7 +344,11 @@ TEST(DeltaFromTensors, BadInputIsRefusedAndLeavesNothing) {
   };
   const TensorBytes w1{"w", DType::kF32, {16}, x}, w2{"w", DType::kF32, {16}, y};
   refused({w1}, {{"w", DType::kF32, {17}, y}}, po, "shape need");
-  refused({w1}, {{"w", DType::kBF16, {32}, y}}, po, "changed dtype or shape");
+  refused({w1}, {{"w", DType::kBF16, {32}, y}}, po,
+          "'w' changed dtype or shape between parent (F32 [16]) and new (BF16 [32])");
+  // A reshape alone: the shapes tell the two apart.
+  refused({w1}, {{"w", DType::kF32, {4, 4}, y}}, po,
+          "'w' changed dtype or shape between parent (F32 [16]) and new (F32 [4, 4])");
   refused({w1}, {{"v", DType::kF32, {16}, y}}, po, "not in the parent");
   refused({w1}, {w2, w2}, po, "cannot add or remove");
   refused({w1, w1}, {w2, w2}, po, "appears twice");

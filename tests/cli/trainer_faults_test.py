@@ -1,0 +1,105 @@
+"""End-to-end tests of the trainer-side commands (checkpoint, publish, apply, frame) when the
+world misbehaves: inputs rewritten while they are read, Ctrl-C and SIGTERM, a stdout that
+cannot be written, a low open-file limit, racing writers, absurd option values, and the
+messages and JSON lines these give.
+
+Run: python3 tests/cli/trainer_faults_test.py --deltakv build/sidecar/deltakv
+"""
+import argparse, json, os, resource, shutil, signal, struct, subprocess, sys, tempfile, time
+import unittest
+
+import zstandard
+
+DELTAKV = None
+
+
+def run(*args, expect=0, **kw):
+    p = subprocess.run([DELTAKV, *args], capture_output=True, text=True, **kw)
+    if p.returncode != expect:
+        raise AssertionError(f"deltakv {' '.join(args)}: exit {p.returncode}, wanted {expect}\n"
+                             f"stdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype, shape, bytes), laid out in the given order."""
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data),
+                                                                        len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+class TrainerFaults(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="deltakv-faults-")
+        run("checkpoint", "generate", "--out", cls.path("v1"), "--size-mib", "2", "--files", "2")
+        run("checkpoint", "mutate", "--parent", cls.path("v1"), "--out", cls.path("v2"),
+            "--density", "0.01", "--seed", "2")
+        run("publish", "--parent", cls.path("v1"), "--new", cls.path("v2"), "--out",
+            cls.path("d12"), "--frame-mib", "1")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    @classmethod
+    def path(cls, *parts):
+        return os.path.join(cls.tmp, *parts)
+
+    def fresh(self, name):
+        p = self.path(name)
+        shutil.rmtree(p, ignore_errors=True)
+        return p
+
+    def left_beside(self, out):
+        """Entries next to `out` whose names start with its name (staging leftovers too)."""
+        base = os.path.basename(out)
+        return sorted(n for n in os.listdir(os.path.dirname(out)) if n.startswith(base))
+
+    def slow_publish_inputs(self):
+        """A parent and a new checkpoint whose publish at zstd level 19 on one thread takes a
+        second or more (every byte differs), small on disk."""
+        p, n = self.path("slow-p"), self.path("slow-n")
+        if not os.path.exists(n):
+            run("checkpoint", "generate", "--out", p, "--size-mib", "4", "--files", "2")
+            run("checkpoint", "mutate", "--parent", p, "--out", n, "--density", "1")
+        return p, n
+
+    def stop_when_staging_appears(self, proc, out):
+        """Waits until the command made its staging entry beside `out`, then stops it with
+        SIGSTOP; False if it finished first."""
+        deadline = time.time() + 30
+        while not any(".partial." in e or ".tmp." in e for e in self.left_beside(out)):
+            if proc.poll() is not None:
+                return False
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGSTOP)
+        return True
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def test_a_reshaped_tensor_is_named_with_both_dtypes_and_shapes(self):
+        p, n = self.fresh("reshape-p"), self.fresh("reshape-n")
+        os.makedirs(p)
+        os.makedirs(n)
+        write_safetensors(os.path.join(p, "m.safetensors"), {"w": ("F32", [4, 4], bytes(64))})
+        write_safetensors(os.path.join(n, "m.safetensors"), {"w": ("F32", [2, 8], bytes(64))})
+        err = run("publish", "--parent", p, "--new", n, "--out", self.fresh("reshape-d"),
+                  expect=2).stderr
+        self.assertIn("tensor 'w' changed dtype or shape between parent (F32 [4, 4]) and new "
+                      "(F32 [2, 8])", err)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deltakv", required=True)
+    args, rest = ap.parse_known_args()
+    DELTAKV = os.path.abspath(args.deltakv)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
