@@ -83,6 +83,24 @@ class TrainerFaults(unittest.TestCase):
         proc.send_signal(signal.SIGSTOP)
         return True
 
+    # --- frame scan -------------------------------------------------------------------------
+
+    def test_frame_scan_runs_are_maximal(self):
+        # One nonzero stretch of 1 MiB was reported as 16 runs (one per 64 KiB the walker
+        # delivers at a time), although --dump shows no gap.
+        f = self.path("runs.zst")
+        data = b"\xff" * (1 << 20) + b"\0" * 100 + b"\1" * 70000 + b"\0" + b"\2"
+        with open(f, "wb") as out:
+            out.write(zstandard.ZstdCompressor().compress(data))
+        j = json.loads(run("frame", "scan", "--json", f).stdout)
+        self.assertEqual((j["runs"], j["nonzero_bytes"]), (3, (1 << 20) + 70001))
+        self.assertIn("in 3 runs", run("frame", "scan", f).stdout)
+        # Two frames: a run that crosses from one into the next is still one run.
+        cctx = zstandard.ZstdCompressor()
+        with open(f, "wb") as out:
+            out.write(cctx.compress(b"\0" * 10 + b"\7" * 10) + cctx.compress(b"\7" * 10))
+        self.assertEqual(json.loads(run("frame", "scan", "--json", f).stdout)["runs"], 1)
+
     # --- messages ---------------------------------------------------------------------------
 
     def test_a_reshaped_tensor_is_named_with_both_dtypes_and_shapes(self):

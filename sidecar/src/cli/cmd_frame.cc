@@ -63,22 +63,27 @@ namespace deltakv::cli {
 
 namespace {
 
-// Counts runs, and prints (offset, value) pairs when dumping.
+// Counts maximal runs of nonzero bytes (the walker cuts a long run into pieces of 64 KiB, and
+// each frame ends one: adjacent pieces are one run here), and prints (offset, value) pairs when
+// dumping.
 class ScanSink final : public deltasync::NonzeroSink {
  public:
   explicit ScanSink(bool dump) : dump_(dump) {}
   Status OnRun(uint64_t pos, std::span<const uint8_t> bytes) override {
-    if (!dump_) return Status::Ok();
     for (size_t i = 0; i < bytes.size(); ++i) {
-      if (bytes[i] != 0) {
-        std::printf("%llu %u\n", static_cast<unsigned long long>(pos + i), bytes[i]);
-      }
+      if (bytes[i] == 0) continue;
+      if (runs_ == 0 || pos + i != run_end_) ++runs_;
+      run_end_ = pos + i + 1;
+      if (dump_) std::printf("%llu %u\n", static_cast<unsigned long long>(pos + i), bytes[i]);
     }
     return Status::Ok();
   }
+  uint64_t runs() const { return runs_; }
 
  private:
   bool dump_;
+  uint64_t runs_ = 0;
+  uint64_t run_end_ = 0;  // the position after the last nonzero byte seen
 };
 
 // Streams a file through the walker in 1 MiB chunks, as a download would arrive.
@@ -106,7 +111,9 @@ StatusOr<deltasync::WalkStats> ScanFile(const std::string& path,
   }
   close(fd);
   if (!s.ok()) return s.WithPrefix("'" + path + "'");
-  return walker.stats();
+  deltasync::WalkStats stats = walker.stats();
+  stats.runs = sink.runs();
+  return stats;
 }
 
 }  // namespace
