@@ -85,6 +85,27 @@ class TrainerFaults(unittest.TestCase):
 
     # --- frame scan -------------------------------------------------------------------------
 
+    def test_frame_scan_reports_every_file(self):
+        good, bad = self.path("scan-good.zst"), self.path("scan-bad.zst")
+        with open(good, "wb") as f:
+            f.write(zstandard.ZstdCompressor().compress(b"\1" * 1000))
+        with open(bad, "wb") as f:
+            f.write(b"\x28\xb5\x2f\xfd" + bytes(range(96)))
+        missing = self.path("scan-missing.zst")
+        p = run("frame", "scan", "--json", good, bad, good, expect=2)
+        lines = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual([(j["ok"], j["file"]) for j in lines],
+                         [(True, good), (False, bad), (True, good)])
+        self.assertEqual(lines[1]["error"]["code"], "DATA_LOSS")
+        self.assertIn(bad, p.stderr)
+        # Exit code: the worst (an I/O error, 3, over bad data, 2); text output alike.
+        p = run("frame", "scan", bad, missing, good, expect=3)
+        self.assertIn(good + ": 1000 bytes decoded", p.stdout)
+        self.assertEqual(p.stderr.count("error:"), 2, p.stderr)
+        lines = [json.loads(line) for line in
+                 run("frame", "scan", "--json", missing, good, expect=3).stdout.splitlines()]
+        self.assertEqual([(j["ok"], j["file"]) for j in lines], [(False, missing), (True, good)])
+
     def test_frame_scan_runs_are_maximal(self):
         # One nonzero stretch of 1 MiB was reported as 16 runs (one per 64 KiB the walker
         # delivers at a time), although --dump shows no gap.

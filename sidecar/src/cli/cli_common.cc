@@ -21,13 +21,14 @@ int ExitCodeFor(const Status& s) {
   }
 }
 
-int ReportError(std::string_view command, const Status& s, bool json) {
+int ReportError(std::string_view command, const Status& s, bool json, const nlohmann::json& extra) {
   std::fprintf(stderr, "deltakv %.*s: error: %s\n", static_cast<int>(command.size()),
                command.data(), s.message().c_str());
   if (json) {
-    PrintJson(
-        {{"ok", false},
-         {"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}});
+    nlohmann::json j = extra;
+    j["ok"] = false;
+    j["error"] = {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}};
+    PrintJson(j);
   }
   return ExitCodeFor(s);
 }

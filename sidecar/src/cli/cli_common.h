@@ -25,8 +25,10 @@ inline constexpr int kExitEnvironment = 3;
 int ExitCodeFor(const Status& s);
 
 // Prints "deltakv <command>: error: <message>" to stderr (and, with json, an error object to
-// stdout) and returns the exit code for `s`.
-int ReportError(std::string_view command, const Status& s, bool json);
+// stdout: {"ok": false, "error": {"code", "message"}} plus the fields of `extra`) and returns
+// the exit code for `s`.
+int ReportError(std::string_view command, const Status& s, bool json,
+                const nlohmann::json& extra = nlohmann::json::object());
 
 // Prints a JSON object as one line on stdout.
 void PrintJson(const nlohmann::json& j);

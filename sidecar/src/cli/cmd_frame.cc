@@ -55,6 +55,7 @@ void AddFrameCommands(CLI::App& app, int* rc) {
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "deltasync/zstd_walker.h"
@@ -128,8 +129,12 @@ void AddFrameScanCommand(CLI::App& frame, int* rc) {
     uint32_t max_window_log = 31;
   };
   auto o = std::make_shared<Opts>();
-  scan->add_option("FRAME", o->files, "Files of zstd frames")->required();
-  scan->add_flag("--json", o->json, "One JSON line per file");
+  scan->add_option("FRAME", o->files,
+                   "Files of zstd frames: each is scanned and reported, also after one that "
+                   "fails; the exit code is the worst of them")
+      ->required();
+  scan->add_flag("--json", o->json,
+                 "One JSON line per file (one that fails: ok false, its file and the error)");
   scan->add_flag("--dump", o->dump, "Print 'offset value' for every nonzero decoded byte");
   scan->add_flag("--no-checksum", o->no_checksum, "Do not verify content checksums");
   scan->add_option("--max-window-log", o->max_window_log, "Refuse zstd windows above 2^N")
@@ -144,8 +149,8 @@ void AddFrameScanCommand(CLI::App& frame, int* rc) {
       auto r = ScanFile(f, opt, o->dump);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!r.ok()) {
-        *rc = ReportError("frame scan", r.status(), o->json);
-        return;
+        *rc = std::max(*rc, ReportError("frame scan", r.status(), o->json, {{"file", f}}));
+        continue;
       }
       const char* checksum = r->checksums_skipped > 0    ? "skipped"
                              : r->checksums_verified > 0 ? "verified"
