@@ -288,12 +288,11 @@ StatusOr<std::vector<ManifestTensor>> ParseManifestTensors(const Json& arr,
 }
 
 std::string CheckpointVersionId(const std::string& dir) {
-  auto text = ReadFileToString(dir + "/" + kManifestFileName, 64u << 20);
-  if (text.ok()) {
-    auto m = ParseCheckpointManifest(*text);
-    if (m.ok() && !m->version.empty()) return m->version;
-  }
-  std::filesystem::path p(dir);
+  // "." and "step-100/" name their directories; so does "latest", a link, by its own name.
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(dir, ec);
+  if (ec) p = dir;
+  p = p.lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
 }

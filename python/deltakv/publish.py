@@ -61,10 +61,10 @@ def publish(parent: Source, new: Source, out: Union[str, "os.PathLike[str]"], *,
             progress: bool = False) -> PublishSummary:
     """Writes the delta parent -> new into the new directory `out`.
 
-    Directories: versions default to each checkpoint's manifest.json version (else the
-    directory name). Mappings: parent_version and version are required, and the delta has no
-    checkpoint section. level: zstd level; threads: 0 = all CPUs; frame_bytes: the piece size
-    (large tensors are split so they decode in parallel); shard_bytes: shard object size.
+    Directories: versions default to each checkpoint directory's name. Mappings:
+    parent_version and version are required, and the delta has no checkpoint section. level:
+    zstd level; threads: 0 = all CPUs; frame_bytes: the piece size (large tensors are split so
+    they decode in parallel); shard_bytes: shard object size.
     """
     is_dir = [isinstance(x, (str, os.PathLike)) for x in (parent, new)]
     if all(is_dir):

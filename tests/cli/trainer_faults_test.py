@@ -83,6 +83,45 @@ class TrainerFaults(unittest.TestCase):
         proc.send_signal(signal.SIGSTOP)
         return True
 
+    # --- option values ----------------------------------------------------------------------
+
+    def test_default_versions_are_directory_names(self):
+        # A manifest.json copied along with an older checkpoint (cp -r step-100 step-101, then
+        # new weights) named the new checkpoint after the old one.
+        w = self.fresh("versions")
+        os.makedirs(w)
+        s100, s101 = os.path.join(w, "step-100"), os.path.join(w, "step-101")
+        shutil.copytree(self.path("v1"), s100)
+        run("checkpoint", "manifest", s100)
+        shutil.copytree(s100, s101)
+        for f in os.listdir(self.path("v2")):
+            if f.endswith(".safetensors"):
+                shutil.copy(self.path("v2", f), s101)
+        summary = json.loads(run("checkpoint", "manifest", s101, "--json").stdout)
+        self.assertEqual(summary["version"], "step-101")
+        with open(os.path.join(s101, "manifest.json")) as f:
+            self.assertEqual(json.load(f)["version"], "step-101")
+        summary = json.loads(run("publish", "--parent", s100, "--new", s101, "--out",
+                                 os.path.join(w, "delta"), "--json").stdout)
+        self.assertEqual((summary["parent_version"], summary["version"]),
+                         ("step-100", "step-101"))
+        with open(os.path.join(w, "delta", "manifest.json")) as f:
+            meta = json.load(f)["metadata"]
+        self.assertEqual((meta["base_version"], meta["version"]), ("step-100", "step-101"))
+        # "." and a trailing slash name the directory itself.
+        m = json.loads(run("checkpoint", "manifest", "--stdout", ".", cwd=s101).stdout)
+        self.assertEqual(m["version"], "step-101")
+        m = json.loads(run("checkpoint", "manifest", "--stdout", "step-101/", cwd=w).stdout)
+        self.assertEqual(m["version"], "step-101")
+        # An empty version is a usage error, not "use the default".
+        run("checkpoint", "manifest", s101, "--version", "", expect=1)
+        run("publish", "--parent", s100, "--new", s101, "--out", self.fresh("v-empty"),
+            "--version", "", expect=1)
+        run("publish", "--parent", s100, "--new", s101, "--out", self.fresh("v-empty"),
+            "--parent-version", "", expect=1)
+        self.assertIn("default: the directory's name",
+                      run("checkpoint", "manifest", "--help").stdout)
+
     # --- frame scan -------------------------------------------------------------------------
 
     def test_frame_scan_reports_every_file(self):

@@ -93,8 +93,9 @@ StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view json_text)
 
 namespace deltakv::deltasync {
 
-// The version id of the checkpoint in `dir`: the "version" of its manifest.json when present
-// and non-empty, else the directory's base name.
+// The default version id of the checkpoint in `dir`: the directory's name, with "." and ".."
+// resolved against the working directory ("." in /ckpt/step-100 is "step-100"). A manifest.json
+// in `dir` does not count: one copied along with an older checkpoint names that one.
 std::string CheckpointVersionId(const std::string& dir);
 
 }  // namespace deltakv::deltasync

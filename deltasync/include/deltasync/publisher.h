@@ -27,8 +27,8 @@ struct PublishOptions {
   std::string parent_dir;
   std::string new_dir;
   std::string out_dir;
-  std::string parent_version;  // "" => parent manifest.json version, else the directory name
-  std::string version;         // "" => new manifest.json version, else the directory name
+  std::string parent_version;  // "" => the parent directory's name (CheckpointVersionId)
+  std::string version;         // "" => the new directory's name (CheckpointVersionId)
   int level = 3;               // zstd level (negative levels allowed)
   unsigned threads = 0;        // 0 => all CPUs
   uint64_t frame_bytes = 64ull << 20;

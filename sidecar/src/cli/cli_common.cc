@@ -52,6 +52,14 @@ CLI::Validator FiniteRange(double lo, double hi, bool lo_open) {
       description);
 }
 
+CLI::Validator NonEmpty() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return text.empty() ? std::string("Value is empty") : std::string();
+      },
+      "");
+}
+
 std::string HumanBytes(uint64_t bytes) {
   char buf[64];
   double b = static_cast<double>(bytes);

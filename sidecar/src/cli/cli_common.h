@@ -41,6 +41,8 @@ std::string HumanBytes(uint64_t bytes);
 CLI::Validator FiniteRange(double lo, double hi, bool lo_open = false);
 // The most MiB a size option takes: MiB << 20 must fit 64 bits.
 inline constexpr uint64_t kMaxMib = (uint64_t{1} << 44) - 1;
+// A usage error for an empty value ("--version ''"), which would stand for no value at all.
+CLI::Validator NonEmpty();
 
 // Registers each command; the callback stores the exit code in *rc.
 void AddCheckpointCommands(CLI::App& app, int* rc);

@@ -18,8 +18,11 @@ void AddPublishCommand(CLI::App& app, int* rc) {
   cmd->add_option("--parent", o->p.parent_dir, "Parent checkpoint directory")->required();
   cmd->add_option("--new", o->p.new_dir, "New checkpoint directory")->required();
   cmd->add_option("--out", o->p.out_dir, "Delta output directory (must not exist)")->required();
-  cmd->add_option("--parent-version", o->p.parent_version, "Parent version id");
-  cmd->add_option("--version", o->p.version, "New version id");
+  cmd->add_option("--parent-version", o->p.parent_version,
+                  "Parent version id (default: the --parent directory's name)")
+      ->check(NonEmpty());
+  cmd->add_option("--version", o->p.version, "New version id (default: the --new directory's name)")
+      ->check(NonEmpty());
   cmd->add_option("--level", o->p.level, "zstd level")->capture_default_str();
   cmd->add_option("--threads", o->p.threads, "Worker threads (0 = all CPUs)");
   cmd->add_option("--frame-mib", o->frame_mib, "Dense bytes per frame, MiB")
