@@ -1,5 +1,6 @@
 #include "deltasync/applier.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -148,6 +149,10 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
   sum.version = m.version;
   for (const DeltaObject& o : m.objects) sum.compressed_bytes += o.size;
 
+  // Each worker costs a decoder up front: never more than the tensors.
+  size_t tensor_count = 0;
+  for (const OutputFile& of : layout.files) tensor_count += of.tensors.size();
+  threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, tensor_count)));
   std::vector<std::unique_ptr<XorDecoder>> decoders;
   for (unsigned t = 0; t < threads; ++t) {
     ASSIGN_OR_RETURN(auto d, MakeXorDecoder(opt.decoder));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -242,7 +243,9 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
     }
   }
 
-  unsigned threads = opt.threads == 0 ? DefaultThreads() : opt.threads;
+  // Each worker costs a compressor and a window slot up front: never more than the pieces.
+  const unsigned threads = static_cast<unsigned>(std::max<size_t>(
+      1, std::min<size_t>(opt.threads == 0 ? DefaultThreads() : opt.threads, jobs.size())));
   std::vector<std::unique_ptr<FrameCompressor>> compressors;
   for (unsigned t = 0; t < threads; ++t)
     compressors.push_back(std::make_unique<FrameCompressor>(opt.level));

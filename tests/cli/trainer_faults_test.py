@@ -85,6 +85,26 @@ class TrainerFaults(unittest.TestCase):
 
     # --- option values ----------------------------------------------------------------------
 
+    def test_threads_are_capped(self):
+        # --threads allocated per-thread state up front: 30,000,000 took ~2 GB, and 2^32 - 1
+        # under an address-space limit aborted with std::bad_alloc.
+        p1, p2 = self.path("v1"), self.path("v2")
+        for huge in ("1025", "30000000", "4294967295"):
+            for args in (["publish", "--parent", p1, "--new", p2, "--out", self.fresh("t-d")],
+                         ["apply", "--parent", p1, "--delta", self.path("d12"), "--out",
+                          self.fresh("t-a")],
+                         ["checkpoint", "manifest", "--stdout", p1]):
+                p = run(*args, "--threads", huge, expect=1)
+                self.assertIn("--threads", p.stderr)
+        out = self.fresh("t-max")
+        limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        run("publish", "--parent", p1, "--new", p2, "--out", out, "--threads", "1024",
+            preexec_fn=limit)
+        run("apply", "--parent", p1, "--delta", out, "--out", self.fresh("t-max-a"),
+            "--threads", "1024", preexec_fn=limit)
+        help_text = run("publish", "--help").stdout
+        self.assertIn("at most 1024", help_text)
+
     def test_default_versions_are_directory_names(self):
         # A manifest.json copied along with an older checkpoint (cp -r step-100 step-101, then
         # new weights) named the new checkpoint after the old one.

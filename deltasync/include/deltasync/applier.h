@@ -31,7 +31,7 @@ struct ApplyOptions {
   std::string parent_dir;
   std::string delta_dir;
   std::string out_dir;
-  unsigned threads = 0;          // 0 => all CPUs
+  unsigned threads = 0;          // 0 => all CPUs; never more than the tensors
   std::string decoder = "";      // "" => default; see MakeXorDecoder
   uint32_t max_window_log = 31;  // refuse frames with larger windows
   bool verify_objects = true;    // check shard sizes and sha256 before decoding

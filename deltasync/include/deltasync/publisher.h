@@ -30,7 +30,7 @@ struct PublishOptions {
   std::string parent_version;  // "" => the parent directory's name (CheckpointVersionId)
   std::string version;         // "" => the new directory's name (CheckpointVersionId)
   int level = 3;               // zstd level (negative levels allowed)
-  unsigned threads = 0;        // 0 => all CPUs
+  unsigned threads = 0;        // 0 => all CPUs; never more than the pieces to compress
   uint64_t frame_bytes = 64ull << 20;
   uint64_t shard_bytes = 1ull << 30;
   bool include_checkpoint = true;  // write the "checkpoint" section

@@ -60,6 +60,13 @@ CLI::Validator NonEmpty() {
       "");
 }
 
+CLI::Option* AddThreadsOption(CLI::App* cmd, unsigned* threads) {
+  return cmd
+      ->add_option("--threads", *threads,
+                   "Worker threads, at most " + std::to_string(kMaxThreads) + " (0 = all CPUs)")
+      ->check(CLI::Range(0u, kMaxThreads));
+}
+
 std::string HumanBytes(uint64_t bytes) {
   char buf[64];
   double b = static_cast<double>(bytes);

@@ -43,6 +43,10 @@ CLI::Validator FiniteRange(double lo, double hi, bool lo_open = false);
 inline constexpr uint64_t kMaxMib = (uint64_t{1} << 44) - 1;
 // A usage error for an empty value ("--version ''"), which would stand for no value at all.
 CLI::Validator NonEmpty();
+// The most worker threads --threads takes (each costs memory before any work is done).
+inline constexpr unsigned kMaxThreads = 1024;
+// Adds --threads to `cmd` for `*threads`: 0 (all CPUs) to kMaxThreads, a usage error above.
+CLI::Option* AddThreadsOption(CLI::App* cmd, unsigned* threads);
 
 // Registers each command; the callback stores the exit code in *rc.
 void AddCheckpointCommands(CLI::App& app, int* rc);

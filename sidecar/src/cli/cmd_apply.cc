@@ -17,7 +17,7 @@ void AddApplyCommand(CLI::App& app, int* rc) {
   cmd->add_option("--delta", o->a.delta_dir, "Delta directory")->required();
   cmd->add_option("--out", o->a.out_dir, "Output checkpoint directory (must not exist)")
       ->required();
-  cmd->add_option("--threads", o->a.threads, "Worker threads (0 = all CPUs)");
+  AddThreadsOption(cmd, &o->a.threads);
   cmd->add_option("--decoder", o->a.decoder, "XOR frame decoder (walker, the default, or libzstd)");
   cmd->add_option("--max-window-log", o->a.max_window_log, "Refuse zstd windows above 2^N")
       ->capture_default_str()

@@ -23,11 +23,11 @@ void AddCheckpointCommands(CLI::App& app, int* rc) {
   };
   auto o = std::make_shared<Opts>();
   man->add_option("DIR", o->dir, "Directory of .safetensors files")->required();
-  man->add_option("--threads", o->threads, "Worker threads (0 = all CPUs)");
   man->add_option("--version", o->version,
                   "Version id to record (default: the directory's name, also for DIR '.'; a "
                   "manifest.json already in DIR does not count)")
       ->check(NonEmpty());
+  AddThreadsOption(man, &o->threads);
   man->add_flag("--json", o->json, "Print a JSON summary");
   man->add_flag("--stdout", o->stdout_only, "Print the manifest instead of writing it");
   man->callback([o, rc] {

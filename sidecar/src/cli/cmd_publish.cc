@@ -24,7 +24,7 @@ void AddPublishCommand(CLI::App& app, int* rc) {
   cmd->add_option("--version", o->p.version, "New version id (default: the --new directory's name)")
       ->check(NonEmpty());
   cmd->add_option("--level", o->p.level, "zstd level")->capture_default_str();
-  cmd->add_option("--threads", o->p.threads, "Worker threads (0 = all CPUs)");
+  AddThreadsOption(cmd, &o->p.threads);
   cmd->add_option("--frame-mib", o->frame_mib, "Dense bytes per frame, MiB")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{4096}));
