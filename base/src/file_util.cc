@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 namespace deltakv {
 
@@ -20,6 +22,10 @@ std::string ErrnoMessage(std::string_view what, const std::string& path, int err
   m += "': ";
   m += std::strerror(err);
   return m;
+}
+
+std::string RenameErrorMessage(const std::string& from, const std::string& to, int err) {
+  return "cannot rename '" + from + "' to '" + to + "': " + std::strerror(err);
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {
@@ -129,7 +135,7 @@ Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
   if (s.ok() && fsync(fd) != 0) s = IoError(ErrnoMessage("fsync", tmp, errno));
   if (close(fd) != 0 && s.ok()) s = IoError(ErrnoMessage("close", tmp, errno));
   if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    s = IoError(ErrnoMessage("rename to '" + path + "'", tmp, errno));
+    s = IoError(RenameErrorMessage(tmp, path, errno));
   }
   if (!s.ok()) unlink(tmp.c_str());
   return s;
@@ -151,12 +157,26 @@ StatusOr<StagingDir> StagingDir::Create(const std::string& target_as_given) {
     return FailedPrecondition("output '" + target + "' already exists; refusing to overwrite");
   }
   std::filesystem::path parent = std::filesystem::path(target).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
-    return IoError("parent directory of '" + target + "' does not exist");
+  if (!parent.empty()) {
+    const std::filesystem::file_status st = std::filesystem::status(parent, ec);
+    if (!std::filesystem::exists(st)) {
+      return IoError("parent directory of '" + target + "' does not exist");
+    }
+    if (!std::filesystem::is_directory(st)) {
+      return IoError("parent '" + parent.string() + "' of '" + target + "' is not a directory");
+    }
   }
-  std::string temp = target + ".partial." + std::to_string(getpid());
-  std::filesystem::remove_all(temp, ec);
-  if (mkdir(temp.c_str(), 0755) != 0) return IoError(ErrnoMessage("mkdir", temp, errno));
+  // mkdir fails on an existing name, so a directory or file there (left by another process
+  // that had this pid, or made by someone else) is never used or removed: another name is.
+  const std::string first = target + ".partial." + std::to_string(getpid());
+  std::string temp = first;
+  std::random_device random;
+  for (int attempt = 0; mkdir(temp.c_str(), 0755) != 0; ++attempt) {
+    if (errno != EEXIST || attempt == 100) return IoError(ErrnoMessage("mkdir", temp, errno));
+    char suffix[16];
+    std::snprintf(suffix, sizeof(suffix), ".%08x", static_cast<unsigned>(random()));
+    temp = first + suffix;
+  }
   return StagingDir(target, temp);
 }
 
@@ -183,7 +203,11 @@ Status StagingDir::Commit() {
     return FailedPrecondition("output '" + target_ + "' appeared while it was being written");
   }
   if (rename(temp_.c_str(), target_.c_str()) != 0) {
-    return IoError(ErrnoMessage("rename to '" + target_ + "'", temp_, errno));
+    // Another writer's directory took the name between the check and the rename.
+    if (errno == ENOTEMPTY || errno == EEXIST) {
+      return FailedPrecondition("output '" + target_ + "' appeared while it was being written");
+    }
+    return IoError(RenameErrorMessage(temp_, target_, errno));
   }
   done_ = true;
   return Status::Ok();

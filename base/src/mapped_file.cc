@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "base/file_util.h"
@@ -98,13 +99,19 @@ MappedOutputFile::~MappedOutputFile() {
 StatusOr<MappedOutputFile> MappedOutputFile::Create(const std::string& path, uint64_t size) {
   MappedOutputFile f;
   f.path_ = path;
-  f.temp_ = path + ".tmp." + std::to_string(getpid());
-  f.fd_ = open(f.temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (f.fd_ < 0) {
-    int err = errno;
-    f.temp_.clear();
-    return IoError(ErrnoMessage("create", path + ".tmp", err));
+  // A new file: one already at the name (not made by this process) is left alone.
+  const std::string first = path + ".tmp." + std::to_string(getpid());
+  std::string temp = first;
+  std::random_device random;
+  for (int attempt = 0;; ++attempt) {
+    f.fd_ = open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (f.fd_ >= 0) break;
+    if (errno != EEXIST || attempt == 100) return IoError(ErrnoMessage("create", temp, errno));
+    char suffix[16];
+    std::snprintf(suffix, sizeof(suffix), ".%08x", static_cast<unsigned>(random()));
+    temp = first + suffix;
   }
+  f.temp_ = temp;
   // posix_fallocate also sets the file size. EOPNOTSUPP and EINVAL mean this filesystem cannot
   // reserve (glibc emulates fallocate where it can); the file is then sized sparse.
   int err = size > 0 ? ReserveSpace(f.fd_, size) : 0;
@@ -144,7 +151,7 @@ Status MappedOutputFile::Commit() {
   close(fd_);
   fd_ = -1;
   if (rename(temp_.c_str(), path_.c_str()) != 0) {
-    return IoError(ErrnoMessage("rename to '" + path_ + "'", temp_, errno));
+    return IoError(RenameErrorMessage(temp_, path_, errno));
   }
   committed_ = true;
   return Status::Ok();

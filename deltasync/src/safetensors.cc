@@ -486,7 +486,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   if (s.ok() && ::fsync(fd) != 0) s = IoError(ErrnoMessage("fsync", tmp, errno));
   if (::close(fd) != 0 && s.ok()) s = IoError(ErrnoMessage("close", tmp, errno));
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = IoError(ErrnoMessage("rename to " + Quote(path), tmp, errno));
+    s = IoError(RenameErrorMessage(tmp, path, errno));
   }
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;

@@ -83,6 +83,67 @@ class TrainerFaults(unittest.TestCase):
         proc.send_signal(signal.SIGSTOP)
         return True
 
+    # --- interrupts -------------------------------------------------------------------------
+
+    def test_an_existing_partial_name_is_never_removed(self):
+        # OUT.partial.<pid> and OUT.tmp.<pid> that this process did not make (here: made by the
+        # same pid before it exec'd deltakv) are left alone; the output is staged under other
+        # names. apply removed such a directory, content and all.
+        out = self.fresh("own")
+        pid_file = self.path("pid-of-own")
+        script = ('echo $$ > "$5" && mkdir "$1.partial.$$" && echo precious > "$1.partial.$$/keep"'
+                  ' && exec "$2" apply --parent "$3" --delta "$4" --out "$1"')
+        p = subprocess.run(["sh", "-c", script, "sh", out, DELTAKV, self.path("v1"),
+                            self.path("d12"), pid_file], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(pid_file) as f:
+            pid = f.read().strip()
+        partial = f"{out}.partial.{pid}"
+        self.assertEqual(self.left_beside(out), sorted([os.path.basename(out),
+                                                        os.path.basename(partial)]))
+        self.assertEqual(os.listdir(partial), ["keep"])
+        with open(os.path.join(partial, "keep")) as f:
+            self.assertEqual(f.read(), "precious\n")
+        self.assertNotIn("keep", os.listdir(out))
+        # frame apply's temporary file the same way.
+        base, frames = self.path("fa-base"), self.path("fa-frames")
+        with open(base, "wb") as f:
+            f.write(b"\1" * 4096)
+        with open(frames, "wb") as f:
+            f.write(zstandard.ZstdCompressor().compress(b"\3" * 4096))
+        target = self.path("fa-out")
+        script = 'echo precious > "$1.tmp.$$" && exec "$2" frame apply "$3" "$4" "$1"'
+        p = subprocess.run(["sh", "-c", script, "sh", target, DELTAKV, base, frames],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(target, "rb") as f:
+            self.assertEqual(f.read(), b"\2" * 4096)
+        kept = [n for n in self.left_beside(target) if ".tmp." in n]
+        self.assertEqual(len(kept), 1, kept)
+        with open(self.path(kept[0])) as f:
+            self.assertEqual(f.read(), "precious\n")
+
+    # --- racing writers ---------------------------------------------------------------------
+
+    def test_racing_publishes_to_one_output_lose_with_exit_2(self):
+        # The loser of two writers renaming into one --out got exit 3 "Directory not empty"
+        # when the other's rename came between its check and its own.
+        for round_ in range(4):
+            out = self.fresh(f"race-{round_}")
+            procs = [subprocess.Popen([DELTAKV, "publish", "--parent", self.path("v1"), "--new",
+                                       self.path("v2"), "--out", out, "--threads", "1"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True) for _ in range(6)]
+            outs = [pr.communicate(timeout=120) for pr in procs]
+            results = [(pr.returncode, err) for pr, (_, err) in zip(procs, outs)]
+            self.assertEqual(sum(rc == 0 for rc, _ in results), 1, results)
+            for rc, err in results:
+                if rc != 0:
+                    self.assertEqual(rc, 2, err)
+                    self.assertRegex(err, r"output '[^']*' (appeared while it was being written|"
+                                          r"already exists)")
+            self.assertEqual(self.left_beside(out), [os.path.basename(out)])
+
     # --- option values ----------------------------------------------------------------------
 
     def test_threads_are_capped(self):
@@ -193,6 +254,26 @@ class TrainerFaults(unittest.TestCase):
                   expect=2).stderr
         self.assertIn("tensor 'w' changed dtype or shape between parent (F32 [4, 4]) and new "
                       "(F32 [2, 8])", err)
+
+    def test_output_paths_that_cannot_be_made_say_why(self):
+        afile = self.path("a-regular-file")
+        with open(afile, "w") as f:
+            f.write("x")
+        err = run("publish", "--parent", self.path("v1"), "--new", self.path("v2"), "--out",
+                  os.path.join(afile, "sub"), expect=3).stderr
+        self.assertIn(f"parent '{afile}' of '{afile}/sub' is not a directory", err)
+        err = run("apply", "--parent", self.path("v1"), "--delta", self.path("d12"), "--out",
+                  self.path("no-such-dir", "sub"), expect=3).stderr
+        self.assertIn("does not exist", err)
+        # A manifest.json that is a directory: which rename failed, in plain words.
+        c = self.fresh("manifest-dir")
+        shutil.copytree(self.path("v1"), c)
+        manifest = os.path.join(c, "manifest.json")
+        if os.path.exists(manifest):
+            os.remove(manifest)
+        os.makedirs(os.path.join(manifest, "inside"))
+        err = run("checkpoint", "manifest", c, expect=3).stderr
+        self.assertRegex(err, rf"cannot rename '{manifest}\.tmp\.\d+' to '{manifest}': ")
 
 
 if __name__ == "__main__":

@@ -26,16 +26,18 @@ Status WriteFileAtomic(const std::string& path, std::string_view text);
 // and removes the temporary file WriteFileAtomic would write.
 Status CheckWritableAtomic(const std::string& path);
 
-// A directory built under a temporary sibling name ("<target>.partial.<pid>") and renamed to
-// `target` by Commit(). If the object is destroyed without Commit(), the temporary directory
-// and everything in it is removed, so no output that looks complete is ever left behind.
-// Commit() fails with FailedPrecondition if `target` already exists (a symlink, dangling or
-// not, counts).
+// A directory built under a temporary sibling name ("<target>.partial.<pid>", or
+// "<target>.partial.<pid>.<8 hex digits>" when that name is taken: an entry already there is
+// never used or removed) and renamed to `target` by Commit(). If the object is destroyed
+// without Commit(), the temporary directory and everything in it is removed, so no output that
+// looks complete is ever left behind. Commit() fails with FailedPrecondition if `target`
+// already exists (a symlink, dangling or not, counts), also when it appears during the rename.
 class StagingDir {
  public:
-  // Creates the temporary directory. IoError on failure; FailedPrecondition if target exists
-  // (a symlink counts); InvalidArgument for an empty target. Trailing slashes of `target` are
-  // dropped ("out/" is the directory "out").
+  // Creates the temporary directory. IoError on failure (the parent of `target` does not exist
+  // or is not a directory, say); FailedPrecondition if target exists (a symlink counts);
+  // InvalidArgument for an empty target. Trailing slashes of `target` are dropped ("out/" is
+  // the directory "out").
   static StatusOr<StagingDir> Create(const std::string& target);
   StagingDir(StagingDir&& other) noexcept;
   StagingDir& operator=(StagingDir&&) = delete;
@@ -70,5 +72,7 @@ Status NoSpaceError(const std::string& path, int fd, uint64_t size, int err);
 
 // Returns the errno text: "open 'x': No such file or directory".
 std::string ErrnoMessage(std::string_view what, const std::string& path, int err);
+// "cannot rename 'FROM' to 'TO': <errno text>".
+std::string RenameErrorMessage(const std::string& from, const std::string& to, int err);
 
 }  // namespace deltakv

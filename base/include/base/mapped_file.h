@@ -37,8 +37,9 @@ class MappedFile {
 };
 
 // MappedOutputFile: a new file of a fixed size, mapped read-write, written under
-// "<path>.tmp.<pid>" and renamed to `path` by Commit(). Destroying it without Commit() removes
-// the temporary, so `path` never holds a partial file.
+// "<path>.tmp.<pid>" (or "<path>.tmp.<pid>.<8 hex digits>" when that name is taken: a file
+// already there is left alone) and renamed to `path` by Commit(). Destroying it without
+// Commit() removes the temporary, so `path` never holds a partial file.
 //
 // Create() reserves the file's blocks with posix_fallocate before mapping: a store through the
 // mapping into a block the filesystem cannot allocate raises SIGBUS instead of returning an
