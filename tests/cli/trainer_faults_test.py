@@ -123,6 +123,40 @@ class TrainerFaults(unittest.TestCase):
         with open(self.path(kept[0])) as f:
             self.assertEqual(f.read(), "precious\n")
 
+    # --- stdout -----------------------------------------------------------------------------
+
+    def test_a_stdout_that_cannot_be_written_is_exit_3(self):
+        if not os.path.exists("/dev/full"):
+            self.skipTest("no /dev/full")
+        # The manifest is larger than stdio's buffer: part of it is written before the end.
+        cases = [["checkpoint", "manifest", "--stdout", self.path("v1")],
+                 ["publish", "--parent", self.path("v1"), "--new", self.path("v2"), "--out",
+                  "{out}", "--json"],
+                 ["publish", "--parent", self.path("v1"), "--new", self.path("v2"), "--out",
+                  "{out}"],
+                 ["frame", "scan", "--json", self.path("d12", "shard-00000.zst")],
+                 ["frame", "scan", "--dump", self.path("d12", "shard-00000.zst")],
+                 ["checkpoint", "generate", "--out", "{out}", "--size-mib", "1", "--json"],
+                 ["--help"]]
+        for i, args in enumerate(cases):
+            out = self.fresh(f"full-{i}")
+            args = [a.replace("{out}", out) for a in args]
+            with open("/dev/full", "w") as full:
+                p = subprocess.run([DELTAKV, *args], stdout=full, stderr=subprocess.PIPE,
+                                   text=True)
+            self.assertEqual(p.returncode, 3, (args, p.stderr))
+            self.assertIn("error: cannot write to stdout: No space left on device", p.stderr,
+                          args)
+        # A command that failed keeps its own exit code, and says both.
+        bad = self.path("full-bad.zst")
+        with open(bad, "wb") as f:
+            f.write(b"not a zstd frame")
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([DELTAKV, "frame", "scan", "--json", bad], stdout=full,
+                               stderr=subprocess.PIPE, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("cannot write to stdout", p.stderr)
+
     # --- racing writers ---------------------------------------------------------------------
 
     def test_racing_publishes_to_one_output_lose_with_exit_2(self):

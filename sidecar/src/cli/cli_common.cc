@@ -1,8 +1,11 @@
 #include "cli/cli_common.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "log/log.h"
@@ -33,7 +36,49 @@ int ReportError(std::string_view command, const Status& s, bool json, const nloh
   return ExitCodeFor(s);
 }
 
-void PrintJson(const nlohmann::json& j) { std::cout << log::JsonText(j) << std::endl; }
+namespace {
+
+int g_stdout_error = 0;  // errno of the first write to stdout that failed
+
+// Keeps errno as the first failure's when `failed`. REQUIRES: errno was cleared before the write.
+void NoteStdoutWrite(bool failed) {
+  if (failed && g_stdout_error == 0) g_stdout_error = errno != 0 ? errno : EIO;
+}
+
+}  // namespace
+
+void WriteStdout(std::string_view text) {
+  errno = 0;
+  NoteStdoutWrite(std::fwrite(text.data(), 1, text.size(), stdout) != text.size());
+}
+
+void PrintText(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  errno = 0;
+  const int n = std::vprintf(format, args);
+  va_end(args);
+  NoteStdoutWrite(n < 0 || std::ferror(stdout) != 0);
+}
+
+void PrintJson(const nlohmann::json& j) {
+  WriteStdout(log::JsonText(j) + "\n");
+  errno = 0;
+  NoteStdoutWrite(std::fflush(stdout) != 0);
+}
+
+int FinishStdout(std::string_view command, int rc) {
+  errno = 0;
+  NoteStdoutWrite(std::fflush(stdout) != 0);
+  errno = 0;
+  NoteStdoutWrite(std::cout.flush().fail());  // std::cout writes through stdout
+  errno = 0;  // a failure seen only now (a write that did not go through the functions above)
+  NoteStdoutWrite(std::ferror(stdout) != 0);
+  if (g_stdout_error == 0) return rc;
+  std::fprintf(stderr, "deltakv %.*s: error: cannot write to stdout: %s\n",
+               static_cast<int>(command.size()), command.data(), std::strerror(g_stdout_error));
+  return rc == kExitOk ? kExitEnvironment : rc;
+}
 
 CLI::Validator FiniteRange(double lo, double hi, bool lo_open) {
   char range[96];

@@ -30,8 +30,17 @@ int ExitCodeFor(const Status& s);
 int ReportError(std::string_view command, const Status& s, bool json,
                 const nlohmann::json& extra = nlohmann::json::object());
 
-// Prints a JSON object as one line on stdout.
+// Results go to stdout through PrintJson, PrintText and WriteStdout, which keep the error of
+// the first write that failed (a full disk, /dev/full, a closed descriptor) for FinishStdout.
+// Prints a JSON object as one line on stdout, and flushes it.
 void PrintJson(const nlohmann::json& j);
+void PrintText(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void WriteStdout(std::string_view text);
+// Flushes stdout. When a write to it failed (through the functions above or any other way),
+// prints "deltakv <command>: error: cannot write to stdout: <errno text>" on stderr and
+// returns kExitEnvironment (or `rc`, when the command had already failed); else returns `rc`.
+// main() calls it after every command.
+int FinishStdout(std::string_view command, int rc);
 
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string HumanBytes(uint64_t bytes);

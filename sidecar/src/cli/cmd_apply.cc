@@ -48,15 +48,15 @@ void AddApplyCommand(CLI::App& app, int* rc) {
                  {"seconds", s.seconds}});
       return;
     }
-    std::printf("applied %s -> %s into %s (decoder %s)\n", s.parent_version.c_str(),
-                s.version.c_str(), o->a.out_dir.c_str(), s.decoder.c_str());
-    std::printf("  tensors changed   %llu / %llu, all verified\n",
-                (unsigned long long)s.tensors_changed, (unsigned long long)s.tensors);
-    std::printf("  checkpoint bytes  %s\n", HumanBytes(s.checkpoint_bytes).c_str());
-    std::printf("  compressed bytes  %s in %llu frames\n", HumanBytes(s.compressed_bytes).c_str(),
-                (unsigned long long)s.frames);
-    std::printf("  nonzero bytes     %llu\n", (unsigned long long)s.nonzero_bytes);
-    std::printf("  time              %.3f s\n", s.seconds);
+    PrintText("applied %s -> %s into %s (decoder %s)\n", s.parent_version.c_str(),
+              s.version.c_str(), o->a.out_dir.c_str(), s.decoder.c_str());
+    PrintText("  tensors changed   %llu / %llu, all verified\n",
+              (unsigned long long)s.tensors_changed, (unsigned long long)s.tensors);
+    PrintText("  checkpoint bytes  %s\n", HumanBytes(s.checkpoint_bytes).c_str());
+    PrintText("  compressed bytes  %s in %llu frames\n", HumanBytes(s.compressed_bytes).c_str(),
+              (unsigned long long)s.frames);
+    PrintText("  nonzero bytes     %llu\n", (unsigned long long)s.nonzero_bytes);
+    PrintText("  time              %.3f s\n", s.seconds);
   });
 }
 

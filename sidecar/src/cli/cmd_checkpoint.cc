@@ -46,7 +46,7 @@ void AddCheckpointCommands(CLI::App& app, int* rc) {
     }
     std::string text = CheckpointManifestToJson(*m);
     if (o->stdout_only) {
-      std::fputs(text.c_str(), stdout);
+      WriteStdout(text);
       return;
     }
     std::string path = o->dir + "/" + kManifestFileName;
@@ -63,8 +63,8 @@ void AddCheckpointCommands(CLI::App& app, int* rc) {
                  {"tensors", m->tensors.size()},
                  {"bytes", ckpt->total_tensor_bytes()}});
     } else {
-      std::printf("wrote %s: %zu tensors in %zu files, %s\n", path.c_str(), m->tensors.size(),
-                  m->files.size(), HumanBytes(ckpt->total_tensor_bytes()).c_str());
+      PrintText("wrote %s: %zu tensors in %zu files, %s\n", path.c_str(), m->tensors.size(),
+                m->files.size(), HumanBytes(ckpt->total_tensor_bytes()).c_str());
     }
   });
 }
@@ -126,7 +126,7 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
     if (o->json)
       PrintJson({{"ok", true}, {"out", o->out}});
     else
-      std::printf("generated checkpoint in %s\n", o->out.c_str());
+      PrintText("generated checkpoint in %s\n", o->out.c_str());
   });
   CLI::App* mut = group.add_subcommand(
       "mutate", "Write a copy of a checkpoint with a fraction of elements changed by 1-2 ulp");
@@ -165,8 +165,8 @@ void AddSyntheticCommands(CLI::App& group, int* rc) {
                  {"elements_changed", r->elements_changed},
                  {"bytes", r->bytes}});
     } else {
-      std::printf("wrote %s: %llu elements changed in %s\n", o->out.c_str(),
-                  (unsigned long long)r->elements_changed, HumanBytes(r->bytes).c_str());
+      PrintText("wrote %s: %llu elements changed in %s\n", o->out.c_str(),
+                (unsigned long long)r->elements_changed, HumanBytes(r->bytes).c_str());
     }
   });
 }

@@ -43,9 +43,9 @@ void AddFrameCommands(CLI::App& app, int* rc) {
                  {"nonzero_bytes", r->nonzero_bytes},
                  {"seconds", r->seconds}});
     } else {
-      std::printf("wrote %s: %llu bytes, %llu frames, %llu nonzero XOR bytes, %.3f s\n",
-                  o->out.c_str(), (unsigned long long)r->length, (unsigned long long)r->frames,
-                  (unsigned long long)r->nonzero_bytes, r->seconds);
+      PrintText("wrote %s: %llu bytes, %llu frames, %llu nonzero XOR bytes, %.3f s\n",
+                o->out.c_str(), (unsigned long long)r->length, (unsigned long long)r->frames,
+                (unsigned long long)r->nonzero_bytes, r->seconds);
     }
   });
 }
@@ -75,7 +75,7 @@ class ScanSink final : public deltasync::NonzeroSink {
       if (bytes[i] == 0) continue;
       if (runs_ == 0 || pos + i != run_end_) ++runs_;
       run_end_ = pos + i + 1;
-      if (dump_) std::printf("%llu %u\n", static_cast<unsigned long long>(pos + i), bytes[i]);
+      if (dump_) PrintText("%llu %u\n", static_cast<unsigned long long>(pos + i), bytes[i]);
     }
     return Status::Ok();
   }
@@ -168,7 +168,7 @@ void AddFrameScanCommand(CLI::App& frame, int* rc) {
                    {"checksums_verified", r->checksums_verified},
                    {"seconds", secs}});
       } else if (!o->dump) {
-        std::printf(
+        PrintText(
             "%s: %llu bytes decoded in %llu frames, %llu nonzero in %llu runs, "
             "checksum %s, %.3f s\n",
             f.c_str(), (unsigned long long)r->decoded_length, (unsigned long long)r->frames,

@@ -61,17 +61,17 @@ void AddPublishCommand(CLI::App& app, int* rc) {
                  {"seconds", s.seconds}});
       return;
     }
-    std::printf("published %s -> %s into %s\n", s.parent_version.c_str(), s.version.c_str(),
-                o->p.out_dir.c_str());
-    std::printf("  tensors changed   %llu / %llu\n", (unsigned long long)s.tensors_changed,
-                (unsigned long long)s.tensors);
-    std::printf("  checkpoint bytes  %s\n", HumanBytes(s.checkpoint_bytes).c_str());
-    std::printf("  dense bytes       %s in %llu frames\n", HumanBytes(s.dense_bytes).c_str(),
-                (unsigned long long)s.frames);
-    std::printf("  compressed bytes  %s in %llu objects\n", HumanBytes(s.compressed_bytes).c_str(),
-                (unsigned long long)s.objects);
-    std::printf("  nonzero density   %.4f %%\n", 100.0 * s.density());
-    std::printf("  time              %.3f s\n", s.seconds);
+    PrintText("published %s -> %s into %s\n", s.parent_version.c_str(), s.version.c_str(),
+              o->p.out_dir.c_str());
+    PrintText("  tensors changed   %llu / %llu\n", (unsigned long long)s.tensors_changed,
+              (unsigned long long)s.tensors);
+    PrintText("  checkpoint bytes  %s\n", HumanBytes(s.checkpoint_bytes).c_str());
+    PrintText("  dense bytes       %s in %llu frames\n", HumanBytes(s.dense_bytes).c_str(),
+              (unsigned long long)s.frames);
+    PrintText("  compressed bytes  %s in %llu objects\n", HumanBytes(s.compressed_bytes).c_str(),
+              (unsigned long long)s.objects);
+    PrintText("  nonzero density   %.4f %%\n", 100.0 * s.density());
+    PrintText("  time              %.3f s\n", s.seconds);
   });
 }
 

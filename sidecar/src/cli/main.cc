@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cli/cli_common.h"
 
@@ -31,6 +32,18 @@ void CheckUnsignedOptions(CLI::App& app) {
   }
 }
 
+// "checkpoint manifest": the subcommands that ran, or "" when none did.
+std::string CommandName(const CLI::App& app) {
+  std::string name;
+  const CLI::App* at = &app;
+  for (;;) {
+    const std::vector<CLI::App*> ran = at->get_subcommands();
+    if (ran.empty()) return name;
+    at = ran.front();
+    name += (name.empty() ? "" : " ") + at->get_name();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,8 +66,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : deltakv::cli::kExitUsage;
+    int code = app.exit(e);  // --help prints to stdout too
+    return deltakv::cli::FinishStdout(CommandName(app), code == 0 ? 0 : deltakv::cli::kExitUsage);
   }
-  return rc;
+  // Every command's results: a write to stdout that failed is an error (exit code 3).
+  return deltakv::cli::FinishStdout(CommandName(app), rc);
 }
