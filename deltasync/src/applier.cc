@@ -26,14 +26,20 @@ using Clock = std::chrono::steady_clock;
 
 std::string Hex(uint32_t v) { return "0x" + FormatChecksum(v); }
 
+using ObjectMaps = std::map<std::string, MappedFile, std::less<>>;
+
+// Ok while every shard object read so far is as it was mapped.
+Status ObjectsUnchanged(const ObjectMaps& objects) {
+  for (const auto& [name, map] : objects) RETURN_IF_ERROR(map.CheckUnchanged());
+  return Status::Ok();
+}
+
 // Maps every shard object and checks its size (and sha256 when recorded).
-StatusOr<std::map<std::string, MappedFile, std::less<>>> OpenObjects(const DeltaManifest& m,
-                                                                     const std::string& dir,
-                                                                     bool verify,
-                                                                     unsigned threads) {
-  std::map<std::string, MappedFile, std::less<>> out;
+StatusOr<ObjectMaps> OpenObjects(const DeltaManifest& m, const std::string& dir, bool verify,
+                                 unsigned threads) {
+  ObjectMaps out;
   for (const DeltaObject& o : m.objects) {
-    auto f = MappedFile::OpenReadOnly(dir + "/" + o.name);
+    auto f = MappedFile::OpenReadOnly(dir + "/" + o.name, MappedFile::Shrink::kReadZeros);
     if (!f.ok()) return f.status().WithPrefix("delta object '" + o.name + "'");
     if (f->size() != o.size) {
       return DataLoss("delta object '" + o.name + "' is " + std::to_string(f->size()) +
@@ -43,7 +49,7 @@ StatusOr<std::map<std::string, MappedFile, std::less<>>> OpenObjects(const Delta
     out.emplace(o.name, std::move(f).value());
   }
   if (!verify) return out;
-  RETURN_IF_ERROR(ParallelFor(m.objects.size(), threads, [&](size_t i) -> Status {
+  Status verified = ParallelFor(m.objects.size(), threads, [&](size_t i) -> Status {
     const DeltaObject& o = m.objects[i];
     if (o.sha256.empty()) return Status::Ok();
     std::string actual = Sha256Hex(out.find(o.name)->second.bytes());
@@ -52,7 +58,9 @@ StatusOr<std::map<std::string, MappedFile, std::less<>>> OpenObjects(const Delta
                       ", actual " + actual);
     }
     return Status::Ok();
-  }));
+  });
+  RETURN_IF_ERROR(ObjectsUnchanged(out));
+  RETURN_IF_ERROR(verified);
   return out;
 }
 
@@ -67,8 +75,8 @@ struct TensorJob {
 
 class TensorApplier {
  public:
-  TensorApplier(const std::map<std::string, MappedFile, std::less<>>& objects,
-                std::unique_ptr<XorDecoder> decoder, uint32_t max_window_log)
+  TensorApplier(const ObjectMaps& objects, std::unique_ptr<XorDecoder> decoder,
+                uint32_t max_window_log)
       : objects_(objects), decoder_(std::move(decoder)), max_window_log_(max_window_log) {}
 
   // Copies, verifies and patches one tensor into `dst`.
@@ -127,7 +135,7 @@ class TensorApplier {
   }
 
  private:
-  const std::map<std::string, MappedFile, std::less<>>& objects_;
+  const ObjectMaps& objects_;
   std::unique_ptr<XorDecoder> decoder_;
   uint32_t max_window_log_;
 };
@@ -141,7 +149,10 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
   ASSIGN_OR_RETURN(DeltaManifest m, ParseDeltaManifest(text));
   unsigned threads = opt.threads == 0 ? DefaultThreads() : opt.threads;
   ASSIGN_OR_RETURN(auto objects, OpenObjects(m, opt.delta_dir, opt.verify_objects, threads));
-  ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(opt.parent_dir));
+  // A parent file or shard object that shrinks while it is read fails the apply (IoError), it
+  // does not raise SIGBUS.
+  ASSIGN_OR_RETURN(Checkpoint parent,
+                   Checkpoint::Open(opt.parent_dir, MappedFile::Shrink::kReadZeros));
   ASSIGN_OR_RETURN(OutputLayout layout, BuildOutputLayout(m, parent));
 
   ApplySummary sum;
@@ -184,7 +195,7 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
 
   Progress prog("apply", sum.checkpoint_bytes, opt.progress);
   std::vector<uint64_t> nonzero(threads, 0);
-  RETURN_IF_ERROR(ParallelForWorkers(jobs.size(), threads, [&](size_t i, unsigned w) {
+  Status applied = ParallelForWorkers(jobs.size(), threads, [&](size_t i, unsigned w) {
     TensorJob& job = jobs[i];
     const OutputFile& of = layout.files[job.file];
     std::span<uint8_t> dst =
@@ -192,8 +203,12 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
     return appliers[w]
         .Run(job, dst, m.parent_version, prog, &nonzero[w])
         .WithPrefix("tensor '" + job.info->name + "'");
-  }));
+  });
   prog.Finish();
+  // Before the errors that bytes read as zeros cause (checksum mismatches).
+  RETURN_IF_ERROR(parent.CheckUnchanged());
+  RETURN_IF_ERROR(ObjectsUnchanged(objects));
+  RETURN_IF_ERROR(applied);
   for (uint64_t n : nonzero) sum.nonzero_bytes += n;
 
   CheckpointManifest out_manifest;
@@ -222,21 +237,26 @@ StatusOr<FrameApplySummary> ApplyFramesToFile(const std::string& base_path,
                                               const std::string& decoder_name,
                                               uint32_t max_window_log) {
   auto start = Clock::now();
-  ASSIGN_OR_RETURN(MappedFile base, MappedFile::OpenReadOnly(base_path));
-  ASSIGN_OR_RETURN(MappedFile frames, MappedFile::OpenReadOnly(frame_path));
+  ASSIGN_OR_RETURN(MappedFile base,
+                   MappedFile::OpenReadOnly(base_path, MappedFile::Shrink::kReadZeros));
+  ASSIGN_OR_RETURN(MappedFile frames,
+                   MappedFile::OpenReadOnly(frame_path, MappedFile::Shrink::kReadZeros));
   ASSIGN_OR_RETURN(auto decoder, MakeXorDecoder(decoder_name));
   ASSIGN_OR_RETURN(MappedOutputFile out, MappedOutputFile::Create(out_path, base.size()));
   if (base.size() > 0) std::memcpy(out.bytes().data(), base.bytes().data(), base.size());
   AdlerDelta unused;
   XorApplySink sink(out.bytes(), 0, &unused);
-  ASSIGN_OR_RETURN(DecodeResult r,
-                   DecodeDeltaFrame(*decoder, frames.bytes(), base.size(), max_window_log, sink,
-                                    "frames of '" + frame_path + "' against the base file"));
+  StatusOr<DecodeResult> r =
+      DecodeDeltaFrame(*decoder, frames.bytes(), base.size(), max_window_log, sink,
+                       "frames of '" + frame_path + "' against the base file");
+  RETURN_IF_ERROR(base.CheckUnchanged());
+  RETURN_IF_ERROR(frames.CheckUnchanged());
+  RETURN_IF_ERROR(r.status());
   RETURN_IF_ERROR(out.Commit());
   FrameApplySummary s;
   s.length = base.size();
-  s.frames = r.frames;
-  s.nonzero_bytes = r.nonzero_bytes;
+  s.frames = r->frames;
+  s.nonzero_bytes = r->nonzero_bytes;
   s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return s;
 }

@@ -19,7 +19,7 @@ namespace deltakv::deltasync {
 namespace jf = json_fields;
 using Json = nlohmann::json;
 
-StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
+StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir, MappedFile::Shrink shrink) {
   std::vector<std::string> others;
   ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(dir, ".safetensors", &others));
   // A *.safetensors entry that is not a readable regular file (a dangling link, a directory)
@@ -47,7 +47,7 @@ StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   c.names_ = names;
   c.files_.reserve(names.size());
   for (const std::string& name : names) {
-    auto f = SafetensorsFile::Open(dir + "/" + name);
+    auto f = SafetensorsFile::Open(dir + "/" + name, kDefaultMaxHeaderBytes, shrink);
     if (!f.ok()) return f.status();
     c.files_.push_back(std::move(f).value());
   }
@@ -66,6 +66,11 @@ StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
 const TensorRef* Checkpoint::Find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &it->second;
+}
+
+Status Checkpoint::CheckUnchanged() const {
+  for (const SafetensorsFile& f : files_) RETURN_IF_ERROR(f.CheckUnchanged());
+  return Status::Ok();
 }
 
 uint64_t Checkpoint::total_tensor_bytes() const {
@@ -92,7 +97,7 @@ StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
   }
   m.tensors.resize(order.size());
   Progress prog("manifest", ckpt.total_tensor_bytes(), progress);
-  RETURN_IF_ERROR(ParallelFor(order.size(), threads, [&](size_t k) {
+  Status read = ParallelFor(order.size(), threads, [&](size_t k) {
     const auto& [fi, t] = order[k];
     const SafetensorsFile& f = ckpt.files()[fi];
     ManifestTensor& mt = m.tensors[k];
@@ -112,8 +117,10 @@ StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
     }
     mt.adler32 = a;
     return Status::Ok();
-  }));
+  });
   prog.Finish();
+  RETURN_IF_ERROR(ckpt.CheckUnchanged());
+  RETURN_IF_ERROR(read);
   return m;
 }
 

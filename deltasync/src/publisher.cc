@@ -227,10 +227,18 @@ Status CheckOptions(const PublishOptions& opt) {
 }
 
 // Compresses every changed piece of `tensors` into shards under `out_dir` and writes the
-// manifest; `next` (may be null) gives the checkpoint section.
+// manifest; `next` (may be null) gives the checkpoint section. `parent` and `next` (may be
+// null) are the checkpoints the tensors are read from: a file of theirs that changed while it
+// was read fails the publish with their error, before any other error it caused.
 StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, PublishSummary sum,
-                                      const PublishOptions& opt, const Checkpoint* next,
+                                      const PublishOptions& opt, const Checkpoint* parent,
+                                      const Checkpoint* next,
                                       std::chrono::steady_clock::time_point start) {
+  auto inputs_unchanged = [&]() -> Status {
+    if (parent != nullptr) RETURN_IF_ERROR(parent->CheckUnchanged());
+    if (next != nullptr) RETURN_IF_ERROR(next->CheckUnchanged());
+    return Status::Ok();
+  };
   ASSIGN_OR_RETURN(StagingDir staging, StagingDir::Create(opt.out_dir));
   sum.tensors = tensors.size();
   std::vector<PieceJob> jobs;
@@ -268,12 +276,16 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
   for (size_t base = 0; base < jobs.size(); base += window) {
     size_t n = std::min(window, jobs.size() - base);
     results.assign(n, PieceResult{});
-    RETURN_IF_ERROR(ParallelForWorkers(n, threads, [&](size_t k, unsigned worker) {
+    Status compressed = ParallelForWorkers(n, threads, [&](size_t k, unsigned worker) {
       const PieceJob& job = jobs[base + k];
       Status s = compressors[worker]->Run(tensors[job.tensor], job, &results[k]);
       prog.Add(job.length);
       return s;
-    }));
+    });
+    if (!compressed.ok()) {
+      RETURN_IF_ERROR(inputs_unchanged());
+      return compressed;
+    }
     for (size_t k = 0; k < n; ++k) {
       const PieceJob& job = jobs[base + k];
       PieceResult& r = results[k];
@@ -326,6 +338,7 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
       }
     }
   }
+  RETURN_IF_ERROR(inputs_unchanged());
   RETURN_IF_ERROR(
       WriteFileAtomic(staging.path() + "/" + kManifestFileName, DeltaManifestToJson(manifest)));
   RETURN_IF_ERROR(staging.Commit());
@@ -338,8 +351,11 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
 StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
   const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(CheckOptions(opt));
-  ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(opt.parent_dir));
-  ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(opt.new_dir));
+  // Trainers rewrite checkpoints in place: a file that shrinks while it is read must fail the
+  // publish, not kill it with SIGBUS.
+  ASSIGN_OR_RETURN(Checkpoint parent,
+                   Checkpoint::Open(opt.parent_dir, MappedFile::Shrink::kReadZeros));
+  ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(opt.new_dir, MappedFile::Shrink::kReadZeros));
   ASSIGN_OR_RETURN(std::vector<TensorPair> tensors, PairTensors(parent, next));
   PublishSummary sum;
   sum.parent_version =
@@ -353,7 +369,7 @@ StatusOr<PublishSummary> PublishDelta(const PublishOptions& opt) {
   for (const TensorPair& t : tensors) {
     RETURN_IF_ERROR(json_fields::CheckUtf8("tensor name", t.info->name));
   }
-  return PublishPairs(tensors, std::move(sum), opt, &next, start);
+  return PublishPairs(tensors, std::move(sum), opt, &parent, &next, start);
 }
 
 StatusOr<PublishSummary> PublishDeltaFromTensors(std::span<const TensorBytes> parent,
@@ -425,7 +441,7 @@ StatusOr<PublishSummary> PublishDeltaFromTensors(std::span<const TensorBytes> pa
   PublishSummary sum;
   sum.parent_version = opt.parent_version;
   sum.version = opt.version;
-  return PublishPairs(tensors, std::move(sum), opt, nullptr, start);
+  return PublishPairs(tensors, std::move(sum), opt, nullptr, nullptr, start);
 }
 
 }  // namespace deltakv::deltasync

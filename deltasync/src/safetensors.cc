@@ -375,12 +375,16 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> pref
   return header;
 }
 
-StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path,
-                                                uint64_t max_header_bytes) {
-  ASSIGN_OR_RETURN(MappedFile map, MappedFile::OpenReadOnly(path));
+StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, uint64_t max_header_bytes,
+                                                MappedFile::Shrink shrink) {
+  ASSIGN_OR_RETURN(MappedFile map, MappedFile::OpenReadOnly(path, shrink));
   StatusOr<SafetensorsHeader> header =
       ParseSafetensorsHeader(map.bytes(), map.size(), max_header_bytes);
-  if (!header.ok()) return header.status().WithPrefix(Quote(path));
+  if (!header.ok()) {
+    // A header cut short by a file that shrank is not malformed.
+    if (shrink == MappedFile::Shrink::kReadZeros) RETURN_IF_ERROR(map.CheckUnchanged());
+    return header.status().WithPrefix(Quote(path));
+  }
   SafetensorsFile file;
   file.path_ = path;
   file.map_ = std::move(map);

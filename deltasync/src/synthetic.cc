@@ -167,7 +167,7 @@ StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const st
     h ^= h >> 29;
     return static_cast<double>(h >> 11) * 0x1.0p-53 < opt.tensor_fraction;
   };
-  ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(parent_dir));
+  ASSIGN_OR_RETURN(Checkpoint parent, Checkpoint::Open(parent_dir, MappedFile::Shrink::kReadZeros));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return IoError("create directory '" + out_dir + "': " + ec.message());
@@ -218,6 +218,7 @@ StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const st
                               }));
     stats.bytes += pf.header().data_size;
   }
+  RETURN_IF_ERROR(parent.CheckUnchanged());
   return stats;
 }
 

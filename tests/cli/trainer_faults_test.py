@@ -83,6 +83,36 @@ class TrainerFaults(unittest.TestCase):
         proc.send_signal(signal.SIGSTOP)
         return True
 
+    # --- inputs that change while they are read -------------------------------------------
+
+    def test_an_input_that_shrinks_during_publish_is_an_io_error_not_sigbus(self):
+        # Trainers rewrite checkpoints in place. Reading a page past the new end of a mapped
+        # file raised SIGBUS (exit 135, no message, the staging directory left behind).
+        parent, new = self.slow_publish_inputs()
+        caught = 0
+        for attempt in range(3):
+            n = self.fresh(f"shrink-n{attempt}")
+            shutil.copytree(new, n)
+            out = self.fresh(f"shrink-d{attempt}")
+            proc = subprocess.Popen([DELTAKV, "publish", "--parent", parent, "--new", n, "--out",
+                                     out, "--level", "19", "--threads", "1", "--json"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stopped = self.stop_when_staging_appears(proc, out)
+            for f in os.listdir(n):
+                if f.endswith(".safetensors"):
+                    os.truncate(os.path.join(n, f), 4096)
+            if stopped:
+                proc.send_signal(signal.SIGCONT)
+            stdout, stderr = proc.communicate(timeout=120)
+            if not stopped:
+                continue
+            caught += 1
+            self.assertEqual(proc.returncode, 3, stderr)
+            self.assertRegex(stderr, r"'[^']*\.safetensors' changed while being read")
+            self.assertEqual(json.loads(stdout)["error"]["code"], "IO_ERROR")
+            self.assertEqual(self.left_beside(out), [])
+        self.assertGreater(caught, 0)
+
     # --- interrupts -------------------------------------------------------------------------
 
     def test_an_existing_partial_name_is_never_removed(self):

@@ -1,11 +1,14 @@
 // Parsing and serializing the checkpoint and delta manifests: round trips and each kind of
 // malformed input, with the field named in the error.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "deltasync/checkpoint.h"
 #include "deltasync/delta_manifest.h"
+#include "deltasync/synthetic.h"
+#include "test_util.h"
 
 namespace deltakv::deltasync {
 namespace {
@@ -216,6 +219,24 @@ TEST(CheckpointManifest, RoundTripAndErrors) {
   j = Json::parse(text);
   j["format"] = "other";
   EXPECT_FALSE(ParseCheckpointManifest(j.dump()).ok());
+}
+
+// A trainer rewriting a checkpoint in place can shrink a file while it is read: the manifest
+// fails with an IoError naming the file, where reading past the new end raised SIGBUS.
+TEST(CheckpointManifest, AFileThatShrinksWhileItIsReadIsAnIoError) {
+  testing::TempDir tmp;
+  const std::vector<SyntheticFile> layout = {{"a.safetensors", {{"w", DType::kF32, {64, 1024}}}},
+                                             {"b.safetensors", {{"v", DType::kF32, {64, 1024}}}}};
+  ASSERT_TRUE(GenerateCheckpoint(tmp / "c", layout, 1).ok());
+  auto ckpt = Checkpoint::Open(tmp / "c", MappedFile::Shrink::kReadZeros);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  EXPECT_TRUE(ckpt->CheckUnchanged().ok());
+  ASSERT_EQ(truncate((tmp / "c/b.safetensors").c_str(), 4096), 0);
+  auto m = ComputeCheckpointManifest(*ckpt, "v", 2, false);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kIoError);
+  EXPECT_NE(m.status().message().find("b.safetensors' changed while being read"), std::string::npos)
+      << m.status().ToString();
 }
 
 }  // namespace

@@ -3,6 +3,13 @@
 // Owns the mapping; moving transfers it; destruction unmaps. An empty file maps to an empty
 // span without calling mmap.
 //
+// A file that shrinks while it is mapped (a trainer rewriting a checkpoint in place) makes a
+// read of a page past its new end raise SIGBUS, which kills the process. A file opened with
+// Shrink::kReadZeros is watched instead: such a read gets zeros, the file counts as changed,
+// and CheckUnchanged() says so. A process-wide SIGBUS handler, installed by the first watched
+// Open, does this for faults inside watched mappings only; any other SIGBUS gets the action
+// that was in place before it.
+//
 // Thread-safety: the mapping is immutable after Open; reads from many threads are safe.
 #pragma once
 
@@ -14,8 +21,17 @@
 
 namespace deltakv {
 
+struct MappedFileWatch;  // private to mapped_file.cc: a watched mapping's SIGBUS table entry
+
 class MappedFile {
  public:
+  // What a read of a page past the end of a file that shrank after it was mapped does.
+  enum class Shrink {
+    kSignal,     // raises SIGBUS (the kernel's behaviour)
+    kReadZeros,  // reads zeros and marks the file changed: check CheckUnchanged() before
+                 // trusting anything read through the mapping
+  };
+
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
@@ -24,16 +40,30 @@ class MappedFile {
   ~MappedFile();
 
   // Maps `path` read-only. IoError (with the errno text and the path) on failure.
-  static StatusOr<MappedFile> OpenReadOnly(const std::string& path);
+  static StatusOr<MappedFile> OpenReadOnly(const std::string& path,
+                                           Shrink shrink = Shrink::kSignal);
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
   // Hints the kernel that the whole file will be read sequentially.
   void AdviseSequential() const;
 
+  // Ok while everything read through the mapping came from the file as it was mapped: no read
+  // went past the end of a watched file that shrank, and the file at path() (when it is still
+  // the same file) has the size and modification time it had when mapped. Otherwise IoError
+  // "'PATH' changed while being read (...)". Costs a stat().
+  Status CheckUnchanged() const;
+
  private:
+  std::string path_;
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  MappedFileWatch* watch_ = nullptr;  // with Shrink::kReadZeros
+  // The file as mapped, for CheckUnchanged().
+  uint64_t device_ = 0;
+  uint64_t inode_ = 0;
+  int64_t mtime_ns_ = 0;
 };
 
 // MappedOutputFile: a new file of a fixed size, mapped read-write, written under

@@ -11,7 +11,10 @@
 // at the end). Errors name the tensor and give expected vs actual values:
 //   DataLoss        — wrong parent, checksum mismatch, corrupt or truncated frame or object
 //   InvalidArgument — malformed manifest, a delta that does not fit the parent checkpoint
-//   IoError         — the filesystem refused
+//   IoError         — the filesystem refused, or an input file (a parent file, a shard
+//                     object) changed while it was read: "'PATH' changed while being read"
+//                     (MappedFile::CheckUnchanged), reported before the mismatches it caused;
+//                     a file that shrinks does not raise SIGBUS
 //
 // Thread-safety: ApplyDelta may run concurrently for distinct output directories.
 #pragma once
@@ -62,7 +65,8 @@ struct FrameApplySummary {
 
 // Writes `out_path` = base file XOR the decoded concatenated frames in `frame_path`.
 // DataLoss if the decoded length differs from the base file's length or the frames are
-// corrupt. `out_path` is written atomically.
+// corrupt; IoError if either input changed while it was read. `out_path` is written
+// atomically.
 StatusOr<FrameApplySummary> ApplyFramesToFile(const std::string& base_path,
                                               const std::string& frame_path,
                                               const std::string& out_path,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "base/status.h"
 #include "deltasync/safetensors.h"
 
@@ -31,8 +32,10 @@ class Checkpoint {
   // Opens and validates every *.safetensors file in `dir`. IoError if the directory or one of
   // them cannot be read (a dangling link too); InvalidArgument for a malformed file, a
   // *.safetensors entry that is not a regular file, a directory without safetensors files or a
-  // tensor name that appears in two files.
-  static StatusOr<Checkpoint> Open(const std::string& dir);
+  // tensor name that appears in two files. `shrink` says what a read past the end of a file
+  // that shrank after it was opened does (MappedFile::Shrink).
+  static StatusOr<Checkpoint> Open(const std::string& dir,
+                                   MappedFile::Shrink shrink = MappedFile::Shrink::kSignal);
 
   const std::string& dir() const { return dir_; }
   // File names (not paths), sorted.
@@ -45,6 +48,9 @@ class Checkpoint {
   }
   size_t tensor_count() const { return index_.size(); }
   uint64_t total_tensor_bytes() const;
+  // Ok while the bytes read so far are the files' as they were opened; else IoError naming
+  // the first file that changed (see MappedFile::CheckUnchanged).
+  Status CheckUnchanged() const;
 
  private:
   std::string dir_;
@@ -78,7 +84,8 @@ struct CheckpointManifest {
 // Computes the manifest of an opened checkpoint: reads every tensor once (in parallel on
 // `threads` threads; 0 = all CPUs). Progress goes to stderr when `progress` is set.
 // InvalidArgument if `version` or a file or tensor name is not valid UTF-8 (the manifest is
-// JSON); the reader's errors otherwise.
+// JSON); IoError if a file changed while it was read (Checkpoint::CheckUnchanged); the
+// reader's errors otherwise.
 StatusOr<CheckpointManifest> ComputeCheckpointManifest(const Checkpoint& ckpt,
                                                        const std::string& version, unsigned threads,
                                                        bool progress);

@@ -56,7 +56,9 @@ struct PublishSummary {
 // Writes the delta. InvalidArgument if the checkpoints are malformed or do not have the same
 // tensors with the same dtype and shape, or a version (given, or the default) or a file or
 // tensor name is not valid UTF-8 (the manifest is JSON); FailedPrecondition if out_dir exists;
-// IoError on a write failure.
+// IoError on a write failure, or when an input file changed while it was read ("'PATH'
+// changed while being read", Checkpoint::CheckUnchanged; a file that shrinks fails the
+// publish, it does not raise SIGBUS).
 StatusOr<PublishSummary> PublishDelta(const PublishOptions& options);
 
 // A tensor held in memory by the caller: its bytes in the canonical (row-major) layout.

@@ -69,9 +69,12 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(
 // A safetensors file mapped read-only.
 class SafetensorsFile {
  public:
-  // Maps and validates `path`. IoError if it cannot be opened; InvalidArgument if malformed.
+  // Maps and validates `path`. IoError if it cannot be opened or changed while its header was
+  // read (see MappedFile::CheckUnchanged); InvalidArgument if malformed. `shrink` says what a
+  // read past the end of a file that shrank after it was mapped does (MappedFile::Shrink).
   static StatusOr<SafetensorsFile> Open(const std::string& path,
-                                        uint64_t max_header_bytes = kDefaultMaxHeaderBytes);
+                                        uint64_t max_header_bytes = kDefaultMaxHeaderBytes,
+                                        MappedFile::Shrink shrink = MappedFile::Shrink::kSignal);
 
   const std::string& path() const { return path_; }
   const SafetensorsHeader& header() const { return header_; }
@@ -79,6 +82,8 @@ class SafetensorsFile {
   // The bytes of one tensor of this file's header. REQUIRES: `t` came from header().
   std::span<const uint8_t> TensorBytes(const TensorInfo& t) const;
   std::span<const uint8_t> FileBytes() const { return map_.bytes(); }
+  // Ok while the bytes read so far are the file's; see MappedFile::CheckUnchanged.
+  Status CheckUnchanged() const { return map_.CheckUnchanged(); }
 
  private:
   std::string path_;

@@ -52,6 +52,7 @@ struct MutationStats {
 
 // Writes into `out_dir` a copy of the checkpoint in `parent_dir` where each element changes
 // with probability `density` by +-1 or +-2 in its last bits (1-byte dtypes by +-1..2).
+// IoError if a parent file changed while it was read.
 StatusOr<MutationStats> MutateCheckpoint(const std::string& parent_dir, const std::string& out_dir,
                                          const MutationOptions& options);
 

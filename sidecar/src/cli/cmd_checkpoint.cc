@@ -32,7 +32,7 @@ void AddCheckpointCommands(CLI::App& app, int* rc) {
   man->add_flag("--stdout", o->stdout_only, "Print the manifest instead of writing it");
   man->callback([o, rc] {
     using namespace deltasync;
-    auto ckpt = Checkpoint::Open(o->dir);
+    auto ckpt = Checkpoint::Open(o->dir, MappedFile::Shrink::kReadZeros);
     if (!ckpt.ok()) {
       *rc = ReportError("checkpoint manifest", ckpt.status(), o->json);
       return;
