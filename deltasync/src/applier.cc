@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "base/file_util.h"
@@ -140,6 +143,49 @@ class TensorApplier {
   uint32_t max_window_log_;
 };
 
+// One file of the output, created when the first of its tensors starts and committed when the
+// last one is done: only the files being written are open, not every file of the checkpoint
+// (a checkpoint of thousands of files would need as many descriptors).
+class OutputSlot {
+ public:
+  OutputSlot(std::string path, const OutputFile& layout)
+      : path_(std::move(path)), layout_(&layout), pending_(layout.tensors.size()) {}
+
+  // The bytes of `t`, a tensor of this file, creating the file if it does not exist yet.
+  StatusOr<std::span<uint8_t>> Open(const TensorInfo& t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!file_.has_value()) {
+      ASSIGN_OR_RETURN(MappedOutputFile f, MappedOutputFile::Create(path_, layout_->file_size));
+      WriteSafetensorsPrefix(layout_->header.raw, f.bytes());
+      file_.emplace(std::move(f));
+    }
+    return file_->bytes().subspan(layout_->header.data_offset() + t.begin, t.size());
+  }
+
+  // One of its tensors is written; after the last one the file is committed and closed.
+  Status Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--pending_ > 0) return Status::Ok();
+    Status s = file_->Commit();
+    file_.reset();
+    return s;
+  }
+
+  // Writes a file that holds no tensors (its header alone).
+  Status WriteEmpty() {
+    ASSIGN_OR_RETURN(MappedOutputFile f, MappedOutputFile::Create(path_, layout_->file_size));
+    WriteSafetensorsPrefix(layout_->header.raw, f.bytes());
+    return f.Commit();
+  }
+
+ private:
+  const std::string path_;
+  const OutputFile* layout_;
+  std::mutex mu_;
+  std::optional<MappedOutputFile> file_;  // GUARDED_BY(mu_)
+  size_t pending_;                        // GUARDED_BY(mu_): tensors not yet written
+};
+
 }  // namespace
 
 StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
@@ -174,14 +220,12 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
   for (auto& d : decoders) appliers.emplace_back(objects, std::move(d), opt.max_window_log);
 
   ASSIGN_OR_RETURN(StagingDir staging, StagingDir::Create(opt.out_dir));
-  std::vector<MappedOutputFile> outs;
+  std::deque<OutputSlot> outs;  // not movable (a mutex each)
   std::vector<TensorJob> jobs;
   for (size_t fi = 0; fi < layout.files.size(); ++fi) {
     const OutputFile& of = layout.files[fi];
-    ASSIGN_OR_RETURN(MappedOutputFile out,
-                     MappedOutputFile::Create(staging.path() + "/" + of.name, of.file_size));
-    WriteSafetensorsPrefix(of.header.raw, out.bytes());
-    outs.push_back(std::move(out));
+    outs.emplace_back(staging.path() + "/" + of.name, of);
+    if (of.tensors.empty()) RETURN_IF_ERROR(outs.back().WriteEmpty());
     for (const OutputTensor& ot : of.tensors) {
       jobs.push_back({fi, ot.info, parent.Bytes(*ot.parent), ot.delta, ot.expected, 0});
       sum.checkpoint_bytes += ot.info->size();
@@ -195,14 +239,15 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
 
   Progress prog("apply", sum.checkpoint_bytes, opt.progress);
   std::vector<uint64_t> nonzero(threads, 0);
-  Status applied = ParallelForWorkers(jobs.size(), threads, [&](size_t i, unsigned w) {
+  // Jobs start in file order, so the files open at once are about as many as the workers.
+  Status applied = ParallelForWorkers(jobs.size(), threads, [&](size_t i, unsigned w) -> Status {
     TensorJob& job = jobs[i];
-    const OutputFile& of = layout.files[job.file];
-    std::span<uint8_t> dst =
-        outs[job.file].bytes().subspan(of.header.data_offset() + job.info->begin, job.info->size());
-    return appliers[w]
-        .Run(job, dst, m.parent_version, prog, &nonzero[w])
-        .WithPrefix("tensor '" + job.info->name + "'");
+    OutputSlot& out = outs[job.file];
+    ASSIGN_OR_RETURN(std::span<uint8_t> dst, out.Open(*job.info));
+    RETURN_IF_ERROR(appliers[w]
+                        .Run(job, dst, m.parent_version, prog, &nonzero[w])
+                        .WithPrefix("tensor '" + job.info->name + "'"));
+    return out.Done();
   });
   prog.Finish();
   // Before the errors that bytes read as zeros cause (checksum mismatches).
@@ -223,7 +268,6 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
                                     of.header.data_offset() + job.info->begin,
                                     of.header.data_offset() + job.info->end, job.new_adler});
   }
-  for (MappedOutputFile& f : outs) RETURN_IF_ERROR(f.Commit());
   RETURN_IF_ERROR(WriteFileAtomic(staging.path() + "/" + kManifestFileName,
                                   CheckpointManifestToJson(out_manifest)));
   RETURN_IF_ERROR(staging.Commit());
