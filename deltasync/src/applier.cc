@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,7 +40,7 @@ Status ObjectsUnchanged(const ObjectMaps& objects) {
 
 // Maps every shard object and checks its size (and sha256 when recorded).
 StatusOr<ObjectMaps> OpenObjects(const DeltaManifest& m, const std::string& dir, bool verify,
-                                 unsigned threads) {
+                                 unsigned threads, const std::function<Status()>& interrupted) {
   ObjectMaps out;
   for (const DeltaObject& o : m.objects) {
     auto f = MappedFile::OpenReadOnly(dir + "/" + o.name, MappedFile::Shrink::kReadZeros);
@@ -53,6 +54,7 @@ StatusOr<ObjectMaps> OpenObjects(const DeltaManifest& m, const std::string& dir,
   }
   if (!verify) return out;
   Status verified = ParallelFor(m.objects.size(), threads, [&](size_t i) -> Status {
+    RETURN_IF_ERROR(interrupted());
     const DeltaObject& o = m.objects[i];
     if (o.sha256.empty()) return Status::Ok();
     std::string actual = Sha256Hex(out.find(o.name)->second.bytes());
@@ -62,6 +64,7 @@ StatusOr<ObjectMaps> OpenObjects(const DeltaManifest& m, const std::string& dir,
     }
     return Status::Ok();
   });
+  RETURN_IF_ERROR(interrupted());
   RETURN_IF_ERROR(ObjectsUnchanged(out));
   RETURN_IF_ERROR(verified);
   return out;
@@ -78,9 +81,13 @@ struct TensorJob {
 
 class TensorApplier {
  public:
+  // `interrupted` returns an error once the apply is to stop.
   TensorApplier(const ObjectMaps& objects, std::unique_ptr<XorDecoder> decoder,
-                uint32_t max_window_log)
-      : objects_(objects), decoder_(std::move(decoder)), max_window_log_(max_window_log) {}
+                uint32_t max_window_log, const std::function<Status()>& interrupted)
+      : objects_(objects),
+        decoder_(std::move(decoder)),
+        max_window_log_(max_window_log),
+        interrupted_(interrupted) {}
 
   // Copies, verifies and patches one tensor into `dst`.
   Status Run(TensorJob& job, std::span<uint8_t> dst, const std::string& parent_version,
@@ -88,6 +95,7 @@ class TensorApplier {
     constexpr size_t kChunk = 4u << 20;
     uint32_t parent_adler = kAdlerInitial;
     for (size_t off = 0; off < job.parent.size(); off += kChunk) {
+      RETURN_IF_ERROR(interrupted_());
       size_t n = std::min(kChunk, job.parent.size() - off);
       std::memcpy(dst.data() + off, job.parent.data() + off, n);
       parent_adler = Adler32(job.parent.subspan(off, n), parent_adler);
@@ -110,6 +118,7 @@ class TensorApplier {
     }
     AdlerDelta delta;
     for (size_t k = 0; k < dt.frames.size(); ++k) {
+      RETURN_IF_ERROR(interrupted_());
       const DeltaFrame& f = dt.frames[k];
       std::span<const uint8_t> obj = objects_.find(f.object)->second.bytes();
       std::span<const uint8_t> input = obj.subspan(f.object_offset, f.compressed_length);
@@ -141,6 +150,7 @@ class TensorApplier {
   const ObjectMaps& objects_;
   std::unique_ptr<XorDecoder> decoder_;
   uint32_t max_window_log_;
+  const std::function<Status()>& interrupted_;
 };
 
 // One file of the output, created when the first of its tensors starts and committed when the
@@ -190,11 +200,17 @@ class OutputSlot {
 
 StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
   auto start = Clock::now();
+  const std::function<Status()> interrupted = [&opt]() -> Status {
+    return opt.cancel != nullptr && opt.cancel->load(std::memory_order_relaxed)
+               ? FailedPrecondition("interrupted; nothing was written to '" + opt.out_dir + "'")
+               : Status::Ok();
+  };
   const std::string manifest_path = opt.delta_dir + "/" + kManifestFileName;
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(manifest_path, 1ull << 30));
   ASSIGN_OR_RETURN(DeltaManifest m, ParseDeltaManifest(text));
   unsigned threads = opt.threads == 0 ? DefaultThreads() : opt.threads;
-  ASSIGN_OR_RETURN(auto objects, OpenObjects(m, opt.delta_dir, opt.verify_objects, threads));
+  ASSIGN_OR_RETURN(auto objects,
+                   OpenObjects(m, opt.delta_dir, opt.verify_objects, threads, interrupted));
   // A parent file or shard object that shrinks while it is read fails the apply (IoError), it
   // does not raise SIGBUS.
   ASSIGN_OR_RETURN(Checkpoint parent,
@@ -217,7 +233,9 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
   }
   sum.decoder = std::string(decoders[0]->name());
   std::vector<TensorApplier> appliers;
-  for (auto& d : decoders) appliers.emplace_back(objects, std::move(d), opt.max_window_log);
+  for (auto& d : decoders) {
+    appliers.emplace_back(objects, std::move(d), opt.max_window_log, interrupted);
+  }
 
   ASSIGN_OR_RETURN(StagingDir staging, StagingDir::Create(opt.out_dir));
   std::deque<OutputSlot> outs;  // not movable (a mutex each)
@@ -241,6 +259,7 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
   std::vector<uint64_t> nonzero(threads, 0);
   // Jobs start in file order, so the files open at once are about as many as the workers.
   Status applied = ParallelForWorkers(jobs.size(), threads, [&](size_t i, unsigned w) -> Status {
+    RETURN_IF_ERROR(interrupted());
     TensorJob& job = jobs[i];
     OutputSlot& out = outs[job.file];
     ASSIGN_OR_RETURN(std::span<uint8_t> dst, out.Open(*job.info));
@@ -250,6 +269,7 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
     return out.Done();
   });
   prog.Finish();
+  RETURN_IF_ERROR(interrupted());
   // Before the errors that bytes read as zeros cause (checksum mismatches).
   RETURN_IF_ERROR(parent.CheckUnchanged());
   RETURN_IF_ERROR(ObjectsUnchanged(objects));
@@ -275,24 +295,33 @@ StatusOr<ApplySummary> ApplyDelta(const ApplyOptions& opt) {
   return sum;
 }
 
-StatusOr<FrameApplySummary> ApplyFramesToFile(const std::string& base_path,
-                                              const std::string& frame_path,
-                                              const std::string& out_path,
-                                              const std::string& decoder_name,
-                                              uint32_t max_window_log) {
+StatusOr<FrameApplySummary> ApplyFramesToFile(
+    const std::string& base_path, const std::string& frame_path, const std::string& out_path,
+    const std::string& decoder_name, uint32_t max_window_log, const std::atomic<bool>* cancel) {
   auto start = Clock::now();
+  auto interrupted = [&]() -> Status {
+    return cancel != nullptr && cancel->load(std::memory_order_relaxed)
+               ? FailedPrecondition("interrupted; nothing was written to '" + out_path + "'")
+               : Status::Ok();
+  };
   ASSIGN_OR_RETURN(MappedFile base,
                    MappedFile::OpenReadOnly(base_path, MappedFile::Shrink::kReadZeros));
   ASSIGN_OR_RETURN(MappedFile frames,
                    MappedFile::OpenReadOnly(frame_path, MappedFile::Shrink::kReadZeros));
   ASSIGN_OR_RETURN(auto decoder, MakeXorDecoder(decoder_name));
   ASSIGN_OR_RETURN(MappedOutputFile out, MappedOutputFile::Create(out_path, base.size()));
-  if (base.size() > 0) std::memcpy(out.bytes().data(), base.bytes().data(), base.size());
+  constexpr size_t kChunk = 4u << 20;
+  for (size_t off = 0; off < base.size(); off += kChunk) {
+    RETURN_IF_ERROR(interrupted());
+    std::memcpy(out.bytes().data() + off, base.bytes().data() + off,
+                std::min<size_t>(kChunk, base.size() - off));
+  }
   AdlerDelta unused;
   XorApplySink sink(out.bytes(), 0, &unused);
   StatusOr<DecodeResult> r =
       DecodeDeltaFrame(*decoder, frames.bytes(), base.size(), max_window_log, sink,
                        "frames of '" + frame_path + "' against the base file");
+  RETURN_IF_ERROR(interrupted());
   RETURN_IF_ERROR(base.CheckUnchanged());
   RETURN_IF_ERROR(frames.CheckUnchanged());
   RETURN_IF_ERROR(r.status());

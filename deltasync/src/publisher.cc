@@ -234,6 +234,11 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
                                       const PublishOptions& opt, const Checkpoint* parent,
                                       const Checkpoint* next,
                                       std::chrono::steady_clock::time_point start) {
+  auto interrupted = [&]() -> Status {
+    return opt.cancel != nullptr && opt.cancel->load(std::memory_order_relaxed)
+               ? FailedPrecondition("interrupted; nothing was written to '" + opt.out_dir + "'")
+               : Status::Ok();
+  };
   auto inputs_unchanged = [&]() -> Status {
     if (parent != nullptr) RETURN_IF_ERROR(parent->CheckUnchanged());
     if (next != nullptr) RETURN_IF_ERROR(next->CheckUnchanged());
@@ -277,12 +282,14 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
     size_t n = std::min(window, jobs.size() - base);
     results.assign(n, PieceResult{});
     Status compressed = ParallelForWorkers(n, threads, [&](size_t k, unsigned worker) {
+      RETURN_IF_ERROR(interrupted());
       const PieceJob& job = jobs[base + k];
       Status s = compressors[worker]->Run(tensors[job.tensor], job, &results[k]);
       prog.Add(job.length);
       return s;
     });
     if (!compressed.ok()) {
+      RETURN_IF_ERROR(interrupted());
       RETURN_IF_ERROR(inputs_unchanged());
       return compressed;
     }
@@ -338,6 +345,7 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
       }
     }
   }
+  RETURN_IF_ERROR(interrupted());
   RETURN_IF_ERROR(inputs_unchanged());
   RETURN_IF_ERROR(
       WriteFileAtomic(staging.path() + "/" + kManifestFileName, DeltaManifestToJson(manifest)));

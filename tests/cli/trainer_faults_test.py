@@ -115,6 +115,48 @@ class TrainerFaults(unittest.TestCase):
 
     # --- interrupts -------------------------------------------------------------------------
 
+    def test_interrupted_writers_remove_their_staging_and_die_of_the_signal(self):
+        # SIGINT, SIGTERM or SIGHUP: publish, apply and frame apply stop, remove what they
+        # wrote (OUT.partial.*, OUT.tmp.*), and die of the signal as before.
+        parent, new = self.slow_publish_inputs()
+        delta = self.path("slow-d")
+        if not os.path.exists(delta):
+            run("publish", "--parent", parent, "--new", new, "--out", delta, "--frame-mib", "1",
+                "--level", "1")
+        base = self.path("slow-base.bin")
+        frames = self.path("slow-frames.zst")
+        if not os.path.exists(frames):
+            with open(base, "wb") as f:
+                f.write(b"\0" * (8 << 20))
+            with open(frames, "wb") as f:
+                f.write(zstandard.ZstdCompressor().compress(os.urandom(8 << 20)))
+        commands = {
+            "publish": lambda out: ["publish", "--parent", parent, "--new", new, "--out", out,
+                                    "--level", "19", "--threads", "1"],
+            "apply": lambda out: ["apply", "--parent", parent, "--delta", delta, "--out", out,
+                                  "--threads", "1", "--decoder", "libzstd"],
+            "frame-apply": lambda out: ["frame", "apply", base, frames, out,
+                                        "--decoder", "libzstd"],
+        }
+        for name, args in commands.items():
+            interrupted = 0
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                out = self.fresh(f"sig-{name}-{sig.name}")
+                proc = subprocess.Popen([DELTAKV, *args(out)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                stopped = self.stop_when_staging_appears(proc, out)
+                if stopped:
+                    proc.send_signal(sig)  # delivered once it runs again
+                    proc.send_signal(signal.SIGCONT)
+                rc = proc.wait(timeout=120)
+                if rc == 0:  # finished first: a whole output and nothing else
+                    self.assertEqual(self.left_beside(out), [os.path.basename(out)])
+                    continue
+                self.assertEqual(rc, -sig, f"{name} {sig.name}")
+                self.assertEqual(self.left_beside(out), [], f"{name} {sig.name}")
+                interrupted += 1
+            self.assertGreater(interrupted, 0, name)
+
     def test_an_existing_partial_name_is_never_removed(self):
         # OUT.partial.<pid> and OUT.tmp.<pid> that this process did not make (here: made by the
         # same pid before it exec'd deltakv) are left alone; the output is staged under other

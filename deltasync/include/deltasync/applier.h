@@ -19,6 +19,7 @@
 // Thread-safety: ApplyDelta may run concurrently for distinct output directories.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -39,6 +40,11 @@ struct ApplyOptions {
   uint32_t max_window_log = 31;  // refuse frames with larger windows
   bool verify_objects = true;    // check shard sizes and sha256 before decoding
   bool progress = false;
+  // When set, the apply checks it before each object checked, tensor, 4 MiB copied and frame:
+  // once true, it stops, removes its temporary directory and fails with FailedPrecondition
+  // ("interrupted"); `out_dir` is not made. (A signal handler may set it: the CLI's does on
+  // SIGINT, SIGTERM and SIGHUP.)
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct ApplySummary {
@@ -66,10 +72,12 @@ struct FrameApplySummary {
 // Writes `out_path` = base file XOR the decoded concatenated frames in `frame_path`.
 // DataLoss if the decoded length differs from the base file's length or the frames are
 // corrupt; IoError if either input changed while it was read. `out_path` is written
-// atomically.
+// atomically. `cancel` as ApplyOptions::cancel, checked before each 4 MiB of the base copied
+// and once the frames are decoded.
 StatusOr<FrameApplySummary> ApplyFramesToFile(const std::string& base_path,
                                               const std::string& frame_path,
                                               const std::string& out_path,
-                                              const std::string& decoder, uint32_t max_window_log);
+                                              const std::string& decoder, uint32_t max_window_log,
+                                              const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace deltakv::deltasync

@@ -13,6 +13,7 @@
 // Thread-safety: PublishDelta may run concurrently for distinct output directories.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -35,6 +36,10 @@ struct PublishOptions {
   uint64_t shard_bytes = 1ull << 30;
   bool include_checkpoint = true;  // write the "checkpoint" section
   bool progress = false;           // progress lines on stderr
+  // When set, the publish checks it before each piece: once true, it stops, removes its
+  // temporary directory and fails with FailedPrecondition ("interrupted"); `out_dir` is not
+  // made. (A signal handler may set it: the CLI's does on SIGINT, SIGTERM and SIGHUP.)
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct PublishSummary {

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +46,14 @@ void NoteStdoutWrite(bool failed) {
   if (failed && g_stdout_error == 0) g_stdout_error = errno != 0 ? errno : EIO;
 }
 
+std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_interrupt_signal{0};
+
+void OnInterrupt(int sig) {
+  g_interrupt_signal.store(sig);
+  g_interrupted.store(true);
+}
+
 }  // namespace
 
 void WriteStdout(std::string_view text) {
@@ -78,6 +87,22 @@ int FinishStdout(std::string_view command, int rc) {
   std::fprintf(stderr, "deltakv %.*s: error: cannot write to stdout: %s\n",
                static_cast<int>(command.size()), command.data(), std::strerror(g_stdout_error));
   return rc == kExitOk ? kExitEnvironment : rc;
+}
+
+const std::atomic<bool>* CatchInterrupts() {
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  return &g_interrupted;
+}
+
+void DieIfInterrupted() {
+  const int sig = g_interrupt_signal.load();
+  if (sig == 0) return;
+  std::fflush(stdout);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
 }
 
 CLI::Validator FiniteRange(double lo, double hi, bool lo_open) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -41,6 +42,14 @@ void WriteStdout(std::string_view text);
 // returns kExitEnvironment (or `rc`, when the command had already failed); else returns `rc`.
 // main() calls it after every command.
 int FinishStdout(std::string_view command, int rc);
+
+// For commands that build an output under a temporary name: CatchInterrupts() installs
+// handlers for SIGINT, SIGTERM and SIGHUP that set the returned flag, which the command's work
+// checks (it then stops and removes what it wrote). DieIfInterrupted() then restores the
+// caught signal's default action and raises it, so the process dies of it and a shell sees an
+// interrupted command; it returns when no signal was caught.
+const std::atomic<bool>* CatchInterrupts();
+void DieIfInterrupted();
 
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string HumanBytes(uint64_t bytes);

@@ -28,7 +28,9 @@ void AddApplyCommand(CLI::App& app, int* rc) {
   cmd->callback([o, rc] {
     o->a.verify_objects = !o->no_verify_objects;
     o->a.progress = true;
+    o->a.cancel = CatchInterrupts();
     auto r = deltasync::ApplyDelta(o->a);
+    DieIfInterrupted();  // after the temporary output is removed
     if (!r.ok()) {
       *rc = ReportError("apply", r.status(), o->json);
       return;

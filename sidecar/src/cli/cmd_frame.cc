@@ -30,8 +30,10 @@ void AddFrameCommands(CLI::App& app, int* rc) {
       ->check(CLI::Range(10u, 31u));
   apply->add_flag("--json", o->json, "Print a JSON summary");
   apply->callback([o, rc] {
-    auto r =
-        deltasync::ApplyFramesToFile(o->base, o->frames, o->out, o->decoder, o->max_window_log);
+    const std::atomic<bool>* cancel = CatchInterrupts();
+    auto r = deltasync::ApplyFramesToFile(o->base, o->frames, o->out, o->decoder, o->max_window_log,
+                                          cancel);
+    DieIfInterrupted();  // after the temporary output is removed
     if (!r.ok()) {
       *rc = ReportError("frame apply", r.status(), o->json);
       return;

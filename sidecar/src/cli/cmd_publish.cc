@@ -39,7 +39,9 @@ void AddPublishCommand(CLI::App& app, int* rc) {
     o->p.shard_bytes = o->shard_mib << 20;
     o->p.include_checkpoint = !o->no_checkpoint;
     o->p.progress = true;
+    o->p.cancel = CatchInterrupts();
     auto r = deltasync::PublishDelta(o->p);
+    DieIfInterrupted();  // after the temporary output is removed
     if (!r.ok()) {
       *rc = ReportError("publish", r.status(), o->json);
       return;
