@@ -3,7 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -17,15 +16,6 @@
 
 namespace deltakv::cli {
 namespace {
-
-// `volume pull` stops at a signal, removes its temporary directory, and then dies of the same
-// signal (so a shell sees an interrupted command, as before).
-std::atomic<bool> g_pull_cancel{false};
-std::atomic<int> g_pull_signal{0};
-void OnPullSignal(int sig) {
-  g_pull_signal.store(sig);
-  g_pull_cancel.store(true);
-}
 
 using deltasync::VolumeRef;
 using nlohmann::json;
@@ -577,16 +567,11 @@ void AddVolumeCommands(CLI::App& app, int* rc) {
                                  HumanBytes(p.bytes_total));
           };
           const VolumeRef pinned{r.ns, r.name, digest, ""};
-          options.cancel = &g_pull_cancel;
-          struct sigaction sa {};
-          sa.sa_handler = OnPullSignal;
-          sigemptyset(&sa.sa_mask);
-          for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+          // A signal stops the pull, which removes its temporary directory; then the command
+          // dies of the signal, so a shell sees an interrupted command.
+          options.cancel = CatchInterrupts();
           Status pulled = volumes.Pull(pinned, o->dir, options);
-          if (const int sig = g_pull_signal.load(); sig != 0) {
-            std::signal(sig, SIG_DFL);  // cleaned up: now die of it
-            std::raise(sig);
-          }
+          DieIfInterrupted();
           RETURN_IF_ERROR(pulled);
           if (common->json) {
             PrintJson({{"ok", true},
