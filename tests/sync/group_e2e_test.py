@@ -10,7 +10,7 @@ import argparse, base64, json, os, shutil, signal, socket, subprocess, sys, temp
 import time, unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sync_e2e_test as base  # noqa: E402
+import e2e_common as base  # noqa: E402
 
 ETCD = "/usr/bin/etcd"
 
@@ -635,7 +635,7 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
         a = self.node("a", tp=2, first_rank=0, tp_world=4, topology=topo,
                       args=["--verify-checkpoint", self.t("v1")])
         b = self.node("b", tp=2, first_rank=2, tp_world=4, topology=topo)
-        ChainTest = base.SyncE2ETest
+        ChainTest = base.SyncCase
         ck = ChainTest.wait_verified(self, a)
         self.assertEqual(ck["version"], "v1")
         rec = b.verify(self.t("v1"))
@@ -672,7 +672,7 @@ class GroupE2ETest(base.ChainFixture, unittest.TestCase):
 
     def test_a_diverged_node_aborts_the_group_and_a_retry_after_verify_goes_live(self):
         a, b = self.node("a", tp=1), self.node("b", tp=1)
-        down = base.SyncE2ETest.DOWN
+        down = base.SyncCase.DOWN
         b.corrupt(0, down, 5, 0x01)
         self.assertEqual(b.verify(self.t("v1"))["state"], "diverged")
         before = a.answers() + b.answers()

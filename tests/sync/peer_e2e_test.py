@@ -9,7 +9,7 @@ Skips when /usr/bin/etcd (Debian's etcd-server) is missing.
 import argparse, os, signal, sys, time, unittest, urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sync_e2e_test as base  # noqa: E402
+import e2e_common as base  # noqa: E402
 import group_e2e_test as group  # noqa: E402
 
 FINAL = ("live", "aborted", "diverged")

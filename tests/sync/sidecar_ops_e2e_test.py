@@ -1,6 +1,6 @@
 """End-to-end tests of the sidecar's operations: JSON logs through a sync, and graceful
 shutdown on SIGTERM (idle, before a sync's commit decision, after it). The real sidecar and
-demo engine processes, as in sync_e2e_test.py (whose Cluster this reuses).
+demo engine processes, with the Cluster of e2e_common.py.
 
 Run: python3 tests/sync/sidecar_ops_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
@@ -9,8 +9,8 @@ import argparse, json, os, re, shutil, signal, socket, sys, tempfile, threading,
 import http.server as http_server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sync_e2e_test as e2e  # noqa: E402
-from sync_e2e_test import TOKEN, http  # noqa: E402
+import e2e_common as e2e  # noqa: E402
+from e2e_common import TOKEN, http  # noqa: E402
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 

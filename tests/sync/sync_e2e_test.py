@@ -1,275 +1,20 @@
-"""End-to-end tests of live delta sync: the real `deltakv sidecar` process, real engine rank
-processes (deltakv-demo-engine, linking libdeltakv through its C ABI), real shared memory and
-real HTTP on loopback.
+"""End-to-end tests of live delta sync on one node: syncs over TP, EP and poll-mode engines from
+files, HTTP(S), volumes and S3; plan arenas and parts; refusals that change nothing; the
+sidecar's HTTP API and its KV pool; an engine in its own PID namespace.
 
 Run: python3 tests/sync/sync_e2e_test.py --deltakv build/sidecar/deltakv \
         --engine build/shim/deltakv-demo-engine
 """
-import argparse
-import concurrent.futures, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, unittest
+import concurrent.futures, json, os, shutil, signal, socket, subprocess, sys, time, unittest
 import http.client as http_client
 import urllib.error, urllib.request
-import numpy as np
 
-DELTAKV = ENGINE = None
-TOKEN = "test-token-123"
-
-
-def read(path, mode="rb"):
-    with open(path, mode) as f:
-        return f.read()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_common as base  # noqa: E402
+from e2e_common import TOKEN, Cluster, ChainFixture, SyncCase, http, read, write  # noqa: E402
 
 
-def write(path, data):
-    with open(path, "wb" if isinstance(data, (bytes, bytearray)) else "w") as f:
-        f.write(data)
-
-
-def http(method, url, body=None, token=None, raw=None, content_type=None):
-    """(status, parsed JSON or bytes). A body is sent as urllib sends it
-    (application/x-www-form-urlencoded) unless content_type says otherwise."""
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    if content_type:
-        req.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            text = r.read()
-            try:
-                return r.status, json.loads(text or b"null")
-            except ValueError:
-                return r.status, text
-    except urllib.error.HTTPError as e:
-        text = e.read()
-        try:
-            return e.code, json.loads(text)
-        except ValueError:
-            return e.code, text
-
-
-def load_safetensors(path):
-    raw = read(path)
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    return {k: (v, raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in header.items() if k != "__metadata__"}
-
-
-def checkpoint_tensors(d):
-    out = {}
-    for f in sorted(x for x in os.listdir(d) if x.endswith(".safetensors")):
-        out.update(load_safetensors(os.path.join(d, f)))
-    return out
-
-
-def expected_local(name, info, data, rank, tp, ep=1):
-    """The demo engine's sharding rule, written plainly with numpy (`ep`: its --ep)."""
-    shape = info["shape"]
-    esize = len(data) // max(1, int(np.prod(shape))) if np.prod(shape) else 1
-    arr = np.frombuffer(data, np.uint8).reshape(*shape, esize) if shape else np.frombuffer(data, np.uint8)
-    if ("experts.w13" in name or "experts.w2" in name) and len(shape) == 3 and tp % ep == 0:
-        # E/ep consecutive experts per group of tp/ep ranks; inside each, w13's [gate|up] rows
-        # (dim 1) are each split over the group, w2's columns (dim 2) too.
-        group = tp // ep
-        e = shape[0] // ep
-        mine = arr[(rank // group) * e:(rank // group + 1) * e]
-        r = rank % group
-        if "experts.w13" in name:
-            half = shape[1] // 2
-            k = half // group
-            parts = [mine[:, p * half + r * k:p * half + (r + 1) * k] for p in (0, 1)]
-            return np.ascontiguousarray(np.concatenate(parts, axis=1)).tobytes()
-        k = shape[2] // group
-        return np.ascontiguousarray(mine[:, :, r * k:(r + 1) * k]).tobytes()
-    rows = any(p in name for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "embed_tokens"))
-    cols = any(p in name for p in ("o_proj", "down_proj"))
-    if rows and shape and shape[0] % tp == 0:
-        k = shape[0] // tp
-        return arr[rank * k:(rank + 1) * k].tobytes()
-    if cols and len(shape) == 2 and shape[1] % tp == 0:
-        k = shape[1] // tp
-        return np.ascontiguousarray(arr[:, rank * k:(rank + 1) * k]).tobytes()
-    return data
-
-
-class Cluster:
-    """A sidecar and an engine with `tp` rank processes."""
-
-    def __init__(self, tmp, checkpoint, tp=2, poll=False, env=None, sidecar_args=(),
-                 engine_prefix=(), first_rank=0, tp_world=0, engine_args=()):
-        self.tmp, self.tp, self.poll = tmp, tp, poll
-        # A slice of a larger group: ranks are global ranks first_rank.. of tp_world.
-        self.first_rank, self.tp_world = first_rank, tp_world or tp
-        engine_args = list(engine_args)
-        self.ep = int(engine_args[engine_args.index("--ep") + 1]) if "--ep" in engine_args else 1
-        self.sidecar_args = list(sidecar_args)
-        self.shm = f"dkv-e2e-{os.getpid()}-{int(time.time() * 1000) % 100000}"
-        self.token_file = os.path.join(tmp, "token")
-        write(self.token_file, TOKEN + "\n")
-        self.sidecar = None
-        self.start_sidecar(env)
-        self.ports = os.path.join(tmp, "ports-" + self.shm)
-        os.makedirs(self.ports)
-        args = [*engine_prefix, ENGINE, "--checkpoint", checkpoint, "--tp", str(tp), "--shm", self.shm,
-                "--port-dir", self.ports]
-        if poll:
-            args.append("--poll")
-        if tp_world:
-            args += ["--tp-world", str(tp_world), "--first-rank", str(first_rank)]
-        args += list(engine_args)
-        self.engine = subprocess.Popen(args, stderr=open(os.path.join(tmp, "engine.log"), "ab"))
-        self.rank_ports = []
-        deadline = time.time() + 30
-        while len(self.rank_ports) < tp:
-            if time.time() > deadline:
-                raise AssertionError("engine did not start: " + read(os.path.join(tmp, "engine.log"), "r"))
-            self.rank_ports = [p for p in os.listdir(self.ports) if p.endswith(".port")]
-            time.sleep(0.05)
-        self.rank_ports = [int(read(os.path.join(self.ports, f"rank{r}.port"), "r")) for r in range(tp)]
-        while len(self.status()["ranks"]) < tp:
-            time.sleep(0.05)
-
-    def restart_sidecar(self, env=None):
-        """Stops the sidecar (SIGTERM) and starts a new one with `env` added."""
-        self.sidecar.send_signal(signal.SIGTERM)
-        self.sidecar.wait()
-        self.start_sidecar(env)
-
-    def start_sidecar(self, env=None):
-        port_file = os.path.join(self.tmp, "sidecar.port")
-        if os.path.exists(port_file):
-            os.remove(port_file)
-        e = dict(os.environ)
-        e.pop("DELTAKV_FAULT_STALL", None)
-        e.update(env or {})
-        # A small body limit unless the test gives its own.
-        body_limit = [] if "--max-body-bytes" in self.sidecar_args else ["--max-body-bytes", "4096"]
-        self.sidecar = subprocess.Popen(
-            [DELTAKV, "sidecar", "--listen", "127.0.0.1:0", "--port-file", port_file,
-             "--token-file", self.token_file, "--shm-name", self.shm, *body_limit,
-             *self.sidecar_args],
-            env=e, stderr=open(os.path.join(self.tmp, "sidecar.log"), "ab"))
-        deadline = time.time() + 20
-        while not os.path.exists(port_file):
-            if self.sidecar.poll() is not None or time.time() > deadline:
-                raise AssertionError("sidecar did not start: " + read(os.path.join(self.tmp, "sidecar.log"), "r"))
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{int(read(port_file, 'r'))}"
-
-    def status(self):
-        return http("GET", self.url + "/v1/status")[1]
-
-    def sync(self, version, delta, expect=202):
-        code, body = http("POST", self.url + "/v1/sync", {"version": version, "delta": delta}, TOKEN)
-        assert code == expect, (code, body)
-        return body.get("id") if isinstance(body, dict) else None
-
-    def wait(self, sync_id, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            code, rec = http("GET", f"{self.url}/v1/syncs/{sync_id}?wait_ms=1000")
-            if rec["state"] in ("live", "aborted", "verified", "diverged", "failed"):
-                return rec
-        raise AssertionError("sync did not finish")
-
-    def verify(self, checkpoint, **extra):
-        code, body = http("POST", self.url + "/v1/verify", {"checkpoint": checkpoint, **extra}, TOKEN)
-        assert code == 202, (code, body)
-        return self.wait(body["id"])
-
-    def scrub(self):
-        code, body = http("POST", self.url + "/v1/scrub", None, TOKEN)
-        assert code == 202, (code, body)
-        return self.wait(body["id"])
-
-    def corrupt(self, r, tensor, offset, xor=0x10):
-        code, _ = http("POST", f"http://127.0.0.1:{self.rank_ports[r]}/v1/corrupt",
-                       {"tensor": tensor, "offset": offset, "xor": xor})
-        assert code == 200, code
-
-    def metrics(self):
-        return http("GET", self.url + "/metrics")[1].decode()
-
-    def rank_state(self, r):
-        return http("GET", f"http://127.0.0.1:{self.rank_ports[r]}/v1/state")[1]
-
-    def dump(self, r):
-        path = os.path.join(self.tmp, f"dump-{self.shm}-{r}.safetensors")
-        code, _ = http("POST", f"http://127.0.0.1:{self.rank_ports[r]}/v1/dump", {"path": path})
-        assert code == 200
-        return {k: v[1] for k, v in load_safetensors(path).items()}
-
-    def answers(self):
-        return [self.rank_state(r)["answer"] for r in range(self.tp)]
-
-    def assert_serves(self, test, checkpoint, some=False):
-        """Every rank's tensors equal its share of `checkpoint`'s; with `some`, the engine
-        holds only some of the tensors (a pipeline stage): returns their names."""
-        tensors = checkpoint_tensors(checkpoint)
-        names = set()
-        for r in range(self.tp):
-            local = self.dump(r)
-            if some:
-                test.assertTrue(set(local) <= set(tensors), set(local) - set(tensors))
-                tensors = {k: v for k, v in tensors.items() if k in local}
-                names |= set(local)
-            else:
-                test.assertEqual(set(local), set(tensors))
-            for name, (info, data) in tensors.items():
-                test.assertEqual(local[name], expected_local(name, info, data,
-                                                             self.first_rank + r, self.tp_world,
-                                                             self.ep),
-                                 f"rank {r} tensor {name}")
-        return names
-
-    def stop(self):
-        for p in (self.engine, self.sidecar):
-            if p and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in (self.engine, self.sidecar):
-            if p:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        for f in os.listdir("/dev/shm"):
-            if f.startswith(self.shm):
-                os.remove(os.path.join("/dev/shm", f))
-
-
-def make_chain(t):
-    """Checkpoints v1 -> v2 -> v3 (1 % of elements per step) and deltas d12, d23 under t(...);
-    returns the CLI runner."""
-    def k(*args):
-        subprocess.run([DELTAKV, *args], check=True, capture_output=True)
-    k("checkpoint", "generate", "--out", t("v1"), "--size-mib", "8", "--files", "2")
-    k("checkpoint", "mutate", "--parent", t("v1"), "--out", t("v2"), "--density", "0.01", "--seed", "2")
-    k("checkpoint", "mutate", "--parent", t("v2"), "--out", t("v3"), "--density", "0.01", "--seed", "3")
-    k("publish", "--parent", t("v1"), "--new", t("v2"), "--out", t("d12"), "--frame-mib", "1")
-    k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23"))
-    return k
-
-
-class ChainFixture:
-    """Class fixture of the e2e suites: a scratch directory (t(...) names paths in it) holding
-    the checkpoint and delta chain of make_chain; cls.k runs the CLI."""
-    PREFIX = "deltakv-e2e-"
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix=cls.PREFIX)
-        t = lambda *p: os.path.join(cls.tmp, *p)
-        cls.t = staticmethod(t)
-        cls.k = staticmethod(make_chain(t))
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
-
-
-class SyncE2ETest(ChainFixture, unittest.TestCase):
+class SyncE2ETest(SyncCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -278,32 +23,6 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         k("publish", "--parent", t("v2"), "--new", t("v3"), "--out", t("d23-as-v1"),
           "--parent-version", "v1", "--version", "v2")
 
-    def setUp(self):
-        self.clusters = []
-
-    def tearDown(self):
-        for c in self.clusters:
-            c.stop()
-
-    def cluster(self, **kw):
-        c = Cluster(self.tmp, self.t("v1"), **kw)
-        self.clusters.append(c)
-        return c
-
-    def copy_delta(self, name):
-        dst = self.t(name + "-" + str(time.time_ns()))
-        shutil.copytree(self.t(name), dst)
-        return dst
-
-    def expect_aborted(self, c, version, delta, text):
-        before = c.answers()
-        rec = c.wait(c.sync(version, delta))
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertIn(text, rec["error"])
-        self.assertEqual(c.answers(), before)  # device bytes unchanged
-        for r in range(c.tp):
-            self.assertEqual(c.rank_state(r)["policy_version"], 0)
-        return rec
 
     def test_sync_twice_tp2(self):
         c = self.cluster(tp=2)
@@ -373,11 +92,6 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         self.assertEqual(code, 400, body)  # the held lines were used up
         c.assert_serves(self, self.t("v2"))  # touching rewrote the bytes already there
 
-    def arenas(self, c):
-        """The sidecar's plan arenas: name -> inode."""
-        return {f: os.stat(os.path.join("/dev/shm", f)).st_ino
-                for f in os.listdir("/dev/shm") if f.startswith(c.shm + "-plan-")}
-
     def mapped_arenas(self, pid, shm):
         with open(f"/proc/{pid}/maps") as f:
             return {line.split("/dev/shm/")[1].strip() for line in f
@@ -418,7 +132,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
                        "--density", "0.01", "--seed", seed)
                 self.k("publish", "--parent", moe[prev], "--new", moe[cur], "--out",
                        self.t("ep-d-" + cur))
-        bad = subprocess.run([ENGINE, "--checkpoint", moe["v1"], "--tp", "4", "--ep", "3",
+        bad = subprocess.run([base.ENGINE, "--checkpoint", moe["v1"], "--tp", "4", "--ep", "3",
                               "--shm", "dkv-e2e-bad-ep"], capture_output=True, text=True,
                              timeout=30)
         self.assertEqual(bad.returncode, 2, bad.stderr)
@@ -457,7 +171,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         if not os.path.exists(src):
             shutil.copytree(self.t(version), src)
             self.k("checkpoint", "manifest", src)
-        out = subprocess.run([DELTAKV, "volume", "--store", store, "push", src, ns_name, "--json",
+        out = subprocess.run([base.DELTAKV, "volume", "--store", store, "push", src, ns_name, "--json",
                               "-q", *args], check=True, capture_output=True, text=True)
         return json.loads(out.stdout)
 
@@ -628,7 +342,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
         port_file = os.path.join(self.tmp, "kv.port")
         log = os.path.join(self.tmp, "kv-sidecar.log")
         with open(log, "w") as err:
-            p = subprocess.Popen([DELTAKV, "sidecar", "--config", config, "--listen",
+            p = subprocess.Popen([base.DELTAKV, "sidecar", "--config", config, "--listen",
                                   "127.0.0.1:0", "--port-file", port_file, "--kv-hugepages"],
                                  stderr=err)
         try:
@@ -670,7 +384,7 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
     def test_kv_pool_on_a_missing_numa_node_is_refused(self):
         shm = f"dkv-kvnuma-{os.getpid()}"
         write(os.path.join(self.tmp, "kvtoken"), "t\n")
-        r = subprocess.run([DELTAKV, "sidecar", "--token-file", os.path.join(self.tmp, "kvtoken"),
+        r = subprocess.run([base.DELTAKV, "sidecar", "--token-file", os.path.join(self.tmp, "kvtoken"),
                             "--shm-name", shm, "--listen", "127.0.0.1:0",
                             "--kv-block-bytes", "65536", "--kv-capacity-slots", "16",
                             "--kv-numa-node", "4095"],
@@ -847,321 +561,6 @@ class SyncE2ETest(ChainFixture, unittest.TestCase):
             self.assertIn("wait_ms", err["error"]["message"])
         self.assertEqual(http("GET", f"{c.url}/v1/syncs/nope?wait_ms=10")[0], 404)
 
-    def test_sidecar_killed_mid_sync(self):
-        c = self.cluster(tp=2)
-        c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:5000"})
-        before = c.answers()
-        sid = c.sync("v2", self.t("d12"))
-        deadline = time.time() + 20
-        while http("GET", f"{c.url}/v1/syncs/{sid}")[1]["state"] != "staged":
-            self.assertLess(time.time(), deadline)
-            time.sleep(0.02)
-        c.sidecar.send_signal(signal.SIGKILL)
-        c.sidecar.wait()
-        time.sleep(2.5)  # ranks notice the dead sidecar and drop the staged plan
-        self.assertEqual(c.answers(), before)
-        for r in range(2):
-            self.assertEqual(c.rank_state(r)["policy_version"], 0)
-        left = self.arenas(c)  # the dead sidecar's arenas stay until a successor starts
-        self.assertEqual(len(left), 2, left)
-        c.start_sidecar()
-        self.assertEqual(self.arenas(c), {})  # removed before the successor serves
-        deadline = time.time() + 10
-        while len(c.status()["ranks"]) < 2:
-            self.assertLess(time.time(), deadline)
-            time.sleep(0.05)
-        rec = c.wait(c.sync("v2", self.t("d12")))
-        self.assertEqual(rec["state"], "live", rec)
-        c.assert_serves(self, self.t("v2"))
-        # The successor's arenas are new segments under the same names.
-        now = self.arenas(c)
-        self.assertEqual(sorted(now), sorted(left))
-        self.assertFalse(set(now.values()) & set(left.values()))
-
-    # ---- the checksum chain: verify, scrub, early check, divergence after COMMIT
-
-    Q = "model.layers.0.self_attn.q_proj.weight"      # row-sharded: each rank owns its rows
-    DOWN = "model.layers.0.mlp.down_proj.weight"      # column-sharded
-    NORM = "model.layers.0.input_layernorm.weight"    # replicated: rank 0 owns, rank 1 copies
-
-    def wait_verified(self, c, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            ck = c.status()["checksums"]
-            if ck["checkpoint_verified"] and ck["current"]:
-                return ck
-            time.sleep(0.05)
-        raise AssertionError(f"no verified checksum table: {c.status()}")
-
-    def test_verify_at_start_scrub_catches_a_bit_flip_and_refuses_syncs(self):
-        state = self.t("state-" + str(time.time_ns()))
-        c = self.cluster(tp=2, sidecar_args=["--verify-checkpoint", self.t("v1"), "--state-dir", state])
-        ck = self.wait_verified(c)
-        self.assertEqual(ck["version"], "v1")
-        self.assertEqual(ck["diverged"], "")
-        job = [h for h in c.status()["history"] if h["kind"] == "verify"][0]
-        job = c.wait(job["id"])  # the table is stored just before the record finishes
-        self.assertEqual(job["state"], "verified", job)
-        self.assertGreater(job["bytes_checked"], 8 << 20)  # both ranks read their weights
-        self.assertEqual(c.scrub()["state"], "verified")
-
-        c.corrupt(1, self.DOWN, 5)
-        rec = c.scrub()
-        self.assertEqual(rec["state"], "diverged", rec)
-        self.assertIn(f"tensor '{self.DOWN}' (rank 1): the engine holds Adler-32 0x", rec["error"])
-        self.assertEqual(len(rec["mismatches"]), 1, rec)
-        st = c.status()
-        self.assertIn(self.DOWN, st["diverged"])
-        m = c.metrics()
-        self.assertIn("deltakv_engine_diverged 1", m)
-        self.assertIn('deltakv_checks_total{kind="scrub",result="diverged"} 1', m)
-        before = c.answers()
-        rec = c.wait(c.sync("v2", self.t("d12")))
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertIn("refused until the engine is verified again", rec["error"])
-        self.assertEqual(c.answers(), before)
-
-        # Still wrong: the verify fails and names the same tensor; repaired: it clears.
-        self.assertEqual(c.verify(self.t("v1"))["state"], "diverged")
-        c.corrupt(1, self.DOWN, 5)
-        self.assertEqual(c.verify(self.t("v1"))["state"], "verified")
-        self.assertEqual(c.status()["diverged"], "")
-        self.assertIn("deltakv_engine_diverged 0", c.metrics())
-        self.assertEqual(c.wait(c.sync("v2", self.t("d12")))["state"], "live")
-        c.assert_serves(self, self.t("v2"))
-
-    def test_verify_names_tensor_rank_and_values_of_flips_present_at_load(self):
-        c = self.cluster(tp=2)
-        c.corrupt(0, self.Q, 3)
-        c.corrupt(1, self.NORM, 0, 0x01)
-        rec = c.verify(self.t("v1"))
-        self.assertEqual(rec["state"], "diverged", rec)
-        mism = rec["mismatches"]
-        self.assertEqual(len(mism), 2, mism)
-        q = [x for x in mism if self.Q in x][0]
-        self.assertRegex(q, r"\(rank 0\): the engine holds Adler-32 0x[0-9a-f]{8}, the checkpoint has 0x[0-9a-f]{8}")
-        n = [x for x in mism if self.NORM in x][0]
-        self.assertIn("rank 1 serves a replica that differs from its owners' bytes", n)
-        # A checkpoint that is not there, or is another version, is a failed or diverged verify.
-        self.assertEqual(c.verify(self.t("no-such-checkpoint"))["state"], "failed")
-
-    def test_table_survives_restart_moves_with_syncs_and_the_early_check_catches_flips(self):
-        state = self.t("state-" + str(time.time_ns()))
-        c = self.cluster(tp=2, sidecar_args=["--state-dir", state])
-        self.assertEqual(c.verify(self.t("v1"))["state"], "verified")
-        table = json.loads(read(os.path.join(state, "checksums.json")))
-        self.assertEqual(table["format"], "deltakv.checksum-table/1")
-        self.assertEqual(table["version"], "v1")
-        # A sidecar restart keeps the table; it is still current for the same rank processes.
-        c.restart_sidecar()
-        ck = self.wait_verified(c)
-        self.assertEqual(ck["version"], "v1")
-        # Each commit moves the table to the new checksums; a scrub then agrees with the bytes.
-        rec = c.wait(c.sync("v2", self.t("d12")))
-        self.assertEqual(rec["state"], "live", rec)
-        self.assertNotIn("check", rec["phase_ms"])  # the table vouched for the parent
-        self.assertEqual(c.status()["checksums"]["version"], "v2")
-        # Its source names the job as the API does.
-        self.assertTrue(c.status()["checksums"]["source"].startswith(f"sync {rec['id']} on "),
-                        c.status()["checksums"])
-        self.assertEqual(c.scrub()["state"], "verified")
-        # A fresh sidecar without the table: the next sync checksums the live bytes first
-        # (early check) and refuses a delta whose parent is not what the engine holds.
-        c.sidecar.send_signal(signal.SIGTERM)
-        c.sidecar.wait()
-        c.sidecar_args = []
-        c.start_sidecar()
-        c.corrupt(0, self.Q, 11)
-        before = c.answers()
-        rec = c.wait(c.sync("v3", self.t("d23")))
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertIn(f"refused before decoding: the engine holds tensor '{self.Q}' with Adler-32", rec["error"])
-        self.assertIn("check", rec["phase_ms"])
-        self.assertEqual(c.answers(), before)
-        c.corrupt(0, self.Q, 11)
-        rec = c.wait(c.sync("v3", self.t("d23")))
-        self.assertEqual(rec["state"], "live", rec)
-        c.assert_serves(self, self.t("v3"))
-
-    def test_a_sync_stops_a_running_scrub(self):
-        c = self.cluster(tp=2)
-        self.assertEqual(c.verify(self.t("v1"))["state"], "verified")
-        # 1 MB/s per rank: this scrub would take seconds.
-        code, body = http("POST", c.url + "/v1/scrub", {"rate_gbps": 0.001}, TOKEN)
-        self.assertEqual(code, 202, body)
-        scrub = body["id"]
-        while http("GET", f"{c.url}/v1/syncs/{scrub}")[1]["state"] != "verifying":
-            time.sleep(0.01)
-        t0 = time.time()
-        sid = c.sync("v2", self.t("d12"))  # queued, not refused
-        rec = c.wait(sid)
-        self.assertEqual(rec["state"], "live", rec)
-        self.assertLess(time.time() - t0, 3.0)
-        srec = c.wait(scrub)
-        self.assertEqual(srec["state"], "failed", srec)
-        self.assertEqual(srec["error"], f"stopped for sync {sid}")
-        c.assert_serves(self, self.t("v2"))
-        self.assertEqual(c.scrub()["state"], "verified")
-
-    def test_failure_after_commit_is_diverged_not_aborted(self):
-        c = self.cluster(tp=2)
-        code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[1]}/v1/fail-derived", {})
-        self.assertEqual(code, 200)
-        rec = c.wait(c.sync("v2", self.t("d12")))
-        self.assertEqual(rec["state"], "diverged", rec)
-        self.assertIn("decided COMMIT but not every rank applied it: ranks 0 serve 'v2'", rec["error"])
-        self.assertIn("rank 1: rank 1: diverged: commit failed after the COMMIT decision", rec["error"])
-        self.assertIn("derived-weights callback failed", rec["error"])
-        # Every view agrees: both ranks hold v2's weights (rank 1's derived weights may be stale),
-        # rank 1's handle says DIVERGED, the sidecar refuses syncs until a verify.
-        self.assertEqual(c.rank_state(1)["engine_state"], 6)
-        self.assertEqual(c.rank_state(0)["engine_state"], 1)
-        st = c.status()
-        self.assertEqual(st["live_version"], "v2")
-        self.assertEqual({r["version"] for r in st["ranks"]}, {"v2"})
-        self.assertIn("not every rank applied it", st["diverged"])
-        self.assertIn('deltakv_syncs_total{result="diverged"} 1', c.metrics())
-        c.assert_serves(self, self.t("v2"))
-        rec = c.wait(c.sync("v3", self.t("d23")))
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertEqual(c.verify(self.t("v2"))["state"], "verified")
-        self.assertEqual(c.status()["diverged"], "")
-
-    def test_failure_after_commit_in_poll_mode_names_the_new_version(self):
-        # The same failure with the commit applied by deltakv_engine_poll: the new bytes are in
-        # place, so the rank's tensor table names the version it now serves.
-        c = self.cluster(tp=1, poll=True)
-        code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[0]}/v1/fail-derived", {})
-        self.assertEqual(code, 200)
-        rec = c.wait(c.sync("v2", self.t("d12")))
-        self.assertEqual(rec["state"], "diverged", rec)
-        self.assertIn("derived-weights callback failed", rec["error"])
-        self.assertEqual(c.rank_state(0)["engine_state"], 6)
-        self.assertEqual({r["version"] for r in c.status()["ranks"]}, {"v2"})
-        c.assert_serves(self, self.t("v2"))
-        # deltakv_engine_poll said so with DATA_LOSS (a failed commit), not INTERNAL (a bug).
-        log = read(os.path.join(c.tmp, "engine.log"), "r")
-        self.assertIn("rank 0: poll: DATA_LOSS: ", log)
-
-    def test_rank_killed_after_the_commit_decision_is_diverged(self):
-        c = self.cluster(tp=2)
-        code, _ = http("POST", f"http://127.0.0.1:{c.rank_ports[1]}/v1/slow-pause", {"ms": 3000})
-        self.assertEqual(code, 200)
-        victim = [r for r in c.status()["ranks"] if r["rank"] == 1][0]["pid"]
-        sid = c.sync("v2", self.t("d12"))
-        deadline = time.time() + 30
-        while http("GET", f"{c.url}/v1/syncs/{sid}")[1]["state"] != "committing":
-            self.assertLess(time.time(), deadline)
-            time.sleep(0.01)
-        os.kill(victim, signal.SIGKILL)
-        rec = c.wait(sid)
-        self.assertEqual(rec["state"], "diverged", rec)
-        self.assertIn("ranks 0 serve 'v2'", rec["error"])
-        self.assertIn("rank 1: engine rank 1", rec["error"])
-        self.assertIn("died", rec["error"])
-        # The survivor serves v2, and every view says so.
-        local = c.dump(0)
-        for name, (info, data) in checkpoint_tensors(self.t("v2")).items():
-            self.assertEqual(local[name], expected_local(name, info, data, 0, 2), name)
-        st = c.status()
-        self.assertEqual(st["live_version"], "v2")
-        self.assertIn("not every rank applied it", st["diverged"])
-        dead = [r for r in st["ranks"] if r["rank"] == 1]
-        self.assertTrue(not dead or not dead[0]["alive"], st["ranks"])
-        self.assertIn('deltakv_syncs_total{result="diverged"} 1', c.metrics())
-
-    def staged_then(self, c, act):
-        """Starts v1 -> v2 with the sidecar held 3 s after every rank reported STAGED, runs
-        act() in that window and returns the sync's record."""
-        c.restart_sidecar({"DELTAKV_FAULT_STALL": "staged:3000"})
-        sid = c.sync("v2", self.t("d12"))
-        deadline = time.time() + 30
-        while http("GET", f"{c.url}/v1/syncs/{sid}")[1]["state"] != "staged":
-            self.assertLess(time.time(), deadline)
-            time.sleep(0.01)
-        act()
-        return c.wait(sid)
-
-    def test_rank_that_dies_after_staging_aborts_the_sync(self):
-        c = self.cluster(tp=2)
-        before = c.answers()
-        victim = [r for r in c.status()["ranks"] if r["rank"] == 1][0]["pid"]
-        rec = self.staged_then(c, lambda: os.kill(victim, signal.SIGKILL))
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertIn("engine rank 1", rec["error"])
-        self.assertIn("died", rec["error"])
-        # The survivor dropped the sync: old answers, no policy change, and syncs go on.
-        self.assertEqual(c.rank_state(0)["answer"], before[0])
-        self.assertEqual(c.rank_state(0)["policy_version"], 0)
-        self.assertFalse(c.status().get("diverged"), c.status())
-
-    def test_sidecar_stalled_past_the_stale_threshold_after_staging_aborts(self):
-        c = self.cluster(tp=2)
-        before = c.answers()
-
-        def stall():
-            c.sidecar.send_signal(signal.SIGSTOP)  # the ranks judge it dead within ~1 s
-            time.sleep(2.5)
-            c.sidecar.send_signal(signal.SIGCONT)
-
-        rec = self.staged_then(c, stall)
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertIn("cannot decide COMMIT", rec["error"])
-        self.assertLess(rec["total_ms"], 20000, rec)  # not the 120 s commit timeout
-        self.assertEqual(c.answers(), before)
-        self.assertFalse(c.status().get("diverged"), c.status())
-        # Nothing to verify: the next sync runs and goes live.
-        rec = c.wait(c.sync("v2", self.t("d12")))
-        self.assertEqual(rec["state"], "live", rec)
-        c.assert_serves(self, self.t("v2"))
-
-    def test_rank_stopped_mid_sync_is_noticed_by_its_heartbeat(self):
-        c = self.cluster(tp=2)
-        c.restart_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
-        ranks = c.status()["ranks"]
-        sid = c.sync("v2", self.t("d12"))
-        time.sleep(0.3)
-        victim = [r for r in ranks if r["rank"] == 1][0]["pid"]
-        os.kill(victim, signal.SIGSTOP)
-        try:
-            rec = c.wait(sid, timeout=30)
-        finally:
-            os.kill(victim, signal.SIGCONT)
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertIn("engine rank 1", rec["error"])
-        self.assertIn("no heartbeat", rec["error"])
-        self.assertLess(rec["total_ms"], 10000, rec)  # not the 120 s stage timeout
-
-    def test_a_dead_ranks_tensor_table_is_removed(self):
-        c = self.cluster(tp=2)
-        table = f"/dev/shm/{c.shm}.tensors.1"
-        self.assertTrue(os.path.exists(table))
-        victim = [r for r in c.status()["ranks"] if r["rank"] == 1][0]["pid"]
-        os.kill(victim, signal.SIGKILL)
-        deadline = time.time() + 10
-        while os.path.exists(table):
-            self.assertLess(time.time(), deadline, "the dead rank's table stayed in /dev/shm")
-            rec = c.scrub()  # any job reclaims dead ranks first
-            self.assertEqual(rec["state"], "failed", rec)
-            time.sleep(0.2)
-        self.assertTrue(os.path.exists(f"/dev/shm/{c.shm}.tensors.0"))
-
-    def test_rank_killed_mid_sync(self):
-        c = self.cluster(tp=2)
-        c.restart_sidecar({"DELTAKV_FAULT_STALL": "planned:1500"})
-        before = c.answers()
-        ranks = c.status()["ranks"]
-        sid = c.sync("v2", self.t("d12"))
-        time.sleep(0.5)
-        victim = [r for r in ranks if r["rank"] == 1][0]["pid"]
-        os.kill(victim, signal.SIGKILL)
-        rec = c.wait(sid)
-        self.assertEqual(rec["state"], "aborted", rec)
-        self.assertIn("rank 1", rec["error"])
-        self.assertIn("died", rec["error"])
-        self.assertEqual(c.rank_state(0)["answer"], before[0])
-        self.assertEqual(c.rank_state(0)["policy_version"], 0)
-
 
 class PidNamespaceE2ETest(ChainFixture, unittest.TestCase):
     """The engine in a PID namespace of its own, as in a Kubernetes pod without
@@ -1193,9 +592,4 @@ class PidNamespaceE2ETest(ChainFixture, unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--deltakv", required=True)
-    ap.add_argument("--engine", required=True)
-    args, rest = ap.parse_known_args()
-    DELTAKV, ENGINE = os.path.abspath(args.deltakv), os.path.abspath(args.engine)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    base.main()
