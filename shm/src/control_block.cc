@@ -412,13 +412,8 @@ Status ControlBlock::Decide(uint64_t sync_id, bool commit) {
 
 Status ControlBlock::DecideCommit(uint64_t sync_id) { return Decide(sync_id, true); }
 
-Status ControlBlock::DecideAbort(uint64_t sync_id) {
-  // Already aborted (a rank that judged this sidecar dead decided so) is what was asked.
-  if (ReadDecision(sync_id) == Decision::kAbort &&
-      (header_->decided.load(std::memory_order_acquire) >> 1) == sync_id) {
-    return CheckMayDecide(sync_id);
-  }
-  return Decide(sync_id, false);
-}
+// Deciding what `decided` already holds (an ABORT a rank made when it judged this sidecar
+// dead) succeeds: Decide's CAS finds the same word.
+Status ControlBlock::DecideAbort(uint64_t sync_id) { return Decide(sync_id, false); }
 
 }  // namespace deltakv::shm
