@@ -17,8 +17,11 @@ and into the fetch + walk baseline, so the allocators are compared in the same r
 
 Baselines:
 - fetch + walk alone: `deltakv frame scan --no-checksum` of the delta's objects (read from the
-  same store, walked with no check at all, nothing planned or staged), one thread. The sync
-  checks every frame's xor_digest on top (FORMAT.md 2.5), so this baseline is a lower bound.
+  same store, walked with no check at all, nothing planned or staged), one thread, best of
+  three, timed right before each sync (with the sidecar and engine up and idle): a shared
+  machine's speed drifts during a run, so each sync is compared with a walk of the same moment.
+  The sync checks every frame's xor_digest on top (FORMAT.md 2.5), so this baseline is a lower
+  bound.
   request_to_live_vs_walk is request -> live over it: what planning, staging, commit, the
   digest check and the protocol add on top of the two steps a sync cannot skip.
 - the touched-line bound: each rank finds the 64-byte lines the sync changed (against the
@@ -192,10 +195,9 @@ def main():
         # Everything generated (a checkpoint per step) goes to disk before anything is timed:
         # otherwise the kernel writes it back during the first configuration's syncs.
         os.sync()
-        # Fetch + walk alone, per delta (best of three, so the objects are in the page cache as
-        # they are for the sidecar's fetch from a local store).
-        walk_ms = {}
-        for (d, parent, new, pub), m in [(c, m) for c in chain for m in mallocs]:
+        def walk_alone_ms(new, m):
+            """Fetch + walk alone of the delta to `new` (best of three, so the objects are in the
+            page cache as they are for the sidecar's fetch from a local store), in ms."""
             manifest = json.load(open(t("d-" + new, "manifest.json")))
             objects = [t("d-" + new, o["name"]) for o in manifest["objects"]]
             best = None
@@ -208,7 +210,7 @@ def main():
                 if len(secs) != len(objects):
                     sys.exit(f"sync_bench: frame scan reported {len(secs)} of {len(objects)} objects")
                 best = sum(secs) if best is None else min(best, sum(secs))
-            walk_ms[new, m] = best * 1000
+            return best * 1000
         open(t("token"), "w").write("bench-token\n")
         results = []
         for tp, threads, m in [(tp, n, m) for tp in tps for n in thread_counts for m in mallocs]:
@@ -243,6 +245,9 @@ def main():
             rank_pids = child_pids(engine.pid) or [engine.pid]
             try:
                 for d, parent, new, pub in chain:
+                    # The baseline right before its sync: a shared machine's speed drifts over
+                    # a run, and a walk timed minutes earlier would skew the ratio either way.
+                    walk_ms = walk_alone_ms(new, m)
                     usage0 = [cpu_ms_and_faults(p) for p in [sidecar.pid, *rank_pids]]
                     idle0 = idle_cpu_ms()
                     t0 = time.time()
@@ -333,8 +338,8 @@ def main():
                         "delta_bytes": pub["compressed_bytes"],
                         "request_to_live_ms": wall, "sidecar_total_ms": rec["total_ms"],
                         "backend": a.backend,
-                        "walk_alone_ms": walk_ms[new, m],
-                        "request_to_live_vs_walk": wall / walk_ms[new, m],
+                        "walk_alone_ms": walk_ms,
+                        "request_to_live_vs_walk": wall / walk_ms,
                         **extra,
                         "phase_ms": rec["phase_ms"], "pause_ms": pause,
                         "full_reload_pause_ms": full_pause, "full_reload_total_ms": full_total,
