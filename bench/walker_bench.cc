@@ -36,7 +36,10 @@
 // fp32 master weights (weights ~ N(0, 0.02), a clipped unit-normal update scaled so that the
 // given fraction of bytes changes; both rounded to bf16 to nearest even): mostly low-byte
 // changes with carries, some exponent and sign bytes. bf16: low bytes 1..7 of 2-byte elements.
-// scattered: uniformly scattered random bytes. Frames come from libzstd at each --levels,
+// scattered: uniformly scattered random bytes. Frames come from libzstd at each --levels, for
+// each --sequences (default runs,zstd; "sequences_from" in the output): runs parses them into
+// one sequence per run of nonzero bytes as the publisher does by default (the level then sets
+// the entropy stage only), zstd with libzstd's match finder at the level,
 // with content checksums (as the publisher writes them) unless --no-checksum. Levels at or
 // above 10 compress slowly, so they use --slow-level-mib of data.
 //
@@ -45,7 +48,8 @@
 // production check and XXH64 are reported; XXH64 must hash every zero stripe, see zero_hash).
 //
 // Usage: walker_bench [--size-mib N] [--slow-level-mib N] [--densities 0.0005,0.005,0.025]
-//                     [--levels 1,3,19] [--reps R] [--min-total-ms 100] [--no-checksum]
+//                     [--levels 1,3,19] [--sequences runs,zstd] [--reps R]
+//                     [--min-total-ms 100] [--no-checksum]
 //                     [--shape adam|bf16|scattered] [--sink bytes|runs] [--walker-only]
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -69,6 +73,7 @@
 #include "deltasync/xor_digest.h"
 #include "deltasync/zstd_walker.h"
 #include "walker/xxh64.h"
+#include "xor_sequences.h"  // the publisher's sequence parse
 
 namespace deltakv::deltasync {
 namespace {
@@ -78,6 +83,7 @@ struct Flags {
   size_t slow_level_mib = 32;
   std::vector<double> densities = {0.0005, 0.005, 0.025};
   std::vector<int> levels = {1, 3, 19};
+  std::vector<std::string> parses = {"runs", "zstd"};  // how frames are parsed into sequences
   int reps = 3;
   double min_total_ms = 100;
   bool checksum = true;
@@ -99,6 +105,14 @@ Flags ParseFlags(int argc, char** argv) {
       f.densities = bench::ParseList<double>(next());
     } else if (a == "--levels") {
       f.levels = bench::ParseList<int>(next());
+    } else if (a == "--sequences") {
+      f.parses = bench::ParseList<std::string>(next());
+      for (const std::string& p : f.parses) {
+        if (p != "runs" && p != "zstd") {
+          std::fprintf(stderr, "unknown --sequences %s (runs, zstd)\n", p.c_str());
+          std::exit(2);
+        }
+      }
     } else if (a == "--reps") {
       f.reps = std::atoi(next());
     } else if (a == "--min-total-ms") {
@@ -128,7 +142,7 @@ Flags ParseFlags(int argc, char** argv) {
     std::exit(2);
   }
   if (f.size_mib == 0 || f.slow_level_mib == 0 || f.reps < 1 || !(f.min_total_ms >= 0) ||
-      f.densities.empty() || f.levels.empty()) {
+      f.densities.empty() || f.levels.empty() || f.parses.empty()) {
     std::fprintf(stderr,
                  "sizes and --reps must be positive, --min-total-ms not negative, the lists "
                  "non-empty\n");
@@ -210,11 +224,18 @@ std::vector<uint8_t> MakeData(const Flags& f, size_t size, double density, uint6
   return data;
 }
 
-std::vector<uint8_t> Compress(const std::vector<uint8_t>& data, int level, bool checksum) {
+// With `runs`, parsed into sequences as the publisher does by default (one per run of nonzero
+// bytes), otherwise by libzstd's match finder at `level`.
+std::vector<uint8_t> Compress(const std::vector<uint8_t>& data, int level, bool checksum,
+                              bool runs) {
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, checksum ? 1 : 0);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_nbWorkers, 2);  // speeds up setup only
+  if (runs) {
+    if (!deltakv::deltasync::UseXorRunSequences(cctx).ok()) std::exit(1);
+  } else {
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_nbWorkers, 2);  // speeds up setup only
+  }
   std::vector<uint8_t> out(ZSTD_compressBound(data.size()));
   const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), data.data(), data.size());
   ZSTD_freeCCtx(cctx);
@@ -441,7 +462,7 @@ bool WriteAll(int fd, const void* p, size_t n) {
 // Generates and compresses a workload in a child, so the parent (whose address space the
 // measuring children inherit) never holds the logical buffer.
 std::vector<uint8_t> MakeFrame(const Flags& flags, size_t size, double density, int level,
-                               uint64_t* expected_nonzeros, XorDigest* digest) {
+                               bool runs, uint64_t* expected_nonzeros, XorDigest* digest) {
   int fds[2];
   if (pipe(fds) != 0) std::exit(1);
   const pid_t pid = fork();
@@ -451,7 +472,7 @@ std::vector<uint8_t> MakeFrame(const Flags& flags, size_t size, double density, 
     uint64_t nonzeros = 0;
     for (uint8_t b : data) nonzeros += b != 0;
     const XorDigest d = ComputeXorDigest(data);  // what the publisher records
-    const auto frame = Compress(data, level, flags.checksum);
+    const auto frame = Compress(data, level, flags.checksum, runs);
     const uint64_t n = frame.size();
     if (!WriteAll(fds[1], &nonzeros, 8) || !WriteAll(fds[1], &d, sizeof(d)) ||
         !WriteAll(fds[1], &n, 8) ||
@@ -514,15 +535,19 @@ int Main(int argc, char** argv) {
   const Reps reps{flags.reps, flags.min_total_ms / 1e3};
   bench::PrintEnvironment("walker_bench");
   int failures = 0;
+  std::vector<std::pair<int, std::string>> frames;  // (level, parse) of each workload
+  for (int level : flags.levels) {
+    for (const std::string& parse : flags.parses) frames.emplace_back(level, parse);
+  }
   for (double density : flags.densities) {
-    for (int level : flags.levels) {
+    for (const auto& [level, parse] : frames) {
       const size_t mib = level >= 10 ? std::min(flags.slow_level_mib, flags.size_mib)
                                      : flags.size_mib;
       const size_t size = mib << 20;
       uint64_t expected_nonzeros = 0;
       XorDigest digest;
       const std::vector<uint8_t> frame =
-          MakeFrame(flags, size, density, level, &expected_nonzeros, &digest);
+          MakeFrame(flags, size, density, level, parse == "runs", &expected_nonzeros, &digest);
       const Measurement walker =
           InChild([&] { return RunProduction(frame, size, digest, reps, flags.bytes_sink); });
       const Measurement xxh64 =
@@ -560,6 +585,7 @@ int Main(int argc, char** argv) {
           {"shape", flags.shape},
           {"density", density},
           {"level", level},
+          {"sequences_from", parse},
           {"checksum", flags.checksum},
           {"sink", flags.bytes_sink ? "bytes" : "runs"},
           {"min_reps", flags.reps},

@@ -21,6 +21,7 @@
 #include "deltasync/xor_digest.h"
 #include "json_fields.h"
 #include "sha256.h"
+#include "xor_sequences.h"
 
 namespace deltakv::deltasync {
 
@@ -105,7 +106,7 @@ StatusOr<std::vector<TensorPair>> PairTensors(const Checkpoint& parent, const Ch
 
 class FrameCompressor {
  public:
-  explicit FrameCompressor(int level) : level_(level) {}
+  FrameCompressor(int level, FrameSequences sequences) : level_(level), sequences_(sequences) {}
   ~FrameCompressor() { ZSTD_freeCCtx(cctx_); }
 
   Status Run(const TensorPair& t, const PieceJob& job, PieceResult* r) {
@@ -131,6 +132,7 @@ class FrameCompressor {
     ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, level_);
     ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 1);
     ZSTD_CCtx_setParameter(cctx_, ZSTD_c_contentSizeFlag, 1);
+    if (sequences_ == FrameSequences::kXorRuns) RETURN_IF_ERROR(UseXorRunSequences(cctx_));
     r->frame.resize(ZSTD_compressBound(xor_.size()));
     size_t n = ZSTD_compress2(cctx_, r->frame.data(), r->frame.size(), xor_.data(), xor_.size());
     if (ZSTD_isError(n)) {
@@ -142,6 +144,7 @@ class FrameCompressor {
 
  private:
   int level_;
+  FrameSequences sequences_;
   ZSTD_CCtx* cctx_ = nullptr;
   std::vector<uint8_t> xor_;
 };
@@ -261,7 +264,7 @@ StatusOr<PublishSummary> PublishPairs(const std::vector<TensorPair>& tensors, Pu
       1, std::min<size_t>(opt.threads == 0 ? DefaultThreads() : opt.threads, jobs.size())));
   std::vector<std::unique_ptr<FrameCompressor>> compressors;
   for (unsigned t = 0; t < threads; ++t)
-    compressors.push_back(std::make_unique<FrameCompressor>(opt.level));
+    compressors.push_back(std::make_unique<FrameCompressor>(opt.level, opt.sequences));
 
   DeltaManifest manifest;
   manifest.version = sum.version;

@@ -63,8 +63,10 @@ def publish(parent: Source, new: Source, out: Union[str, "os.PathLike[str]"], *,
 
     Directories: versions default to each checkpoint directory's name. Mappings:
     parent_version and version are required, and the delta has no checkpoint section. level:
-    zstd level; threads: 0 = all CPUs; frame_bytes: the piece size (large tensors are split so
-    they decode in parallel); shard_bytes: shard object size.
+    zstd level of the entropy stage (frames are parsed one zstd sequence per run of nonzero
+    bytes, as `deltakv publish` does by default: deltasync/FORMAT.md 2.1); threads: 0 = all
+    CPUs; frame_bytes: the piece size (large tensors are split so they decode in parallel);
+    shard_bytes: shard object size.
     """
     is_dir = [isinstance(x, (str, os.PathLike)) for x in (parent, new)]
     if all(is_dir):

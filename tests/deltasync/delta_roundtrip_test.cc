@@ -25,6 +25,7 @@ struct RoundTripCase {
   std::string step_metadata;
   bool include_checkpoint = true;
   unsigned threads = 2;
+  FrameSequences sequences = FrameSequences::kXorRuns;
 };
 
 // Publishes parent -> child, applies, and checks the result. Returns the publish summary.
@@ -44,6 +45,7 @@ PublishSummary RoundTrip(const RoundTripCase& c, const TempDir& tmp) {
   po.frame_bytes = c.frame_bytes;
   po.include_checkpoint = c.include_checkpoint;
   po.threads = c.threads;
+  po.sequences = c.sequences;
   auto pub = PublishDelta(po);
   EXPECT_TRUE(pub.ok()) << pub.status().ToString();
   if (!pub.ok()) return {};
@@ -89,6 +91,19 @@ TEST(DeltaRoundTrip, Bf16ModelWithFewUlpChanges) {
   EXPECT_GT(s.tensors_changed, 0u);
   EXPECT_LT(s.compressed_bytes, s.checkpoint_bytes / 10);
   EXPECT_NEAR(s.density(), 0.005 * 0.6, 0.004);  // about 1-2 changed bytes per element
+}
+
+TEST(DeltaRoundTrip, BothSequenceParsesApplyAndRunsAreSmallerOnASparseDelta) {
+  TempDir runs_dir, zstd_dir;
+  RoundTripCase c{"runs", ModelLikeLayout(8 << 20, 2), 0.005};
+  const PublishSummary runs = RoundTrip(c, runs_dir);
+  c.label = "zstd";
+  c.sequences = FrameSequences::kZstd;
+  const PublishSummary zstd = RoundTrip(c, zstd_dir);
+  EXPECT_EQ(runs.nonzero_bytes, zstd.nonzero_bytes);
+  EXPECT_EQ(runs.frames, zstd.frames);
+  EXPECT_GT(runs.compressed_bytes, 0u);
+  EXPECT_LT(runs.compressed_bytes, zstd.compressed_bytes);
 }
 
 TEST(DeltaRoundTrip, MixtureOfExpertsModel) {

@@ -6,4 +6,6 @@ deltakv_add_fuzzer(walker_crash_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/walker_crash_fu
                    deltakv_deltasync)
 deltakv_add_fuzzer(walker_sparse_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/walker_sparse_fuzz.cc
                    deltakv_deltasync PkgConfig::ZSTD)
-target_include_directories(walker_sparse_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+# deltasync/src: the publisher's XOR-run sequence parse (xor_sequences.h).
+target_include_directories(walker_sparse_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/tests
+                                                      ${CMAKE_SOURCE_DIR}/deltasync/src)

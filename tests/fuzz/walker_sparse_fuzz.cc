@@ -6,7 +6,10 @@
 // walker must deliver exactly the nonzero bytes of the buffer, and, with one byte of the frame
 // flipped, must agree with libzstd's verdict (CompareWithLibzstd). The production check
 // (DecodeDeltaFrame with the buffer's xor_digest instead of XXH64) must accept the valid frame
-// with both decoders, and a flipped frame it accepts must decode to exactly the buffer.
+// with both decoders, and a flipped frame it accepts must decode to exactly the buffer. One
+// knob bit has the frame parsed into sequences as the publisher does by default (one per run
+// of nonzero bytes, deltasync/src/xor_sequences.h), with libzstd validating the parse: a parse
+// it refuses aborts.
 #include <zstd.h>
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "deltasync/walker_test_util.h"
 #include "deltasync/xor_decoder.h"
 #include "deltasync/xor_digest.h"
+#include "xor_sequences.h"  // the publisher's sequence parse (and zstd.h's producer API)
 
 namespace {
 
@@ -104,6 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int levels[8] = {-3, 1, 2, 3, 5, 9, 15, 19};
   const int level = levels[knobs & 7];
   const bool checksum = (knobs & 8) != 0;
+  const bool xor_runs = (knobs & 16) != 0;
   const int window_log = 10 + (r.Next() % 13);  // 1 KiB .. 4 MiB
   const uint8_t flip = r.Next();
   const std::vector<uint8_t> buffer = BuildBuffer(r, 4u << 20);
@@ -112,11 +117,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, checksum ? 1 : 0);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, window_log);
+  if (xor_runs) {
+    if (!deltakv::deltasync::UseXorRunSequences(cctx).ok()) std::abort();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_enableSeqProducerFallback, 0);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_validateSequences, 1);
+  }
   std::vector<uint8_t> frame(ZSTD_compressBound(buffer.size()));
   const size_t n =
       ZSTD_compress2(cctx, frame.data(), frame.size(), buffer.data(), buffer.size());
   ZSTD_freeCCtx(cctx);
-  if (ZSTD_isError(n)) return 0;
+  if (ZSTD_isError(n)) {
+    if (!xor_runs) return 0;
+    std::fprintf(stderr, "libzstd refused the XOR-run parse: %s\n", ZSTD_getErrorName(n));
+    std::abort();
+  }
   frame.resize(n);
 
   using deltakv::deltasync::walker_test::CompareWithLibzstd;

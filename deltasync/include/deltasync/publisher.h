@@ -2,7 +2,8 @@
 //
 // For every tensor the publisher compares parent and new bytes in pieces of `frame_bytes`;
 // each piece that differs becomes one zstd frame of (parent XOR new), compressed at `level`
-// with content size and content checksum. Pieces and tensors that are equal are omitted.
+// with content size and content checksum; `sequences` chooses how the bytes are parsed into
+// zstd sequences (FORMAT.md §2). Pieces and tensors that are equal are omitted.
 // Frames are appended in tensor order to shard objects of about `shard_bytes` each. The
 // output is deterministic: the same inputs and options give the same bytes at any thread
 // count.
@@ -24,6 +25,16 @@
 
 namespace deltakv::deltasync {
 
+// How a frame's XOR bytes become zstd sequences.
+enum class FrameSequences {
+  // One sequence per run of nonzero bytes: the run and one zero as literals, the rest of the
+  // zero gap as a match at offset 1 (deltasync/src/xor_sequences.h). Fewer sequences than
+  // libzstd's match finders make of a sparse delta (so a faster walk) and smaller frames.
+  kXorRuns,
+  // libzstd's own match finder at `level`.
+  kZstd,
+};
+
 struct PublishOptions {
   std::string parent_dir;
   std::string new_dir;
@@ -31,6 +42,8 @@ struct PublishOptions {
   std::string parent_version;  // "" => the parent directory's name (CheckpointVersionId)
   std::string version;         // "" => the new directory's name (CheckpointVersionId)
   int level = 3;               // zstd level (negative levels allowed)
+  FrameSequences sequences = FrameSequences::kXorRuns;  // with kXorRuns the level sets the
+                                                        // entropy stage only
   unsigned threads = 0;        // 0 => all CPUs; never more than the pieces to compress
   uint64_t frame_bytes = 64ull << 20;
   uint64_t shard_bytes = 1ull << 30;

@@ -23,7 +23,17 @@ void AddPublishCommand(CLI::App& app, int* rc) {
       ->check(NonEmpty());
   cmd->add_option("--version", o->p.version, "New version id (default: the --new directory's name)")
       ->check(NonEmpty());
-  cmd->add_option("--level", o->p.level, "zstd level")->capture_default_str();
+  cmd->add_option("--level", o->p.level,
+                  "zstd level (with --sequences runs: the entropy stage's settings only)")
+      ->capture_default_str();
+  const std::map<std::string, deltasync::FrameSequences> sequences{
+      {"runs", deltasync::FrameSequences::kXorRuns}, {"zstd", deltasync::FrameSequences::kZstd}};
+  cmd->add_option("--sequences", o->p.sequences,
+                  "How frames are parsed into zstd sequences: runs (one per run of nonzero "
+                  "bytes: fewer to walk, smaller on sparse deltas) or zstd (libzstd's match "
+                  "finder at --level)")
+      ->transform(CLI::CheckedTransformer(sequences, CLI::ignore_case))
+      ->default_str("runs");
   AddThreadsOption(cmd, &o->p.threads);
   cmd->add_option("--frame-mib", o->frame_mib, "Dense bytes per frame, MiB")
       ->capture_default_str()
