@@ -6,6 +6,7 @@ if(DELTAKV_BUILD_TESTS)
   add_test(NAME sync_bench_smoke
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/sync_bench.py
                    --deltakv $<TARGET_FILE:deltakv> --engine $<TARGET_FILE:deltakv-demo-engine>
-                   --size-mib 64 --densities 0.01 --tp 1,2 --decode-threads 1 --check-bytes)
+                   --size-mib 64 --densities 0.01 --tp 1,2 --decode-threads 1 --sequences runs,zstd
+                   --check-bytes)
   set_tests_properties(sync_bench_smoke PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
 endif()

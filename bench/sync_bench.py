@@ -4,12 +4,17 @@ baselines measured in the same run; sidecar peak RSS. JSON lines.
 
   python3 bench/sync_bench.py --deltakv build/sidecar/deltakv \
       --engine build/shim/deltakv-demo-engine [--size-mib 4096] [--densities 0.001,0.01,0.05] \
-      [--tp 1,4] [--decode-threads 1,2] [--malloc glibc,jemalloc] [--dir $TMPDIR]
+      [--tp 1,4] [--decode-threads 1,2] [--malloc glibc,jemalloc] [--sequences runs,zstd]
+      [--dir $TMPDIR]
       [--sidecar-args "..."] [--backend cpu|cuda] [--check-bytes] [--log FILE] [--repeat N]
 
 --repeat N syncs each density N times (the chain cycles through the densities, every step a new
 delta); each sync prints its result line, then a summary line per configuration and density
 gives the median and the range of each ratio (one sync on a shared machine can be noisy).
+
+--sequences runs every configuration once per way the deltas' frames are parsed into zstd
+sequences (`deltakv publish --sequences`: runs, the default, or zstd, libzstd's match finder),
+each from its own copy of the chain's deltas, and prints the A/B of the two.
 
 --malloc runs every configuration once per allocator: glibc malloc, and jemalloc preloaded
 (LD_PRELOAD of --jemalloc, found in the usual library directories by default) into the sidecar
@@ -145,6 +150,8 @@ def main():
     ap.add_argument("--tp", default="1,4")
     ap.add_argument("--decode-threads", default="1,2", help="sidecar --decode-threads values")
     ap.add_argument("--malloc", default="glibc", help="allocators to compare: glibc,jemalloc")
+    ap.add_argument("--sequences", default="runs",
+                    help="publish --sequences of the deltas to compare: runs,zstd")
     ap.add_argument("--jemalloc", default="", help="path of libjemalloc.so (default: search)")
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--sidecar-args", default="", help="extra sidecar flags, space-separated")
@@ -160,6 +167,10 @@ def main():
     tps = [int(x) for x in a.tp.split(",")]
     thread_counts = [int(x) for x in a.decode_threads.split(",")]
     mallocs = a.malloc.split(",")
+    parses = a.sequences.split(",")
+    if not parses or any(p not in ("runs", "zstd") for p in parses):
+        sys.exit(f"sync_bench: --sequences takes runs and zstd, not '{a.sequences}'")
+    delta = lambda new, parse: f"d-{new}-{parse}"  # the delta directory of a step and parse
     envs = {}
     for m in mallocs:
         if m == "glibc":
@@ -190,16 +201,17 @@ def main():
             parent, new = f"v{i + 1}", f"v{i + 2}"
             k("checkpoint", "mutate", "--parent", t(parent), "--out", t(new), "--density", str(d),
               "--seed", str(i + 2))
-            pub = k("publish", "--parent", t(parent), "--new", t(new), "--out", t("d-" + new))
-            chain.append((d, parent, new, pub))
+            pubs = {parse: k("publish", "--parent", t(parent), "--new", t(new), "--out",
+                             t(delta(new, parse)), "--sequences", parse) for parse in parses}
+            chain.append((d, parent, new, pubs))
         # Everything generated (a checkpoint per step) goes to disk before anything is timed:
         # otherwise the kernel writes it back during the first configuration's syncs.
         os.sync()
-        def walk_alone_ms(new, m):
+        def walk_alone_ms(new, m, parse):
             """Fetch + walk alone of the delta to `new` (best of three, so the objects are in the
             page cache as they are for the sidecar's fetch from a local store), in ms."""
-            manifest = json.load(open(t("d-" + new, "manifest.json")))
-            objects = [t("d-" + new, o["name"]) for o in manifest["objects"]]
+            manifest = json.load(open(t(delta(new, parse), "manifest.json")))
+            objects = [t(delta(new, parse), o["name"]) for o in manifest["objects"]]
             best = None
             for _ in range(3):
                 out = subprocess.run([a.deltakv, "frame", "scan", *objects, "--json",
@@ -213,8 +225,9 @@ def main():
             return best * 1000
         open(t("token"), "w").write("bench-token\n")
         results = []
-        for tp, threads, m in [(tp, n, m) for tp in tps for n in thread_counts for m in mallocs]:
-            run = f"{tp}-{threads}-{m}"
+        for tp, threads, m, parse in [(tp, n, m, p) for tp in tps for n in thread_counts
+                                      for m in mallocs for p in parses]:
+            run = f"{tp}-{threads}-{m}-{parse}"
             shm = f"dkv-bench-{os.getpid()}-{run}"
             sidecar = subprocess.Popen([a.deltakv, "sidecar", "--listen", "127.0.0.1:0", "--port-file",
                                         t(f"sc{run}.port"), "--token-file", t("token"), "--shm-name", shm,
@@ -244,14 +257,15 @@ def main():
             # The rank processes (the demo engine forks one per rank; itself if it did not).
             rank_pids = child_pids(engine.pid) or [engine.pid]
             try:
-                for d, parent, new, pub in chain:
+                for d, parent, new, pubs in chain:
+                    pub = pubs[parse]
                     # The baseline right before its sync: a shared machine's speed drifts over
                     # a run, and a walk timed minutes earlier would skew the ratio either way.
-                    walk_ms = walk_alone_ms(new, m)
+                    walk_ms = walk_alone_ms(new, m, parse)
                     usage0 = [cpu_ms_and_faults(p) for p in [sidecar.pid, *rank_pids]]
                     idle0 = idle_cpu_ms()
                     t0 = time.time()
-                    sid = http("POST", url + "/v1/sync", {"version": new, "delta": t("d-" + new)},
+                    sid = http("POST", url + "/v1/sync", {"version": new, "delta": t(delta(new, parse))},
                                "bench-token")["id"]
                     rec = _bench.wait_job(url, sid, ("live", "aborted"))
                     wall = (time.time() - t0) * 1000
@@ -333,7 +347,7 @@ def main():
                         sys.exit(f"sync_bench: sync record {sid} has no 'touched_lines'")
                     result = {
                         "bench": "sync_bench", "kind": "result", "tp": tp, "decode_threads": threads, "malloc": m,
-                        "element_density": d, "version": new,
+                        "sequences_from": parse, "element_density": d, "version": new,
                         "byte_density": pub["density"], "model_bytes": pub["checkpoint_bytes"],
                         "delta_bytes": pub["compressed_bytes"],
                         "request_to_live_ms": wall, "sidecar_total_ms": rec["total_ms"],
@@ -373,7 +387,7 @@ def main():
                     sys.exit(f"sync_bench: the closing scrub ended {scrub_rec['state']}: "
                              f"{scrub_rec.get('error')}")
                 line = {"bench": "sync_bench", "kind": "checks", "tp": tp, "decode_threads": threads,
-                        "malloc": m, "backend": a.backend}
+                        "malloc": m, "sequences_from": parse, "backend": a.backend}
                 for name, r in (("verify", verify_rec), ("scrub", scrub_rec)):
                     ms = figure(r.get("phase_ms"), "checksum", f"{name} record phase_ms")
                     nbytes = figure(r, "bytes_checked", f"{name} record")
@@ -400,12 +414,13 @@ def main():
         # Per configuration and density (with --repeat, over its syncs): medians and ranges.
         groups = {}
         for r in results:
-            groups.setdefault((r["tp"], r["decode_threads"], r["malloc"], r["element_density"]),
-                              []).append(r)
+            groups.setdefault((r["tp"], r["decode_threads"], r["malloc"], r["sequences_from"],
+                               r["element_density"]), []).append(r)
         summary = {}
-        for (tp, threads, m, d), rs in groups.items():
+        for (tp, threads, m, parse, d), rs in groups.items():
             line = {"bench": "sync_bench", "kind": "summary", "tp": tp, "decode_threads": threads,
-                    "malloc": m, "element_density": d, "syncs": len(rs)}
+                    "malloc": m, "sequences_from": parse, "element_density": d, "syncs": len(rs),
+                    "delta_bytes": rs[0]["delta_bytes"]}
             for key in ("request_to_live_ms", "walk_alone_ms", "request_to_live_vs_walk",
                         "pause_ms", "pause_vs_touch_bound", "pause_vs_full_reload",
                         "staging_vs_h2d_copy", "sidecar_peak_rss_mib", "sidecar_cpu_ms",
@@ -416,22 +431,35 @@ def main():
                 line[key] = statistics.median(values)
                 line[key + "_min"] = min(values)
                 line[key + "_max"] = max(values)
-            summary[tp, threads, m, d] = line
+            summary[tp, threads, m, parse, d] = line
             print(json.dumps(line), flush=True)
         # Allocator A/B: jemalloc over glibc for the same configuration and density (medians).
         if "glibc" in mallocs and "jemalloc" in mallocs:
-            for (tp, threads, m, d), r in summary.items():
-                if m != "jemalloc" or (tp, threads, "glibc", d) not in summary:
+            for (tp, threads, m, parse, d), r in summary.items():
+                if m != "jemalloc" or (tp, threads, "glibc", parse, d) not in summary:
                     continue
-                g = summary[tp, threads, "glibc", d]
+                g = summary[tp, threads, "glibc", parse, d]
                 print(json.dumps({
                     "bench": "sync_bench", "kind": "malloc_ab", "tp": tp, "decode_threads": threads,
-                    "element_density": d,
+                    "sequences_from": parse, "element_density": d,
                     "request_to_live_jemalloc_vs_glibc":
                         r["request_to_live_ms"] / g["request_to_live_ms"],
                     "walk_alone_jemalloc_vs_glibc": r["walk_alone_ms"] / g["walk_alone_ms"],
                     "sidecar_peak_rss_jemalloc_vs_glibc":
                         r["sidecar_peak_rss_mib"] / g["sidecar_peak_rss_mib"]}), flush=True)
+        # Parse A/B: the deltas parsed one sequence per run over libzstd's parse (medians).
+        if "runs" in parses and "zstd" in parses:
+            for (tp, threads, m, parse, d), r in summary.items():
+                if parse != "runs" or (tp, threads, m, "zstd", d) not in summary:
+                    continue
+                z = summary[tp, threads, m, "zstd", d]
+                print(json.dumps({
+                    "bench": "sync_bench", "kind": "sequences_ab", "tp": tp,
+                    "decode_threads": threads, "malloc": m, "element_density": d,
+                    "request_to_live_runs_vs_zstd":
+                        r["request_to_live_ms"] / z["request_to_live_ms"],
+                    "walk_alone_runs_vs_zstd": r["walk_alone_ms"] / z["walk_alone_ms"],
+                    "delta_bytes_runs_vs_zstd": r["delta_bytes"] / z["delta_bytes"]}), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
