@@ -302,21 +302,32 @@ def main():
                         # Every rank finds its lines first; then all touch them from the same
                         # instants, as their commits' scatters run at once. The bound is the
                         # better round's span: its start to the last rank's end.
-                        held = post_ranks(rank_ports, "/v1/touch-bound",
-                                          {"parent": t(parent), "hold": True}, "touch bound")
-                        lines = sum(r["lines"] for r in held)
-                        round_ns = 100_000_000 + 200 * lines  # far more than a pass takes
-                        start_ns = time.time_ns() + 50_000_000
-                        bounds = post_ranks(rank_ports, "/v1/touch-bound",
-                                            {"start_unix_ns": start_ns, "rounds": 2,
-                                             "round_ns": round_ns}, "touch bound")
-                        spans = []
-                        for k in range(2):
-                            at = start_ns + k * round_ns
-                            end = max(r["round_end_unix_ns"][k] for r in bounds)
-                            if end >= at + round_ns:
-                                sys.exit(f"sync_bench: touch-bound round {k} ran past the next")
-                            spans.append((end - at) / 1e6)
+                        # A round a stalled process (a busy shared machine) let run into the
+                        # next is measured again with rounds twice as long, up to three times.
+                        for attempt in range(3):
+                            held = post_ranks(rank_ports, "/v1/touch-bound",
+                                              {"parent": t(parent), "hold": True}, "touch bound")
+                            lines = sum(r["lines"] for r in held)
+                            # Far more than a pass takes.
+                            round_ns = (100_000_000 + 200 * lines) << attempt
+                            start_ns = time.time_ns() + 50_000_000
+                            bounds = post_ranks(rank_ports, "/v1/touch-bound",
+                                                {"start_unix_ns": start_ns, "rounds": 2,
+                                                 "round_ns": round_ns}, "touch bound")
+                            spans = []
+                            for k in range(2):
+                                at = start_ns + k * round_ns
+                                end = max(r["round_end_unix_ns"][k] for r in bounds)
+                                if end >= at + round_ns:
+                                    print(f"sync_bench: touch-bound round {k} ran past the next; "
+                                          "measuring again", file=sys.stderr)
+                                    spans = None
+                                    break
+                                spans.append((end - at) / 1e6)
+                            if spans:
+                                break
+                        else:
+                            sys.exit("sync_bench: touch-bound rounds ran past the next three times")
                         touch_ms = min(spans)
                         if touch_ms <= 0:
                             sys.exit(f"sync_bench: touch-bound span {touch_ms} ms")
