@@ -145,6 +145,31 @@ class CliTest(unittest.TestCase):
         self.assertLess(s["density"], 0.02)
         self.assertLess(s["compressed_bytes"], s["dense_bytes"])
 
+    def test_publish_sequences_runs_by_default_and_zstd_on_request(self):
+        sizes = {}
+        for parse in ("runs", "zstd", None):
+            out = self.fresh(f"dseq-{parse}")
+            args = ["--sequences", parse] if parse else []
+            s = json.loads(run("publish", "--parent", self.t("v1"), "--new", self.t("v2"),
+                               "--out", out, "--json", *args).stdout)
+            sizes[parse] = s["compressed_bytes"]
+            applied = self.fresh(f"aseq-{parse}")
+            run("apply", "--parent", self.t("v1"), "--delta", out, "--out", applied)
+            self.assertTrue(same_checkpoint(applied, self.t("v2")))
+            # Ordinary zstd frames: zstandard decodes them to the XOR of the two checkpoints.
+            manifest = json.loads(read(os.path.join(out, "manifest.json"), "r"))
+            frame = manifest["tensors"][0]["frames"][0]
+            shard = read(os.path.join(out, frame["object"]))
+            blob = shard[frame["object_offset"]:frame["object_offset"] + frame["compressed_length"]]
+            self.assertEqual(len(zstandard.ZstdDecompressor().decompressobj().decompress(blob)),
+                             frame["length"])
+        self.assertEqual(sizes[None], sizes["runs"])
+        self.assertLess(sizes["runs"], sizes["zstd"])
+        p = run("publish", "--parent", self.t("v1"), "--new", self.t("v2"), "--out",
+                self.fresh("dseq-bad"), "--sequences", "fast", expect=1)  # a usage error
+        self.assertIn("--sequences", p.stderr)
+        self.assertFalse(os.path.exists(self.t("dseq-bad")))
+
     def test_apply_with_each_decoder(self):
         for decoder in ("walker", "libzstd"):
             out = self.fresh("out-" + decoder)

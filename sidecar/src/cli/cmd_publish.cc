@@ -13,6 +13,7 @@ void AddPublishCommand(CLI::App& app, int* rc) {
     uint64_t shard_mib = 1024;
     bool json = false;
     bool no_checkpoint = false;
+    std::string sequences = "runs";
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--parent", o->p.parent_dir, "Parent checkpoint directory")->required();
@@ -26,14 +27,12 @@ void AddPublishCommand(CLI::App& app, int* rc) {
   cmd->add_option("--level", o->p.level,
                   "zstd level (with --sequences runs: the entropy stage's settings only)")
       ->capture_default_str();
-  const std::map<std::string, deltasync::FrameSequences> sequences{
-      {"runs", deltasync::FrameSequences::kXorRuns}, {"zstd", deltasync::FrameSequences::kZstd}};
-  cmd->add_option("--sequences", o->p.sequences,
+  cmd->add_option("--sequences", o->sequences,
                   "How frames are parsed into zstd sequences: runs (one per run of nonzero "
                   "bytes: fewer to walk, smaller on sparse deltas) or zstd (libzstd's match "
                   "finder at --level)")
-      ->transform(CLI::CheckedTransformer(sequences, CLI::ignore_case))
-      ->default_str("runs");
+      ->check(CLI::IsMember({"runs", "zstd"}))
+      ->capture_default_str();
   AddThreadsOption(cmd, &o->p.threads);
   cmd->add_option("--frame-mib", o->frame_mib, "Dense bytes per frame, MiB")
       ->capture_default_str()
@@ -48,6 +47,8 @@ void AddPublishCommand(CLI::App& app, int* rc) {
     o->p.frame_bytes = o->frame_mib << 20;
     o->p.shard_bytes = o->shard_mib << 20;
     o->p.include_checkpoint = !o->no_checkpoint;
+    o->p.sequences = o->sequences == "zstd" ? deltasync::FrameSequences::kZstd
+                                            : deltasync::FrameSequences::kXorRuns;
     o->p.progress = true;
     o->p.cancel = CatchInterrupts();
     auto r = deltasync::PublishDelta(o->p);
