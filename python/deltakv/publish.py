@@ -56,27 +56,32 @@ def _entries(tensors: TensorSet) -> List[Tuple[str, Optional[str], Any]]:
 
 def publish(parent: Source, new: Source, out: Union[str, "os.PathLike[str]"], *,
             parent_version: Optional[str] = None, version: Optional[str] = None,
-            level: int = 3, threads: int = 0, frame_bytes: int = 64 << 20,
+            level: int = 3, sequences: str = "runs", threads: int = 0,
+            frame_bytes: int = 64 << 20,
             shard_bytes: int = 1 << 30, include_checkpoint: bool = True,
             progress: bool = False) -> PublishSummary:
     """Writes the delta parent -> new into the new directory `out`.
 
     Directories: versions default to each checkpoint directory's name. Mappings:
     parent_version and version are required, and the delta has no checkpoint section. level:
-    zstd level of the entropy stage (frames are parsed one zstd sequence per run of nonzero
-    bytes, as `deltakv publish` does by default: deltasync/FORMAT.md 2.1); threads: 0 = all
-    CPUs; frame_bytes: the piece size (large tensors are split so they decode in parallel);
-    shard_bytes: shard object size.
+    zstd level; sequences: how frames are parsed into zstd sequences, as `deltakv publish
+    --sequences` (deltasync/FORMAT.md 2.1): "runs" (one per run of nonzero bytes; level then
+    sets only the entropy stage) or "zstd" (libzstd's match finder at level), anything else a
+    ValueError; threads: 0 = all CPUs; frame_bytes: the piece size (large tensors are split so
+    they decode in parallel); shard_bytes: shard object size.
     """
+    if sequences not in ("runs", "zstd"):
+        raise ValueError(f"sequences must be 'runs' or 'zstd', not {sequences!r}")
+    xor_runs = sequences == "runs"
     is_dir = [isinstance(x, (str, os.PathLike)) for x in (parent, new)]
     if all(is_dir):
         d = _native.publish_dirs(os.fspath(parent), os.fspath(new), os.fspath(out),  # type: ignore[arg-type]
-                                 parent_version or "", version or "", level, threads,
-                                 frame_bytes, shard_bytes, include_checkpoint, progress)
+                                 parent_version or "", version or "", level, xor_runs,
+                                 threads, frame_bytes, shard_bytes, include_checkpoint, progress)
     elif not any(is_dir):
         d = _native.publish_tensors(_entries(parent), _entries(new), os.fspath(out),  # type: ignore[arg-type]
-                                    parent_version or "", version or "", level, threads,
-                                    frame_bytes, shard_bytes, progress)
+                                    parent_version or "", version or "", level, xor_runs,
+                                    threads, frame_bytes, shard_bytes, progress)
     else:
         raise TypeError("parent and new must both be directories or both be tensor mappings")
     return PublishSummary(**d)

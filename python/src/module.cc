@@ -195,13 +195,14 @@ nb::dict SummaryDict(const ds::PublishSummary& s) {
 }
 
 ds::PublishOptions Options(std::string out_dir, std::string parent_version, std::string version,
-                           int level, unsigned threads, uint64_t frame_bytes, uint64_t shard_bytes,
-                           bool progress) {
+                           int level, bool xor_runs, unsigned threads, uint64_t frame_bytes,
+                           uint64_t shard_bytes, bool progress) {
   ds::PublishOptions o;
   o.out_dir = std::move(out_dir);
   o.parent_version = std::move(parent_version);
   o.version = std::move(version);
   o.level = level;
+  o.sequences = xor_runs ? ds::FrameSequences::kXorRuns : ds::FrameSequences::kZstd;
   o.threads = threads;
   o.frame_bytes = frame_bytes;
   o.shard_bytes = shard_bytes;
@@ -875,30 +876,33 @@ NB_MODULE(_native, m) {
   m.def(
       "publish_dirs",
       [](std::string parent_dir, std::string new_dir, std::string out_dir,
-         std::string parent_version, std::string version, int level, unsigned threads,
-         uint64_t frame_bytes, uint64_t shard_bytes, bool include_checkpoint, bool progress) {
+         std::string parent_version, std::string version, int level, bool xor_runs,
+         unsigned threads, uint64_t frame_bytes, uint64_t shard_bytes, bool include_checkpoint,
+         bool progress) {
         ds::PublishOptions o =
             Options(std::move(out_dir), std::move(parent_version), std::move(version), level,
-                    threads, frame_bytes, shard_bytes, progress);
+                    xor_runs, threads, frame_bytes, shard_bytes, progress);
         o.parent_dir = std::move(parent_dir);
         o.new_dir = std::move(new_dir);
         o.include_checkpoint = include_checkpoint;
         return Publish(std::move(o));
       },
       "parent_dir"_a, "new_dir"_a, "out_dir"_a, "parent_version"_a, "version"_a, "level"_a,
-      "threads"_a, "frame_bytes"_a, "shard_bytes"_a, "include_checkpoint"_a, "progress"_a);
+      "xor_runs"_a, "threads"_a, "frame_bytes"_a, "shard_bytes"_a, "include_checkpoint"_a,
+      "progress"_a);
   m.def(
       "publish_tensors",
       [](const std::vector<TensorEntry>& parent, const std::vector<TensorEntry>& next,
          std::string out_dir, std::string parent_version, std::string version, int level,
-         unsigned threads, uint64_t frame_bytes, uint64_t shard_bytes, bool progress) {
+         bool xor_runs, unsigned threads, uint64_t frame_bytes, uint64_t shard_bytes,
+         bool progress) {
         return PublishTensors(
             parent, next,
             Options(std::move(out_dir), std::move(parent_version), std::move(version), level,
-                    threads, frame_bytes, shard_bytes, progress));
+                    xor_runs, threads, frame_bytes, shard_bytes, progress));
       },
-      "parent"_a, "new"_a, "out_dir"_a, "parent_version"_a, "version"_a, "level"_a, "threads"_a,
-      "frame_bytes"_a, "shard_bytes"_a, "progress"_a);
+      "parent"_a, "new"_a, "out_dir"_a, "parent_version"_a, "version"_a, "level"_a, "xor_runs"_a,
+      "threads"_a, "frame_bytes"_a, "shard_bytes"_a, "progress"_a);
 
   nb::class_<Engine>(m, "Engine", nb::type_slots(kEngineSlots))
       .def(nb::init<const std::string&, int, int, const std::string&, const std::string&, bool,

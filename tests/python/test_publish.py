@@ -69,6 +69,25 @@ def test_publish_from_directories_equals_the_cli(deltakv_bin, checkpoints):
             open(os.path.join(t("cli"), f), "rb").read(), f
 
 
+def test_sequences_equal_the_cli_with_each_parse(deltakv_bin, checkpoints):
+    t = checkpoints
+    sizes = {}
+    for parse in ("runs", "zstd"):
+        s = deltakv.publish(t("v1"), t("v2"), t("py-" + parse), frame_bytes=1 << 20,
+                            sequences=parse)
+        subprocess.run([deltakv_bin, "publish", "--parent", t("v1"), "--new", t("v2"), "--out",
+                        t("cli-" + parse), "--frame-mib", "1", "--sequences", parse],
+                       check=True, capture_output=True)
+        for f in os.listdir(t("cli-" + parse)):
+            assert open(os.path.join(t("py-" + parse), f), "rb").read() == \
+                open(os.path.join(t("cli-" + parse), f), "rb").read(), (parse, f)
+        sizes[parse] = s.compressed_bytes
+    assert sizes["runs"] < sizes["zstd"]
+    with pytest.raises(ValueError, match="sequences"):
+        deltakv.publish(t("v1"), t("v2"), t("py-bad"), sequences="fast")
+    assert not os.path.exists(t("py-bad"))
+
+
 def test_publish_from_arrays_applies_to_the_parent(deltakv_bin, checkpoints):
     t = checkpoints
     parent = as_arrays(safetensors_tensors(t("v1")))
