@@ -444,33 +444,27 @@ def main():
                 line[key + "_max"] = max(values)
             summary[tp, threads, m, parse, d] = line
             print(json.dumps(line), flush=True)
-        # Allocator A/B: jemalloc over glibc for the same configuration and density (medians).
-        if "glibc" in mallocs and "jemalloc" in mallocs:
-            for (tp, threads, m, parse, d), r in summary.items():
-                if m != "jemalloc" or (tp, threads, "glibc", parse, d) not in summary:
+        def print_ab(kind, dim, a, b, figures):
+            """For each configuration and density run with `a` and with `b` at summary key
+            position `dim` (the rest equal): each figure's median with `a` over its median with
+            `b`, as <figure>_<a>_vs_<b> (the figure's _ms or _mib unit dropped)."""
+            names = ("tp", "decode_threads", "malloc", "sequences_from", "element_density")
+            for key, r in summary.items():
+                other = key[:dim] + (b,) + key[dim + 1:]
+                if key[dim] != a or other not in summary:
                     continue
-                g = summary[tp, threads, "glibc", parse, d]
-                print(json.dumps({
-                    "bench": "sync_bench", "kind": "malloc_ab", "tp": tp, "decode_threads": threads,
-                    "sequences_from": parse, "element_density": d,
-                    "request_to_live_jemalloc_vs_glibc":
-                        r["request_to_live_ms"] / g["request_to_live_ms"],
-                    "walk_alone_jemalloc_vs_glibc": r["walk_alone_ms"] / g["walk_alone_ms"],
-                    "sidecar_peak_rss_jemalloc_vs_glibc":
-                        r["sidecar_peak_rss_mib"] / g["sidecar_peak_rss_mib"]}), flush=True)
-        # Parse A/B: the deltas parsed one sequence per run over libzstd's parse (medians).
-        if "runs" in parses and "zstd" in parses:
-            for (tp, threads, m, parse, d), r in summary.items():
-                if parse != "runs" or (tp, threads, m, "zstd", d) not in summary:
-                    continue
-                z = summary[tp, threads, m, "zstd", d]
-                print(json.dumps({
-                    "bench": "sync_bench", "kind": "sequences_ab", "tp": tp,
-                    "decode_threads": threads, "malloc": m, "element_density": d,
-                    "request_to_live_runs_vs_zstd":
-                        r["request_to_live_ms"] / z["request_to_live_ms"],
-                    "walk_alone_runs_vs_zstd": r["walk_alone_ms"] / z["walk_alone_ms"],
-                    "delta_bytes_runs_vs_zstd": r["delta_bytes"] / z["delta_bytes"]}), flush=True)
+                line = {"bench": "sync_bench", "kind": kind,
+                        **{n: v for i, (n, v) in enumerate(zip(names, key)) if i != dim}}
+                for f in figures:
+                    name = f.removesuffix("_ms").removesuffix("_mib")
+                    line[f"{name}_{a}_vs_{b}"] = r[f] / summary[other][f]
+                print(json.dumps(line), flush=True)
+        # Allocator A/B: jemalloc over glibc; parse A/B: the deltas parsed one sequence per run
+        # over libzstd's parse.
+        print_ab("malloc_ab", 2, "jemalloc", "glibc",
+                 ("request_to_live_ms", "walk_alone_ms", "sidecar_peak_rss_mib"))
+        print_ab("sequences_ab", 3, "runs", "zstd",
+                 ("request_to_live_ms", "walk_alone_ms", "delta_bytes"))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

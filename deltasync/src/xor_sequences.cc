@@ -10,6 +10,7 @@ size_t ParseXorRuns(std::span<const uint8_t> block, ZSTD_Sequence* out, size_t c
   const uint8_t* const p = block.data();
   const size_t size = block.size();
   if (size > ZSTD_BLOCKSIZE_MAX) return ZSTD_SEQUENCE_PRODUCER_ERROR;
+  if (size == 0) return 0;
   size_t count = 0;
   size_t literals_from = 0;  // the literals not yet in a sequence start here
   size_t i = 0;
@@ -25,7 +26,7 @@ size_t ParseXorRuns(std::span<const uint8_t> block, ZSTD_Sequence* out, size_t c
                                  static_cast<unsigned>(i - zero - 1), /*rep=*/0};
     literals_from = i;
   }
-  if (size == 0 || count >= capacity) return size == 0 ? 0 : ZSTD_SEQUENCE_PRODUCER_ERROR;
+  if (count >= capacity) return ZSTD_SEQUENCE_PRODUCER_ERROR;
   // The block's last literals (possibly none), in a sequence with no match.
   out[count++] = ZSTD_Sequence{0, static_cast<unsigned>(size - literals_from), 0, 0};
   return count;
