@@ -24,7 +24,7 @@ void FrameOutput::EndBlock() {
   if (digesting_) {
     const uint64_t* e = index_.data_at(delivered_);
     for (uint64_t i = 0, n = end - delivered_; i < n; ++i) {
-      digest_.AddByte(global_start_ + (e[i] >> 8), static_cast<uint8_t>(e[i]));
+      digest_.AddLoose(global_start_ + (e[i] >> 8), static_cast<uint8_t>(e[i]));
     }
   }
   delivered_ = end;

@@ -46,6 +46,26 @@ class FrameOutput {
     index_.AppendIfNonzero(pos_, static_cast<uint8_t>(data[0] & (0u - static_cast<unsigned>(n))));
     pos_ += n;
   }
+  // A sequence whose literals are 2 to 8 bytes, held in the low `n` bytes of `word` (the rest
+  // zero), then its match: AppendFew and AppendMatch in one, with the per-byte work done on the
+  // word. A match that starts inside these literals (offset <= n; a run and a zero copied at
+  // offset 1 is how sparse deltas are parsed, FORMAT.md §2.1) repeats their last `offset`
+  // bytes, so it produces only zeros when those bytes are zero: known from the word, with no
+  // look at the index. REQUIRES: as AppendMatch, for the position after the literals.
+  [[gnu::always_inline]] void AppendWordAndMatch(uint64_t word, uint64_t n, uint64_t offset,
+                                                 uint64_t length) {
+    index_.AppendWord(pos_, word);
+    pos_ += n;
+    if (offset <= n) [[likely]] {
+      if ((word >> (8 * (n - offset))) == 0) [[likely]] {
+        pos_ += length;
+        return;
+      }
+      CopyMatch(offset, length);
+      return;
+    }
+    AppendMatch(offset, length);
+  }
   // Appends `count` copies of `value`.
   void AppendRepeated(uint8_t value, uint64_t count);
   // Advances the position by `count` bytes without looking at them: they are taken as zeros

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -132,15 +133,12 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
     }
     *consumed = 1 + bytes;
   }
-  // Weight sum, implied last weight, and the rank counts. Four partial histograms: most weights
-  // are 0, and one histogram would chain every increment through the same counter.
-  std::array<std::array<uint32_t, 16>, 4> partial{};
+  // Weight sum and the largest weight, over all 256 slots (those past `count` are 0).
   uint64_t total = 0;
   uint8_t max_weight = 0;
-  for (uint32_t i = 0; i < count; ++i) {
+  for (uint32_t i = 0; i < weights.size(); ++i) {
     const uint8_t w = weights[i];
     max_weight = std::max(max_weight, w);
-    ++partial[i & 3][w & 15];
     total += (uint64_t{1} << (w & 15)) >> 1;
   }
   if (max_weight > kHuffmanMaxLog) {
@@ -150,10 +148,6 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
                         std::to_string(kHuffmanMaxLog));
       }
     }
-  }
-  std::array<uint32_t, kHuffmanMaxLog + 2> rank_count{};
-  for (uint32_t w = 0; w < rank_count.size(); ++w) {
-    rank_count[w] = partial[0][w] + partial[1][w] + partial[2][w] + partial[3][w];
   }
   if (total == 0) return DataLoss("Huffman weights are all zero");
   const uint32_t log = static_cast<uint32_t>(std::bit_width(total));  // highbit + 1
@@ -166,32 +160,66 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
   }
   const uint32_t last_weight = static_cast<uint32_t>(std::bit_width(rest));
   weights[count] = static_cast<uint8_t>(last_weight);
-  ++rank_count[last_weight];
-  const uint32_t num_symbols = count + 1;
-  if (rank_count[1] < 2 || (rank_count[1] & 1) != 0) {
+  // Rank counts per quarter of the symbols (0-63, 64-127, ...), the four quarters in lockstep:
+  // one histogram would chain every increment through the same counter.
+  constexpr uint32_t kQuarter = (kMaxWeights + 1) / 4;
+  constexpr uint32_t kRanks = kHuffmanMaxLog + 2;
+  std::array<std::array<uint32_t, kRanks>, 4> quarter_count{};
+  for (uint32_t i = 0; i < kQuarter; ++i) {
+    for (uint32_t q = 0; q < 4; ++q) ++quarter_count[q][weights[q * kQuarter + i]];
+  }
+  std::array<uint32_t, kRanks + 1> rank_start{};  // canonical order: by weight, then symbol
+  for (uint32_t w = 0; w < kRanks; ++w) {
+    const uint32_t n =
+        quarter_count[0][w] + quarter_count[1][w] + quarter_count[2][w] + quarter_count[3][w];
+    rank_start[w + 1] = rank_start[w] + n;
+  }
+  const uint32_t weight1 = rank_start[2] - rank_start[1];
+  if (weight1 < 2 || (weight1 & 1) != 0) {
     return DataLoss("Huffman weights: odd or too small count of weight-1 symbols");
   }
-  // Canonical assignment: lower weights (longer codes) take the lower table indices.
+  // Canonical assignment: lower weights (longer codes) take the lower table indices. Symbols in
+  // canonical order, each quarter from where its weight's earlier quarters end, again four
+  // chains in lockstep.
   table->log = log;
-  // Symbols in canonical order (by weight, then symbol), so the cells are written in increasing
-  // address order and every symbol can be written with whole 8-byte stores of four cells: the
-  // cells a short run writes past its end belong to the symbols that follow and are rewritten.
-  // No branch depends on a weight.
-  std::array<uint32_t, kHuffmanMaxLog + 2> slot{};
-  for (uint32_t w = 1; w <= log; ++w) slot[w] = slot[w - 1] + rank_count[w - 1];
+  std::array<std::array<uint32_t, kRanks>, 4> next;
+  for (uint32_t w = 0; w < kRanks; ++w) {
+    uint32_t at = rank_start[w];
+    for (uint32_t q = 0; q < 4; ++q) {
+      next[q][w] = at;
+      at += quarter_count[q][w];
+    }
+  }
   std::array<uint8_t, kMaxWeights + 1> order;
-  for (uint32_t s = 0; s < num_symbols; ++s) order[slot[weights[s]]++] = static_cast<uint8_t>(s);
+  for (uint32_t i = 0; i < kQuarter; ++i) {
+    for (uint32_t q = 0; q < 4; ++q) {
+      const uint32_t s = q * kQuarter + i;
+      order[next[q][weights[s]]++] = static_cast<uint8_t>(s);
+    }
+  }
+  // The cells in increasing address order, weight by weight, so that the length of a symbol's
+  // cells is the same across the inner loop: symbols of up to four cells are one whole 8-byte
+  // store of four cells each (the cells a short run writes past its end belong to the symbols
+  // that follow and are rewritten).
   HuffmanCell* out = table->cells.data();
-  for (uint32_t k = rank_count[0]; k < num_symbols; ++k) {
-    const uint32_t s = order[k];
-    const uint32_t w = weights[s];
+  for (uint32_t w = 1; w <= log; ++w) {
     const uint32_t len = (1u << w) >> 1;
-    const HuffmanCell cell{static_cast<uint8_t>(s), static_cast<uint8_t>(log + 1 - w)};
-    uint16_t one;
-    std::memcpy(&one, &cell, 2);
-    const uint64_t four = uint64_t{one} * 0x0001000100010001ull;
-    for (uint32_t i = 0; i < len; i += 4) std::memcpy(out + i, &four, 8);
-    out += len;
+    static_assert(sizeof(HuffmanCell) == 2 && offsetof(HuffmanCell, nb_bits) == 1);
+    const uint64_t bits = uint64_t{log + 1 - w} << 8;  // HuffmanCell{symbol, nb_bits}
+    const uint32_t begin = rank_start[w], end = rank_start[w + 1];
+    if (len <= 4) {
+      for (uint32_t k = begin; k < end; ++k) {
+        const uint64_t four = (order[k] | bits) * 0x0001000100010001ull;
+        std::memcpy(out, &four, 8);
+        out += len;
+      }
+    } else {
+      for (uint32_t k = begin; k < end; ++k) {
+        const uint64_t four = (order[k] | bits) * 0x0001000100010001ull;
+        for (uint32_t i = 0; i < len; i += 4) std::memcpy(out + i, &four, 8);
+        out += len;
+      }
+    }
   }
   return Status::Ok();
 }
@@ -233,13 +261,29 @@ Status DecodeHuffmanLiterals(const HuffmanTable& table, std::span<const uint8_t>
   const size_t common = std::min(counts[3], segment) & ~size_t{3};
   uint8_t* dst[4] = {out.data(), out.data() + segment, out.data() + 2 * segment,
                      out.data() + 3 * segment};
-  for (size_t i = 0; i < common; i += 4) {
-    for (int s = 0; s < 4; ++s) br[s].Reload();
-    for (size_t k = 0; k < 4; ++k) {
-      for (int s = 0; s < 4; ++s) {
-        dst[s][i + k] = DecodeSymbol(table, br[s], log);
+  {
+    // One local reader per stream, so that their containers stay in registers (through an
+    // array the compiler loads and stores each reader's position around every symbol).
+    FastBackwardBitReader r0 = br[0], r1 = br[1], r2 = br[2], r3 = br[3];
+    uint8_t* const o = out.data();
+    const size_t at2 = 2 * segment, at3 = 3 * segment;
+    for (size_t i = 0; i < common; i += 4) {
+      r0.Reload();
+      r1.Reload();
+      r2.Reload();
+      r3.Reload();
+#pragma GCC unroll 4
+      for (size_t k = i; k < i + 4; ++k) {
+        o[k] = DecodeSymbol(table, r0, log);
+        o[segment + k] = DecodeSymbol(table, r1, log);
+        o[at2 + k] = DecodeSymbol(table, r2, log);
+        o[at3 + k] = DecodeSymbol(table, r3, log);
       }
     }
+    br[0] = r0;
+    br[1] = r1;
+    br[2] = r2;
+    br[3] = r3;
   }
   for (int s = 0; s < 4; ++s) DecodeSymbols(table, br[s], dst[s] + common, counts[s] - common);
   for (int s = 0; s < 4; ++s) RETURN_IF_ERROR(CheckStreamEnd(br[s], s + 1, true));

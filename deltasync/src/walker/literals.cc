@@ -45,11 +45,11 @@ Status DecodeLiterals(std::span<const uint8_t> block, size_t block_max, Literals
       if (header + size > block.size()) {
         return DataLoss("raw literals (" + std::to_string(size) + " bytes) past the block end");
       }
-      *out = Literals{block.data() + header, 0, size};
+      *out = Literals{block.data() + header, 0, size, block.size() - header};
       *consumed = header + size;
     } else {
       if (header + 1 > block.size()) return DataLoss("RLE literals byte missing");
-      *out = Literals{nullptr, block[header], size};
+      *out = Literals{nullptr, block[header], size, 0};
       *consumed = header + 1;
     }
     return Status::Ok();
@@ -105,10 +105,10 @@ Status DecodeLiterals(std::span<const uint8_t> block, size_t block_max, Literals
   } else if (!state->has_huffman) {
     return DataLoss("treeless literals without an earlier Huffman table in the frame");
   }
-  if (state->buffer.size() < size + 1) state->buffer.resize(size + 1);  // one byte of room
+  if (state->buffer.size() < size + 8) state->buffer.resize(size + 8);  // a word of room
   RETURN_IF_ERROR(DecodeHuffmanLiterals(state->huffman, section, four_streams,
                                         std::span<uint8_t>(state->buffer.data(), size)));
-  *out = Literals{state->buffer.data(), 0, size};
+  *out = Literals{state->buffer.data(), 0, size, size + 8};
   *consumed = header + compressed;
   return Status::Ok();
 }

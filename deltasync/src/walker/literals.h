@@ -19,6 +19,9 @@ struct Literals {
   const uint8_t* bytes = nullptr;
   uint8_t rle_value = 0;
   size_t size = 0;
+  // Bytes readable from `bytes` on (at least `size`): decoded literals have 8 bytes of room
+  // after them, raw ones the rest of their block, so short runs can be loaded as whole words.
+  size_t readable = 0;
 };
 
 // Huffman state carried across the blocks of a frame (for treeless literals).

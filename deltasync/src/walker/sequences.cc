@@ -322,8 +322,19 @@ Status DecodeSequences(std::span<const uint8_t> in, const Literals& literals,
                            source_limit, limits);
     }
     if constexpr (kExecute) {
-      EmitLiterals(literals, literal_length, &lit_pos, out);
-      out->AppendMatch(offset, match_length);
+      if (literals.bytes != nullptr && literal_length - 2 <= 6 && lit_pos + 8 <= literals.readable)
+          [[likely]] {
+        // 2 to 8 literals (a nonzero run and a zero in frames parsed one sequence per run,
+        // FORMAT.md §2.1), loaded as one word.
+        uint64_t word;
+        std::memcpy(&word, literals.bytes + lit_pos, 8);
+        out->AppendWordAndMatch(word & (~uint64_t{0} >> (64 - 8 * literal_length)), literal_length,
+                                offset, match_length);
+        lit_pos += literal_length;
+      } else {
+        EmitLiterals(literals, literal_length, &lit_pos, out);
+        out->AppendMatch(offset, match_length);
+      }
     } else {
       lit_pos += literal_length;
       skipped += literal_length + match_length;
