@@ -2,6 +2,7 @@
 // data of many shapes, densities and sizes, compressed at many settings.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <tuple>
 
@@ -236,6 +237,51 @@ TEST(WalkerDifferential, MergeGapKeepsEveryNonzero) {
   ASSERT_TRUE(merged.status.ok());
   EXPECT_EQ(merged.nonzeros, walker_test::ScanNonzeros(data));
   EXPECT_LT(merged.stats.runs, plain.stats.runs);
+}
+
+// Frames of chosen sequences: 2 to 8 literals (the walker loads them as one word) followed by a
+// match whose source starts inside them (offset <= literal length, its bytes zero or not) or
+// before them, with Huffman-coded and raw literals (raw ones are read in place, up to the block's
+// end). The walker must give libzstd's bytes and xor_digest.
+TEST(WalkerDifferential, ShortLiteralRunsWithMatchesFromInsideThem) {
+  for (const bool raw_literals : {false, true}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      std::mt19937_64 rng(seed);
+      std::vector<uint8_t> data;
+      std::vector<ZSTD_Sequence> seqs;
+      while (data.size() < 300'000) {
+        const unsigned literals = 2 + static_cast<unsigned>(rng() % 7);
+        const double zero_share = (seed % 3) * 0.4;  // 0, 0.4 or 0.8 of the literals zero
+        for (unsigned i = 0; i < literals; ++i) {
+          const bool zero = static_cast<double>(rng() % 1000) < zero_share * 1000;
+          data.push_back(zero ? 0 : static_cast<uint8_t>(1 + rng() % 255));
+        }
+        // Mostly sources inside the literals (offset 1 .. literals), sometimes far ones.
+        const uint64_t far = 9 + rng() % 5000;
+        const uint64_t offset = rng() % 4 != 0 || far > data.size() ? 1 + rng() % literals : far;
+        const unsigned match = 4 + static_cast<unsigned>(rng() % 60);
+        for (unsigned i = 0; i < match; ++i) data.push_back(data[data.size() - offset]);
+        seqs.push_back(ZSTD_Sequence{static_cast<unsigned>(offset), literals, match, 0});
+      }
+      ZSTD_CCtx* cctx = ZSTD_createCCtx();
+      ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+      ZSTD_CCtx_setParameter(cctx, ZSTD_c_validateSequences, 1);
+      if (raw_literals) {
+        ZSTD_CCtx_setParameter(cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_disable);
+      }
+      std::vector<uint8_t> frame(ZSTD_compressBound(data.size()));
+      const size_t n = ZSTD_compressSequences(cctx, frame.data(), frame.size(), seqs.data(),
+                                              seqs.size(), data.data(), data.size());
+      ZSTD_freeCCtx(cctx);
+      ASSERT_FALSE(ZSTD_isError(n)) << ZSTD_getErrorName(n);
+      frame.resize(n);
+      const auto oracle = walker_test::LibzstdOneShot(frame, data.size());
+      ASSERT_TRUE(oracle.ok) << oracle.error;
+      ASSERT_TRUE(oracle.data == data) << "the frame does not hold the chosen data";
+      EXPECT_EQ(walker_test::CompareWithLibzstd(frame, data.size()), "")
+          << "seed " << seed << (raw_literals ? " raw literals" : " Huffman literals");
+    }
+  }
 }
 
 }  // namespace

@@ -233,6 +233,69 @@ TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
   }
 }
 
+// AppendWord (up to 8 bytes at once) leaves the index exactly as AppendIfNonzero byte by byte
+// would: the same entries, pages, ring bits and summary, also for words across a ring word or a
+// page boundary and for every count of nonzero bytes.
+TEST(WalkerNonzeroIndex, AppendWordEqualsBytesAppendedOneByOne) {
+  constexpr uint64_t kPage = uint64_t{1} << walker::NonzeroIndex::kPageShift;
+  const uint64_t window = 64 << 10;
+  walker::NonzeroIndex by_word, by_byte;
+  by_word.Reset(window);
+  by_byte.Reset(window);
+  std::vector<uint64_t> positions;
+  std::mt19937_64 rng(21);
+  uint64_t pos = 0;
+  for (int block = 0; block < 300; ++block) {
+    const uint64_t max_output = 1 + rng() % (32 << 10);
+    by_word.BeginBlock(pos, max_output);
+    by_byte.BeginBlock(pos, max_output);
+    const uint64_t end = pos + max_output;
+    while (pos + 8 <= end) {
+      // Sometimes jump to just before a page or ring-word boundary.
+      const uint64_t kind = rng() % 8;
+      uint64_t next = pos + rng() % 200;
+      if (kind == 0) next = std::max(pos, (pos / kPage + 1) * kPage - 1 - rng() % 8);
+      if (kind == 1) next = std::max(pos, (pos / 64 + 1) * 64 - 1 - rng() % 8);
+      if (next + 8 > end) break;
+      pos = next;
+      const unsigned n = 2 + static_cast<unsigned>(rng() % 7);  // 2..8 bytes
+      uint64_t word = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        const uint64_t r = rng();
+        const uint8_t b = r % 3 == 0 ? 0 : static_cast<uint8_t>(1 + (r >> 8) % 255);
+        word |= uint64_t{b} << (8 * i);
+      }
+      by_word.AppendWord(pos, word);
+      for (unsigned i = 0; i < n; ++i) {
+        const uint8_t b = static_cast<uint8_t>(word >> (8 * i));
+        by_byte.AppendIfNonzero(pos + i, b);
+        if (b != 0) positions.push_back(pos + i);
+      }
+      pos += n;
+    }
+    pos = end;
+    if (pos > window) {
+      by_word.Prune(pos - window, pos);
+      by_byte.Prune(pos - window, pos);
+    }
+    ASSERT_EQ(by_word.end(), by_byte.end()) << "block " << block;
+    const uint64_t lo = pos > window ? pos - window : 0;
+    for (int q = 0; q < 60 && pos > lo; ++q) {
+      const uint64_t a = lo + rng() % (pos - lo);
+      const uint64_t b = std::min(pos, a + 1 + (q % 2 == 0 ? rng() % 300 : rng() % window));
+      const bool empty = std::lower_bound(positions.begin(), positions.end(), a) ==
+                         std::lower_bound(positions.begin(), positions.end(), b);
+      ASSERT_EQ(by_word.EmptyRange(a, b, pos), empty) << "block " << block << ": " << a << " " << b;
+      const uint64_t i = by_word.LowerBound(a, pos);
+      ASSERT_EQ(i, by_byte.LowerBound(a, pos)) << "block " << block << ": " << a;
+      if (i < by_word.end()) {
+        ASSERT_EQ(by_word.at(i), by_byte.at(i)) << "block " << block;
+      }
+    }
+  }
+  ASSERT_GT(positions.size(), 10000u);
+}
+
 // Reset keeps the ring of the last frame (same, smaller or larger window), few or many of its
 // bits still set: the next frame sees none of them (EmptyRange exact from its first block).
 TEST(WalkerNonzeroIndex, ResetLeavesNoBitOfTheLastFrame) {

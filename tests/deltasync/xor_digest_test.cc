@@ -97,11 +97,18 @@ TEST(XorDigestTest, BytesInOrderGiveTheDenseDigest) {
   for (int round = 0; round < 200; ++round) {
     const size_t n = 1 + rng() % 3000;
     std::vector<uint8_t> x = ScatteredSparse(n, round % 2 ? 0.02 : 0.5, 100 + round);
-    XorDigestBuilder bytes_only, mixed, prefix;
+    XorDigestBuilder bytes_only, mixed, prefix, loose, loose_mixed;
     std::vector<uint8_t> seen(n, 0);
     for (size_t i = 0; i < n; ++i) {
       if (x[i] == 0) continue;
       bytes_only.AddByte(i, x[i]);
+      loose.AddLoose(i, x[i]);
+      // AddLoose for the bytes of odd words, AddByte for the rest.
+      if ((i / 8) % 2 == 1) {
+        loose_mixed.AddLoose(i, x[i]);
+      } else {
+        loose_mixed.AddByte(i, x[i]);
+      }
       // Every third word goes through Add in mixed (a whole word's bytes at once).
       if ((i / 8) % 3 == 0) {
         if (i % 8 == 0 || seen[i - 1] == 0) {
@@ -121,6 +128,8 @@ TEST(XorDigestTest, BytesInOrderGiveTheDenseDigest) {
     const XorDigest dense = ComputeXorDigest(x);
     ASSERT_EQ(bytes_only.value(), dense) << "round " << round;
     ASSERT_EQ(mixed.value(), dense) << "round " << round;
+    ASSERT_EQ(loose.value(), dense) << "round " << round;
+    ASSERT_EQ(loose_mixed.value(), dense) << "round " << round;
   }
 }
 

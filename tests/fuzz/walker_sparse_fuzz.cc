@@ -9,7 +9,7 @@
 // with both decoders, and a flipped frame it accepts must decode to exactly the buffer. One
 // knob bit has the frame parsed into sequences as the publisher does by default (one per run
 // of nonzero bytes, deltasync/src/xor_sequences.h), with libzstd validating the parse: a parse
-// it refuses aborts.
+// it refuses aborts. Another has the literals stored raw.
 #include <zstd.h>
 
 #include <cstdint>
@@ -109,6 +109,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int level = levels[knobs & 7];
   const bool checksum = (knobs & 8) != 0;
   const bool xor_runs = (knobs & 16) != 0;
+  // Raw literals are read in place, where the walker loads short runs as whole words up to the
+  // block's end.
+  const bool raw_literals = (knobs & 32) != 0;
   const int window_log = 10 + (r.Next() % 13);  // 1 KiB .. 4 MiB
   const uint8_t flip = r.Next();
   const std::vector<uint8_t> buffer = BuildBuffer(r, 4u << 20);
@@ -117,6 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, checksum ? 1 : 0);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, window_log);
+  if (raw_literals) ZSTD_CCtx_setParameter(cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_disable);
   if (xor_runs) {
     if (!deltakv::deltasync::UseXorRunSequences(cctx).ok()) std::abort();
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_enableSeqProducerFallback, 0);
