@@ -186,9 +186,11 @@ void NonzeroIndex::Prune(uint64_t floor, uint64_t frontier) {
   const uint64_t drop_pages = std::min<uint64_t>(floor_page - page_base_, first_.size() - 1);
   // Batch: release only when at least half of the pages (and a thousand) are stale.
   if (drop_pages < 1024 || drop_pages * 2 < first_.size()) return;
-  const uint64_t new_base = first_[drop_pages];
-  // Entries dropped here are below the window, a ring slot nobody has reused yet.
-  RetireBelow(new_base);
+  // Only entries whose ring bits are already cleared go: those below the window but not yet
+  // below the ring's horizon stay until BeginBlock retires them (with the block's other stale
+  // entries, often as whole words), instead of being cleared one by one here and their words
+  // cleared again there.
+  const uint64_t new_base = std::min(first_[drop_pages], retired_);
   entries_.EraseFront(static_cast<size_t>(new_base - base_));
   base_ = new_base;
   first_.erase(first_.begin(), first_.begin() + static_cast<ptrdiff_t>(drop_pages));

@@ -14,8 +14,9 @@
 // one bit per bitmap word answers long ranges (a zero run matched from an earlier zero run) in
 // a few words as well.
 //
-// Entries and pages older than the window are dropped in amortized O(1), so memory is bounded
-// by the nonzeros, pages and chunk bits inside the window. Indices handed out are absolute
+// Entries and pages older than the window are dropped in amortized O(1) (entries once their ring
+// bits are cleared), so memory is bounded by the nonzeros, pages and chunk bits inside the ring
+// (the window plus one block, rounded up to a power of two). Indices handed out are absolute
 // (they stay valid across pruning as long as the entry itself is still inside the window).
 #pragma once
 
