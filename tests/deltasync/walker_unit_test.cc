@@ -193,10 +193,17 @@ TEST(WalkerNonzeroIndex, LowerBoundAcrossPagesAndPruning) {
 // Blocks of any size starting anywhere, dense and sparse mixed, over many turns of the ring:
 // the ring bits a block reuses are cleared entry by entry (sparse) or word by word (dense), and
 // EmptyRange and LowerBound stay exact over the window either way.
-TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
+// With the bitmap from the start, and without it until the questions turn it on mid-frame (its
+// bits then rebuilt from the entries).
+class WalkerNonzeroIndexBitmap : public ::testing::TestWithParam<bool> {};
+
+TEST_P(WalkerNonzeroIndexBitmap, RingReuseIsExactForDenseAndSparseBlocks) {
   walker::NonzeroIndex index;
   const uint64_t window = 64 << 10;
   index.Reset(window);
+  EXPECT_FALSE(index.bitmap());
+  if (GetParam()) index.EnableBitmap();
+  bool turned_on = GetParam();
   std::vector<uint64_t> positions;
   std::mt19937_64 rng(9);
   uint64_t pos = 0;
@@ -214,7 +221,9 @@ TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
     pos += written;
     if (pos > window) index.Prune(pos - window, pos);
     const uint64_t lo = pos > window ? pos - window : 0;
-    for (int q = 0; q < 40 && pos > lo; ++q) {
+    // Without the bitmap: a question per block for the first 150 blocks.
+    const int questions = turned_on ? 40 : (block < 150 ? 1 : 40);
+    for (int q = 0; q < questions && pos > lo; ++q) {
       const uint64_t a = lo + rng() % (pos - lo);
       const uint64_t b = std::min(pos, a + 1 + (q % 2 == 0 ? rng() % 300 : rng() % window));
       const bool empty = std::lower_bound(positions.begin(), positions.end(), a) ==
@@ -230,6 +239,11 @@ TEST(WalkerNonzeroIndex, RingReuseIsExactForDenseAndSparseBlocks) {
         ASSERT_EQ(index.at(i) >> 8, *it) << "block " << block << ": " << a;
       }
     }
+    if (block == 149) {
+      EXPECT_EQ(index.bitmap(), GetParam()) << "a question a block turned it on";
+      index.EnableBitmap();  // mid-frame: its bits rebuilt from the entries
+    }
+    turned_on = index.bitmap();
   }
 }
 
@@ -295,6 +309,27 @@ TEST(WalkerNonzeroIndex, AppendWordEqualsBytesAppendedOneByOne) {
   }
   ASSERT_GT(positions.size(), 10000u);
 }
+
+// EmptyRange answers from the entries until its questions outnumber 64 + an eighth of them.
+TEST(WalkerNonzeroIndex, FrequentQuestionsTurnTheBitmapOn) {
+  walker::NonzeroIndex index;
+  index.Reset(1 << 20);
+  index.BeginBlock(0, 1 << 17);
+  for (uint64_t p = 0; p < 800; ++p) index.Append(p * 100, 1);  // 800 entries: 64 + 100
+  for (int q = 0; q < 164; ++q) {
+    ASSERT_FALSE(index.EmptyRange(q * 100, q * 100 + 1, 80'000));
+    ASSERT_TRUE(index.EmptyRange(q * 100 + 1, q * 100 + 100, 80'000));
+  }
+  EXPECT_TRUE(index.bitmap());
+  walker::NonzeroIndex few;
+  few.Reset(1 << 20);
+  few.BeginBlock(0, 1 << 17);
+  for (uint64_t p = 0; p < 800; ++p) few.Append(p * 100, 1);
+  for (int q = 0; q < 82; ++q) ASSERT_TRUE(few.EmptyRange(q * 100 + 1, q * 100 + 100, 80'000));
+  EXPECT_FALSE(few.bitmap());
+}
+
+INSTANTIATE_TEST_SUITE_P(FromStartOrWhenAsked, WalkerNonzeroIndexBitmap, ::testing::Bool());
 
 // Reset keeps the ring of the last frame (same, smaller or larger window), few or many of its
 // bits still set: the next frame sees none of them (EmptyRange exact from its first block).

@@ -133,14 +133,10 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
     }
     *consumed = 1 + bytes;
   }
-  // Weight sum and the largest weight, over all 256 slots (those past `count` are 0).
-  uint64_t total = 0;
+  // The largest weight first (a byte maximum the compiler vectorizes), so that the rank counts
+  // below can index by weight.
   uint8_t max_weight = 0;
-  for (uint32_t i = 0; i < weights.size(); ++i) {
-    const uint8_t w = weights[i];
-    max_weight = std::max(max_weight, w);
-    total += (uint64_t{1} << (w & 15)) >> 1;
-  }
+  for (uint32_t i = 0; i < weights.size(); ++i) max_weight = std::max(max_weight, weights[i]);
   if (max_weight > kHuffmanMaxLog) {
     for (uint32_t i = 0; i < count; ++i) {
       if (weights[i] > kHuffmanMaxLog) {
@@ -148,6 +144,22 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
                         std::to_string(kHuffmanMaxLog));
       }
     }
+  }
+  // Rank counts per quarter of the symbols (0-63, 64-127, ...), the four quarters in lockstep:
+  // one histogram would chain every increment through the same counter. The slots past
+  // `count` hold weight 0.
+  constexpr uint32_t kQuarter = (kMaxWeights + 1) / 4;
+  constexpr uint32_t kRanks = kHuffmanMaxLog + 2;
+  std::array<std::array<uint32_t, kRanks>, 4> quarter_count{};
+  for (uint32_t i = 0; i < kQuarter; ++i) {
+    for (uint32_t q = 0; q < 4; ++q) ++quarter_count[q][weights[q * kQuarter + i]];
+  }
+  // Weight sum: 2^(w-1) per symbol of weight w > 0.
+  uint64_t total = 0;
+  for (uint32_t w = 1; w <= kHuffmanMaxLog; ++w) {
+    const uint64_t n =
+        quarter_count[0][w] + quarter_count[1][w] + quarter_count[2][w] + quarter_count[3][w];
+    total += n << (w - 1);
   }
   if (total == 0) return DataLoss("Huffman weights are all zero");
   const uint32_t log = static_cast<uint32_t>(std::bit_width(total));  // highbit + 1
@@ -159,15 +171,9 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
     return DataLoss("Huffman weights do not complete a prefix code");
   }
   const uint32_t last_weight = static_cast<uint32_t>(std::bit_width(rest));
-  weights[count] = static_cast<uint8_t>(last_weight);
-  // Rank counts per quarter of the symbols (0-63, 64-127, ...), the four quarters in lockstep:
-  // one histogram would chain every increment through the same counter.
-  constexpr uint32_t kQuarter = (kMaxWeights + 1) / 4;
-  constexpr uint32_t kRanks = kHuffmanMaxLog + 2;
-  std::array<std::array<uint32_t, kRanks>, 4> quarter_count{};
-  for (uint32_t i = 0; i < kQuarter; ++i) {
-    for (uint32_t q = 0; q < 4; ++q) ++quarter_count[q][weights[q * kQuarter + i]];
-  }
+  weights[count] = static_cast<uint8_t>(last_weight);  // was 0
+  --quarter_count[count / kQuarter][0];
+  ++quarter_count[count / kQuarter][last_weight];
   std::array<uint32_t, kRanks + 1> rank_start{};  // canonical order: by weight, then symbol
   for (uint32_t w = 0; w < kRanks; ++w) {
     const uint32_t n =

@@ -10,12 +10,17 @@ void NonzeroIndex::Reset(uint64_t window) {
   // word, for every frame of a many-frame delta); only the bits that frame left set are
   // cleared: entry by entry when they are few, the whole ring otherwise.
   const uint64_t live = end() - retired_;
-  if (live * 8 <= chunk_bits_.size()) {
+  if (!bitmap_) {
+    // The last frame set no bit.
+  } else if (live * 8 <= chunk_bits_.size()) {
     RetireBelow(end());
   } else {
     std::fill(chunk_bits_.begin(), chunk_bits_.end(), 0);
     std::fill(summary_.begin(), summary_.end(), 0);
   }
+  bitmap_ = false;
+  questions_ = 0;
+  limit_ = 0;
   entries_.clear();
   base_ = 0;
   first_.clear();
@@ -55,6 +60,7 @@ void NonzeroIndex::RetireBelow(uint64_t index) {
 
 void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
   const uint64_t limit = position + max_output;
+  limit_ = limit;
   entries_.Reserve(entries_.size() + static_cast<size_t>(max_output) + 2);  // + 2: AppendWord
   if (limit > chunk_bits_.size() * 64 && chunk_bits_.size() < max_words_) {
     // Not wrapped yet (every position so far is below `ring`): slot == position, so growing
@@ -75,6 +81,10 @@ void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
   const uint64_t* const last = entries_.data() + entries_.size();
   const uint64_t stale = static_cast<uint64_t>(
       std::lower_bound(first, last, horizon << 8) - first);  // entries below the horizon
+  if (!bitmap_) {
+    retired_ += stale;  // no bit to clear
+    return;
+  }
   // Entry by entry costs a few dependent operations each; clearing the block's slots whole
   // costs a store per 64 positions. Dense blocks take the second (O(output / 64), at most
   // 1/8 of the work per entry's share), sparse ones the first (O(nonzeros)).
@@ -84,6 +94,26 @@ void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
     return;
   }
   RetireBelow(retired_ + stale);
+}
+
+bool NonzeroIndex::EmptyRangeWithoutBitmap(uint64_t begin, uint64_t end, uint64_t frontier) {
+  if (++questions_ > 64 + this->end() / 8) {
+    EnableBitmap();
+    return EmptyRange(begin, end, frontier);
+  }
+  return LowerBound(begin, frontier) == LowerBound(end, frontier);
+}
+
+void NonzeroIndex::EnableBitmap() {
+  bitmap_ = true;
+  // The ring holds no bit yet. Entries from retired_ on are those at or after the ring's
+  // horizon (BeginBlock): exactly the ones whose bits the ring keeps.
+  for (uint64_t i = retired_; i < end(); ++i) {
+    const uint64_t position = at(i) >> 8;
+    const uint64_t word = position >> 6;
+    chunk_bits_[word & word_mask_] |= uint64_t{1} << (position & 63);
+    summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
+  }
 }
 
 void NonzeroIndex::ClearSlots(uint64_t begin, uint64_t end) {

@@ -104,6 +104,7 @@ class NonzeroIndex {
     const uint64_t page = position >> kPageShift;
     if (page >= page_base_ + first_.size()) ExtendPages(page);
     entries_.Push(position << 8 | value);
+    if (!bitmap_) return;
     const uint64_t word = position >> 6;
     chunk_bits_[word & word_mask_] |= uint64_t{1} << (position & 63);
     summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
@@ -114,6 +115,7 @@ class NonzeroIndex {
     if (page >= page_base_ + first_.size()) ExtendPages(page);
     const uint64_t bit = value != 0 ? 1 : 0;
     entries_.PushIf(position << 8 | value, bit != 0);
+    if (!bitmap_) return;
     const uint64_t word = position >> 6;
     chunk_bits_[word & word_mask_] |= bit << (position & 63);
     summary_[(word >> 6) & summary_mask_] |= bit << (word & 63);
@@ -148,11 +150,12 @@ class NonzeroIndex {
     tail[0] = (position + first) << 8 | ((word >> (8 * first)) & 0xFF);
     tail[1] = (position + second) << 8 | ((word >> (8 * second)) & 0xFF);
     size_t count = rest != 0 ? 2 : 1;
-    for (uint64_t bits = rest & (rest - 1); bits != 0; bits &= bits - 1) [[unlikely]] {
-        const unsigned i = static_cast<unsigned>(std::countr_zero(bits));
-        tail[count++] = (position + i) << 8 | ((word >> (8 * i)) & 0xFF);
-      }
+    for (uint64_t bits = rest & (rest - 1); bits != 0; bits &= bits - 1) {
+      const unsigned i = static_cast<unsigned>(std::countr_zero(bits));
+      tail[count++] = (position + i) << 8 | ((word >> (8 * i)) & 0xFF);
+    }
     entries_.Grow(count);
+    if (!bitmap_) return;
     uint64_t* chunk = chunk_bits_.data();
     uint64_t* summary = summary_.data();
     const uint64_t w = position >> 6;
@@ -174,6 +177,8 @@ class NonzeroIndex {
   // "maybe").
   // REQUIRES: floor() <= begin < end <= frontier.
   [[gnu::always_inline]] bool EmptyRange(uint64_t begin, uint64_t end, uint64_t frontier) {
+    if (!bitmap_) [[unlikely]]
+      return EmptyRangeWithoutBitmap(begin, end, frontier);
     // Ring bits for positions in [frontier - ring, frontier) are current (BeginBlock).
     const uint64_t w0 = begin >> 6;
     const uint64_t first_bit = begin & 63;
@@ -217,6 +222,11 @@ class NonzeroIndex {
     return first_[first_page - page_base_] == hi;
   }
 
+  // Starts keeping the bitmap now (EmptyRange turns it on by itself once it is asked often):
+  // sets the bits of the entries inside the ring. Answers are the same either way.
+  void EnableBitmap();
+  bool bitmap() const { return bitmap_; }
+
   // Absolute index one past the last entry.
   uint64_t end() const { return base_ + entries_.size(); }
   // Packed entry at absolute index `i`. REQUIRES: LowerBound-derived i < end().
@@ -231,6 +241,9 @@ class NonzeroIndex {
   size_t live_pages() const { return first_.size(); }
 
  private:
+  // EmptyRange before the bitmap is kept: from the entries (two searches), until the questions
+  // outnumber an eighth of the entries (then EnableBitmap).
+  bool EmptyRangeWithoutBitmap(uint64_t begin, uint64_t end, uint64_t frontier);
   // Entries PagedLowerBound searches around its interpolated guess before it halves a page.
   static constexpr uint64_t kGuessSpan = 16;
   // LowerBound through the page index (sources far behind the frontier).
@@ -270,6 +283,13 @@ class NonzeroIndex {
   uint64_t summary_mask_ = 0;
   uint64_t max_words_ = 1;  // ring size needed for the window plus one block
   uint64_t retired_ = 0;    // absolute index: entries below it have their ring bits cleared
+  // Whether the ring bitmap is kept. A frame starts without it: frames parsed one sequence per
+  // nonzero run (FORMAT.md §2.1) copy every match from the literals just written
+  // (FrameOutput::AppendWordAndMatch), so they never ask EmptyRange and the bitmap would cost
+  // its stores and its clearing for nothing. The first frames that ask often turn it on.
+  bool bitmap_ = false;
+  uint64_t questions_ = 0;  // EmptyRange calls answered without the bitmap in this frame
+  uint64_t limit_ = 0;      // the last BeginBlock's position + max_output
 };
 
 }  // namespace deltakv::deltasync::walker
