@@ -269,11 +269,15 @@ Status DecodeSequences(std::span<const uint8_t> in, const Literals& literals,
     const bool update = n + 1 < count;
     const unsigned state_bits = update ? ll_n + ml_n + of_n : 0;
     uint64_t offset_extra, ml_extra, ll_extra;
+    uint64_t state_value;  // the state update's bits (0 after the last sequence)
     if (extra_bits + state_bits <= 56) [[likely]] {
-      const uint64_t v = br.Read(extra_bits);
+      // The extra bits and the state bits follow each other in the stream: one read for both.
+      const uint64_t all = br.Read(extra_bits + state_bits);
+      const uint64_t v = all >> state_bits;
       ll_extra = v & SmallMask(ll_bits);
       ml_extra = (v >> ll_bits) & SmallMask(ml_bits);
       offset_extra = v >> (ll_bits + ml_bits);
+      state_value = all & SmallMask(state_bits);
     } else {
       if (extra_bits <= 56) {
         const uint64_t v = br.Read(extra_bits);
@@ -287,12 +291,12 @@ Status DecodeSequences(std::span<const uint8_t> in, const Literals& literals,
         ll_extra = br.Read(ll_bits);
       }
       br.Reload();
+      state_value = br.Read(state_bits);
     }
     if (update) {
-      const uint64_t v = br.Read(state_bits);
-      of_state = of_cell.next_base + static_cast<uint32_t>(v & SmallMask(of_n));
-      ml_state = ml_cell.next_base + static_cast<uint32_t>((v >> of_n) & SmallMask(ml_n));
-      ll_state = ll_cell.next_base + static_cast<uint32_t>(v >> (of_n + ml_n));
+      of_state = of_cell.next_base + static_cast<uint32_t>(state_value & SmallMask(of_n));
+      ml_state = ml_cell.next_base + static_cast<uint32_t>((state_value >> of_n) & SmallMask(ml_n));
+      ll_state = ll_cell.next_base + static_cast<uint32_t>(state_value >> (of_n + ml_n));
     }
     br.Reload();
     const uint64_t offset_value = of_cell.value_base + offset_extra;
