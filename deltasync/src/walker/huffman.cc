@@ -152,6 +152,7 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
   constexpr uint32_t kRanks = kHuffmanMaxLog + 2;
   std::array<std::array<uint32_t, kRanks>, 4> quarter_count{};
   for (uint32_t i = 0; i < kQuarter; ++i) {
+#pragma GCC unroll 4
     for (uint32_t q = 0; q < 4; ++q) ++quarter_count[q][weights[q * kQuarter + i]];
   }
   // Weight sum: 2^(w-1) per symbol of weight w > 0.
@@ -198,6 +199,7 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
   }
   std::array<uint8_t, kMaxWeights + 1> order;
   for (uint32_t i = 0; i < kQuarter; ++i) {
+#pragma GCC unroll 4
     for (uint32_t q = 0; q < 4; ++q) {
       const uint32_t s = q * kQuarter + i;
       order[next[q][weights[s]]++] = static_cast<uint8_t>(s);
