@@ -20,7 +20,6 @@ void NonzeroIndex::Reset(uint64_t window) {
   }
   bitmap_ = false;
   questions_ = 0;
-  limit_ = 0;
   entries_.clear();
   base_ = 0;
   first_.clear();
@@ -60,7 +59,6 @@ void NonzeroIndex::RetireBelow(uint64_t index) {
 
 void NonzeroIndex::BeginBlock(uint64_t position, uint64_t max_output) {
   const uint64_t limit = position + max_output;
-  limit_ = limit;
   entries_.Reserve(entries_.size() + static_cast<size_t>(max_output) + 2);  // + 2: AppendWord
   if (limit > chunk_bits_.size() * 64 && chunk_bits_.size() < max_words_) {
     // Not wrapped yet (every position so far is below `ring`): slot == position, so growing

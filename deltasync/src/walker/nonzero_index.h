@@ -14,6 +14,10 @@
 // one bit per bitmap word answers long ranges (a zero run matched from an earlier zero run) in
 // a few words as well.
 //
+// A frame starts without the bitmap (and without its stores and clearing): EmptyRange answers
+// from the entries until it is asked often, then builds the bitmap from the entries inside the
+// ring and keeps it for the rest of the frame.
+//
 // Entries and pages older than the window are dropped in amortized O(1) (entries once their ring
 // bits are cleared), so memory is bounded by the nonzeros, pages and chunk bits inside the ring
 // (the window plus one block, rounded up to a power of two). Indices handed out are absolute
@@ -289,7 +293,6 @@ class NonzeroIndex {
   // its stores and its clearing for nothing. The first frames that ask often turn it on.
   bool bitmap_ = false;
   uint64_t questions_ = 0;  // EmptyRange calls answered without the bitmap in this frame
-  uint64_t limit_ = 0;      // the last BeginBlock's position + max_output
 };
 
 }  // namespace deltakv::deltasync::walker
