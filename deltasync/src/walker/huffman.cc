@@ -155,13 +155,14 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
 #pragma GCC unroll 4
     for (uint32_t q = 0; q < 4; ++q) ++quarter_count[q][weights[q * kQuarter + i]];
   }
+  std::array<uint32_t, kRanks> rank_count;
+  for (uint32_t w = 0; w < kRanks; ++w) {
+    rank_count[w] =
+        quarter_count[0][w] + quarter_count[1][w] + quarter_count[2][w] + quarter_count[3][w];
+  }
   // Weight sum: 2^(w-1) per symbol of weight w > 0.
   uint64_t total = 0;
-  for (uint32_t w = 1; w <= kHuffmanMaxLog; ++w) {
-    const uint64_t n =
-        quarter_count[0][w] + quarter_count[1][w] + quarter_count[2][w] + quarter_count[3][w];
-    total += n << (w - 1);
-  }
+  for (uint32_t w = 1; w <= kHuffmanMaxLog; ++w) total += uint64_t{rank_count[w]} << (w - 1);
   if (total == 0) return DataLoss("Huffman weights are all zero");
   const uint32_t log = static_cast<uint32_t>(std::bit_width(total));  // highbit + 1
   if (log > kHuffmanMaxLog) {
@@ -175,20 +176,17 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
   weights[count] = static_cast<uint8_t>(last_weight);  // was 0
   --quarter_count[count / kQuarter][0];
   ++quarter_count[count / kQuarter][last_weight];
-  std::array<uint32_t, kRanks + 1> rank_start{};  // canonical order: by weight, then symbol
-  for (uint32_t w = 0; w < kRanks; ++w) {
-    const uint32_t n =
-        quarter_count[0][w] + quarter_count[1][w] + quarter_count[2][w] + quarter_count[3][w];
-    rank_start[w + 1] = rank_start[w] + n;
-  }
-  const uint32_t weight1 = rank_start[2] - rank_start[1];
-  if (weight1 < 2 || (weight1 & 1) != 0) {
+  --rank_count[0];
+  ++rank_count[last_weight];
+  if (rank_count[1] < 2 || (rank_count[1] & 1) != 0) {
     return DataLoss("Huffman weights: odd or too small count of weight-1 symbols");
   }
   // Canonical assignment: lower weights (longer codes) take the lower table indices. Symbols in
   // canonical order, each quarter from where its weight's earlier quarters end, again four
   // chains in lockstep.
   table->log = log;
+  std::array<uint32_t, kRanks + 1> rank_start{};  // canonical order: by weight, then symbol
+  for (uint32_t w = 0; w < kRanks; ++w) rank_start[w + 1] = rank_start[w] + rank_count[w];
   std::array<std::array<uint32_t, kRanks>, 4> next;
   for (uint32_t w = 0; w < kRanks; ++w) {
     uint32_t at = rank_start[w];
@@ -214,19 +212,10 @@ Status ReadHuffmanTable(std::span<const uint8_t> in, HuffmanTable* table, size_t
     const uint32_t len = (1u << w) >> 1;
     static_assert(sizeof(HuffmanCell) == 2 && offsetof(HuffmanCell, nb_bits) == 1);
     const uint64_t bits = uint64_t{log + 1 - w} << 8;  // HuffmanCell{symbol, nb_bits}
-    const uint32_t begin = rank_start[w], end = rank_start[w + 1];
-    if (len <= 4) {
-      for (uint32_t k = begin; k < end; ++k) {
-        const uint64_t four = (order[k] | bits) * 0x0001000100010001ull;
-        std::memcpy(out, &four, 8);
-        out += len;
-      }
-    } else {
-      for (uint32_t k = begin; k < end; ++k) {
-        const uint64_t four = (order[k] | bits) * 0x0001000100010001ull;
-        for (uint32_t i = 0; i < len; i += 4) std::memcpy(out + i, &four, 8);
-        out += len;
-      }
+    for (uint32_t k = rank_start[w]; k < rank_start[w + 1]; ++k) {
+      const uint64_t four = (order[k] | bits) * 0x0001000100010001ull;
+      for (uint32_t i = 0; i < len; i += 4) std::memcpy(out + i, &four, 8);
+      out += len;
     }
   }
   return Status::Ok();

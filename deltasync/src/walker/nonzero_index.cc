@@ -106,12 +106,7 @@ void NonzeroIndex::EnableBitmap() {
   bitmap_ = true;
   // The ring holds no bit yet. Entries from retired_ on are those at or after the ring's
   // horizon (BeginBlock): exactly the ones whose bits the ring keeps.
-  for (uint64_t i = retired_; i < end(); ++i) {
-    const uint64_t position = at(i) >> 8;
-    const uint64_t word = position >> 6;
-    chunk_bits_[word & word_mask_] |= uint64_t{1} << (position & 63);
-    summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
-  }
+  for (uint64_t i = retired_; i < end(); ++i) SetBit(at(i) >> 8);
 }
 
 void NonzeroIndex::ClearSlots(uint64_t begin, uint64_t end) {

@@ -108,10 +108,7 @@ class NonzeroIndex {
     const uint64_t page = position >> kPageShift;
     if (page >= page_base_ + first_.size()) ExtendPages(page);
     entries_.Push(position << 8 | value);
-    if (!bitmap_) return;
-    const uint64_t word = position >> 6;
-    chunk_bits_[word & word_mask_] |= uint64_t{1} << (position & 63);
-    summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
+    if (bitmap_) SetBit(position);
   }
   // Append(position, value) when value != 0, nothing otherwise, without a branch on value.
   [[gnu::always_inline]] void AppendIfNonzero(uint64_t position, uint8_t value) {
@@ -260,6 +257,12 @@ class NonzeroIndex {
     } else if (page > covered) {
       first_.resize(first_.size() + (page - covered + 1), end());
     }
+  }
+  // Sets the ring bit of `position` and its word's summary bit.
+  void SetBit(uint64_t position) {
+    const uint64_t word = position >> 6;
+    chunk_bits_[word & word_mask_] |= uint64_t{1} << (position & 63);
+    summary_[(word >> 6) & summary_mask_] |= uint64_t{1} << (word & 63);
   }
   // Clears the ring bit of `position` (and its summary bit when the word empties).
   void Clear(uint64_t position);
